@@ -1,0 +1,300 @@
+"""The Agent resource: a model wired to a system prompt, tools, skills and sub-agents.
+
+An Agent is referenced by name from Flow nodes (``agent``, ``map``). Tools are a volume-style
+union: each entry has a ``name`` and exactly one of ``mcp``, ``http`` or ``python``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from agentflows.api import common
+
+MAX_TOOLS = 64
+
+
+class ModelSpec(common.ApiModel):
+    """Which model to call and how; any litellm model string works."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=256,
+        description="litellm model string, e.g. openai/gpt-4o-mini or anthropic/claude-sonnet-4.",
+    )
+    api_base: str | None = Field(
+        default=None,
+        max_length=2048,
+        description="Base URL of an OpenAI-compatible endpoint (vLLM, Ollama, a proxy).",
+    )
+    api_key: common.SecretKeyRef | None = Field(
+        default=None, description="Secret holding the API key; injected as env, never read here."
+    )
+    temperature: float | None = Field(default=None, ge=0, le=2, description="Sampling temperature.")
+    top_p: float | None = Field(default=None, ge=0, le=1, description="Nucleus sampling mass.")
+    max_tokens: int | None = Field(
+        default=None, ge=1, le=1_000_000, description="Maximum completion tokens per call."
+    )
+    context_window: int | None = Field(
+        default=None,
+        ge=256,
+        le=10_000_000,
+        description="Context window in tokens; defaults to litellm's table, else 128000.",
+    )
+    timeout_seconds: float = Field(
+        default=120, gt=0, le=3600, description="Timeout of one model call, in seconds."
+    )
+    retries: int = Field(default=2, ge=0, le=10, description="Retries of a failed model call.")
+
+
+class HistoryTurn(common.ApiModel):
+    """One scripted turn sent before the prompt (few-shot examples, fixed context)."""
+
+    role: Literal["user", "assistant", "system"] = Field(description="Speaker of the turn.")
+    content: str = Field(max_length=100_000, description="Text of the turn.")
+
+
+class McpTool(common.ApiModel):
+    """An MCP server whose tools the agent may call: streamable HTTP (url) or stdio (command)."""
+
+    model_config = common.ApiModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                {
+                    "rule": "has(self.url) != has(self.command)",
+                    "message": "set exactly one of url (streamable HTTP) or command (stdio)",
+                }
+            ]
+        }
+    }
+
+    url: str | None = Field(
+        default=None, max_length=2048, description="Streamable HTTP endpoint of the server."
+    )
+    headers: dict[str, common.SecretKeyRef] = Field(
+        default_factory=dict, description="HTTP headers whose values come from Secrets."
+    )
+    command: str | None = Field(
+        default=None, max_length=1024, description="Command that starts a stdio server in the pod."
+    )
+    args: list[str] = Field(default_factory=list, description="Arguments of the stdio command.")
+    env: dict[str, str] = Field(
+        default_factory=dict, description="Extra environment of the stdio server."
+    )
+    include: list[str] = Field(
+        default_factory=list, description="Only these server tools are offered (empty: all)."
+    )
+    exclude: list[str] = Field(default_factory=list, description="Server tools never offered.")
+    timeout_seconds: float = Field(
+        default=60, gt=0, le=3600, description="Timeout of one tool call, in seconds."
+    )
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpTool:
+        if (self.url is None) == (self.command is None):
+            raise ValueError("set exactly one of url (streamable HTTP) or command (stdio)")
+        return self
+
+
+class HttpTool(common.ApiModel):
+    """An HTTP endpoint called with the model's arguments."""
+
+    method: Literal["GET", "POST", "PUT", "PATCH", "DELETE"] = Field(
+        default="GET", description="HTTP method."
+    )
+    url: str = Field(
+        min_length=1,
+        max_length=2048,
+        description="URL template; {{ .args.x }} interpolates the model's arguments.",
+    )
+    headers: dict[str, str] = Field(default_factory=dict, description="Plain request headers.")
+    secret_headers: dict[str, common.SecretKeyRef] = Field(
+        default_factory=dict, description="Request headers whose values come from Secrets."
+    )
+    body: common.JsonValue = Field(
+        default=None, description="Request body template (JSON); defaults to the arguments."
+    )
+    allow_hosts: list[str] = Field(
+        default_factory=list,
+        description="Host names the URL may resolve to after templating (empty: the URL's host).",
+    )
+    timeout_seconds: float = Field(default=30, gt=0, le=600, description="Request timeout.")
+    max_response_bytes: int = Field(
+        default=1_048_576, ge=1, le=16_777_216, description="Largest response body accepted."
+    )
+
+
+class PythonTool(common.ApiModel):
+    """A Python script run in a subprocess: JSON arguments on stdin, a JSON result on stdout."""
+
+    script: str = Field(min_length=1, max_length=262_144, description="Python source to run.")
+    timeout_seconds: float = Field(default=30, gt=0, le=3600, description="Run timeout.")
+
+
+class Tool(common.ApiModel):
+    """A tool the model may call; exactly one of mcp, http or python."""
+
+    model_config = common.ApiModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                {
+                    "rule": "[has(self.mcp), has(self.http), has(self.python)]"
+                    ".filter(x, x).size() == 1",
+                    "message": "set exactly one of mcp, http or python",
+                }
+            ]
+        }
+    }
+
+    name: common.Identifier = Field(description="Tool name the model sees (mcp: a prefix).")
+    description: str = Field(
+        default="", max_length=4096, description="What the tool does, for the model."
+    )
+    parameters: common.JsonValue = Field(
+        default=None, description="JSON Schema of the arguments (http and python tools)."
+    )
+    read_only: bool = Field(
+        default=False, description="The tool changes nothing; allowed under autonomy readonly."
+    )
+    mcp: McpTool | None = Field(default=None, description="Tools of an MCP server.")
+    http: HttpTool | None = Field(default=None, description="An HTTP endpoint.")
+    python: PythonTool | None = Field(default=None, description="A Python script.")
+
+    @model_validator(mode="after")
+    def _exactly_one_kind(self) -> Tool:
+        kinds = [k for k in ("mcp", "http", "python") if getattr(self, k) is not None]
+        if len(kinds) != 1:
+            raise ValueError(
+                f"set exactly one of mcp, http or python (got {', '.join(kinds) or 'none'})"
+            )
+        return self
+
+    @property
+    def kind(self) -> str:
+        """Which of mcp, http or python this tool is."""
+        return next(k for k in ("mcp", "http", "python") if getattr(self, k) is not None)
+
+
+class Skill(common.ApiModel):
+    """Instructions prepended to the system prompt, optionally with a script tool."""
+
+    name: common.Identifier = Field(description="Skill name; its script is tool skill_<name>.")
+    content: str = Field(max_length=100_000, description="Text prepended to the system prompt.")
+    script: str | None = Field(
+        default=None,
+        max_length=262_144,
+        description="Python script exposed as tool skill_<name> (JSON stdin, JSON stdout).",
+    )
+    parameters: common.JsonValue = Field(
+        default=None, description="JSON Schema of the script's arguments."
+    )
+    timeout_seconds: float = Field(default=30, gt=0, le=3600, description="Script timeout.")
+
+
+class HumanReview(common.ApiModel):
+    """Lets the agent ask a human to review an action before taking it."""
+
+    enabled: bool = Field(default=True, description="Offer the request_human_review tool.")
+    guidelines: str = Field(
+        default="", max_length=8192, description="When the agent should ask for review."
+    )
+    approvers: common.Approvers = Field(
+        default_factory=common.Approvers, description="Who may decide review requests."
+    )
+
+
+class ContextCompression(common.ApiModel):
+    """Summarise the middle of a long conversation before it overflows the context window."""
+
+    enabled: bool = Field(default=True, description="Compress when over the threshold.")
+    threshold_ratio: float = Field(
+        default=0.8, gt=0, le=1, description="Fraction of the context window that triggers it."
+    )
+
+
+class AgentSpec(common.ApiModel):
+    """Desired state of an Agent."""
+
+    model: ModelSpec = Field(description="The model the agent calls.")
+    system_prompt: str = Field(default="", max_length=200_000, description="System prompt.")
+    history: list[HistoryTurn] = Field(
+        default_factory=list,
+        max_length=200,
+        description="Scripted turns before the prompt; consecutive same-role turns are merged.",
+    )
+    tools: list[Tool] = Field(
+        default_factory=list, max_length=MAX_TOOLS, description="Tools the model may call."
+    )
+    skills: list[Skill] = Field(default_factory=list, max_length=32, description="Skills.")
+    sub_agents: list[common.ObjectName] = Field(
+        default_factory=list,
+        max_length=32,
+        description="Agents callable through the call_sub_agent tool (depth limit 5).",
+    )
+    sub_flows: list[common.ObjectName] = Field(
+        default_factory=list,
+        max_length=32,
+        description="Flows callable through the call_sub_flow tool (depth limit 5).",
+    )
+    human_review: HumanReview | None = Field(
+        default=None, description="Enables the request_human_review tool."
+    )
+    max_tool_iterations: int = Field(
+        default=10, ge=1, le=200, description="Model turns with tool calls before giving up."
+    )
+    context_compression: ContextCompression = Field(
+        default_factory=ContextCompression, description="Context compression settings."
+    )
+
+    model_config = common.ApiModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!has(self.tools) || self.tools.all(t, self.tools.exists_one(u, "
+                    "u.name == t.name))",
+                    "message": "tool names must be unique",
+                }
+            ]
+        }
+    }
+
+    @model_validator(mode="after")
+    def _unique_tool_names(self) -> AgentSpec:
+        seen: set[str] = set()
+        for tool in self.tools:
+            if tool.name in seen:
+                raise ValueError(f"tool names must be unique: {tool.name!r} appears twice")
+            seen.add(tool.name)
+        return self
+
+
+class AgentStatus(common.ApiModel):
+    """Observed state of an Agent, written by the operator."""
+
+    observed_generation: int | None = Field(
+        default=None, description="Generation the status was computed from."
+    )
+    conditions: list[common.Condition] = Field(
+        default_factory=list,
+        description="Ready: references resolve and the named Secrets exist.",
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["type"],
+        },
+    )
+    tools: list[str] = Field(default_factory=list, description="Tool names the model is offered.")
+
+
+class Agent(common.ApiModel):
+    """An LLM agent: a model, a system prompt and the tools it may call."""
+
+    api_version: Literal["agentflows.io/v1alpha1"] = Field(
+        default="agentflows.io/v1alpha1", description="agentflows.io/v1alpha1"
+    )
+    kind: Literal["Agent"] = Field(default="Agent", description="Agent")
+    metadata: common.ObjectMeta = Field(
+        default_factory=common.ObjectMeta, description="Object metadata."
+    )
+    spec: AgentSpec = Field(description="Desired state.")
+    status: AgentStatus | None = Field(default=None, description="Observed state.")

@@ -1,0 +1,124 @@
+"""Types shared by the three resources: the model base, object metadata, conditions, refs.
+
+Every field carries a description, because descriptions become ``kubectl explain`` text.
+Free-form JSON leaves are marked with ``FREE_FORM`` so the CRD generator emits
+``x-kubernetes-preserve-unknown-fields`` for them and nowhere else.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+#: Marker for genuinely free-form JSON leaves (inputs, outputs, schemas, arguments).
+FREE_FORM: dict[str, Any] = {"x-kubernetes-preserve-unknown-fields": True}
+
+#: Names of Kubernetes objects referenced from specs (RFC 1123 subdomain, bounded).
+NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+#: Ids of nodes, requests and triggers: short, safe as label values and map keys.
+ID_PATTERN = r"^[a-z0-9]([-a-z0-9_]*[a-z0-9])?$"
+
+ObjectName = Annotated[str, Field(min_length=1, max_length=253, pattern=NAME_PATTERN)]
+Identifier = Annotated[str, Field(min_length=1, max_length=63, pattern=ID_PATTERN)]
+JsonValue = Annotated[Any, Field(json_schema_extra=FREE_FORM)]
+
+
+class ApiModel(BaseModel):
+    """Base of every API model: camelCase on the wire, unknown fields rejected."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        serialize_by_alias=True,
+    )
+
+    def to_wire(self) -> dict[str, Any]:
+        """Return the JSON form as written in YAML, without unset optional fields."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+class ObjectMeta(BaseModel):
+    """The subset of Kubernetes object metadata agentflows reads; other keys are kept."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="allow", serialize_by_alias=True
+    )
+
+    name: str | None = Field(default=None, description="Name of the object.")
+    generate_name: str | None = Field(
+        default=None, description="Prefix for a server-generated name."
+    )
+    namespace: str | None = Field(default=None, description="Namespace of the object.")
+    labels: dict[str, str] = Field(default_factory=dict, description="Object labels.")
+    annotations: dict[str, str] = Field(default_factory=dict, description="Object annotations.")
+    uid: str | None = Field(default=None, description="Server-assigned unique id.")
+    generation: int | None = Field(default=None, description="Spec generation.")
+    resource_version: str | None = Field(default=None, description="Optimistic-lock version.")
+
+
+class SecretKeySelector(ApiModel):
+    """One key of a Secret in the resource's namespace; the value is never read by the operator."""
+
+    name: ObjectName = Field(description="Name of the Secret.")
+    key: str = Field(min_length=1, max_length=253, description="Key within the Secret.")
+
+
+class SecretKeyRef(ApiModel):
+    """A reference to a secret value, injected into the runner pod as an env secretKeyRef."""
+
+    secret_key_ref: SecretKeySelector = Field(description="The Secret and key holding the value.")
+
+
+class Condition(ApiModel):
+    """A ``metav1.Condition``: the standard shape kstatus, Argo CD and Flux understand."""
+
+    type: str = Field(max_length=316, description="Condition type, e.g. Ready or Succeeded.")
+    status: str = Field(
+        pattern=r"^(True|False|Unknown)$", description="True, False or Unknown."
+    )
+    observed_generation: int | None = Field(
+        default=None, ge=0, description="The metadata.generation the condition was set from."
+    )
+    last_transition_time: str = Field(
+        description="RFC 3339 time the status last changed.", json_schema_extra={"format": "date-time"}
+    )
+    reason: str = Field(
+        max_length=1024,
+        pattern=r"^([A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?)?$",
+        description="CamelCase machine-readable reason for the last transition.",
+    )
+    message: str = Field(
+        default="", max_length=32768, description="Human-readable detail of the last transition."
+    )
+
+
+class Approvers(ApiModel):
+    """Who may decide a human request; empty means anyone allowed to patch flowruns/status."""
+
+    users: list[str] = Field(default_factory=list, description="User names allowed to decide.")
+    groups: list[str] = Field(default_factory=list, description="Groups whose members may decide.")
+
+
+class Usage(ApiModel):
+    """Model and tool usage, per node and for the whole run."""
+
+    prompt_tokens: int = Field(default=0, ge=0, description="Prompt (input) tokens.")
+    completion_tokens: int = Field(default=0, ge=0, description="Completion (output) tokens.")
+    cost_usd: float = Field(
+        default=0.0, ge=0, alias="costUSD", description="Cost in US dollars (litellm's table)."
+    )
+    llm_calls: int = Field(default=0, ge=0, description="Model calls made.")
+    tool_calls: int = Field(default=0, ge=0, description="Tool calls made.")
+
+    def add(self, other: Usage) -> Usage:
+        """Return the sum of two usages."""
+        return Usage(
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+            cost_usd=round(self.cost_usd + other.cost_usd, 10),
+            llm_calls=self.llm_calls + other.llm_calls,
+            tool_calls=self.tool_calls + other.tool_calls,
+        )

@@ -1,0 +1,165 @@
+"""Load Agent, Flow and FlowRun documents from YAML, turning every error into a Problem.
+
+A Problem names where it is (file, document, and a dotted path such as
+``spec.nodes[3].branch.cases.bug``) and what is wrong, in one line. Loading never stops at the
+first problem: a user fixing a file sees them all at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pydantic
+import yaml
+
+from agentflows.api import agent, flow, flowrun
+
+MAX_DOCUMENT_BYTES = 4 * 1024 * 1024
+
+
+class _Yaml12Loader(yaml.SafeLoader):
+    """SafeLoader with YAML 1.2 booleans: only true/false, so ``on:`` stays the key "on"."""
+
+
+_Yaml12Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+for _first in "tTfF":
+    _Yaml12Loader.yaml_implicit_resolvers.setdefault(_first, []).append(
+        ("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"))
+    )
+
+
+def safe_load_all(text: str) -> list[Any]:
+    """Parse a YAML stream with YAML 1.2 booleans, dropping empty documents."""
+    return [d for d in yaml.load_all(text, Loader=_Yaml12Loader) if d is not None]
+
+Resource = agent.Agent | flow.Flow | flowrun.FlowRun
+_KINDS: dict[str, type[agent.Agent] | type[flow.Flow] | type[flowrun.FlowRun]] = {
+    "Agent": agent.Agent,
+    "Flow": flow.Flow,
+    "FlowRun": flowrun.FlowRun,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """One thing wrong with an input, located by a path."""
+
+    path: str
+    message: str
+    source: str = ""
+
+    def __str__(self) -> str:
+        where = f"{self.source}: " if self.source else ""
+        return f"{where}{self.path}: {self.message}" if self.path else f"{where}{self.message}"
+
+
+def format_loc(loc: Iterable[int | str]) -> str:
+    """Turn a pydantic error location into ``spec.nodes[3].branch``."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def _skip_loc_part(part: int | str) -> bool:
+    # pydantic adds validator and union tags such as "function-after[...]" to locations
+    return isinstance(part, str) and ("[" in part or part.startswith("function-"))
+
+
+def validation_problems(exc: pydantic.ValidationError, prefix: str = "") -> list[Problem]:
+    """Convert a pydantic ValidationError into Problems with wire (camelCase) paths."""
+    problems = []
+    for error in exc.errors():
+        loc = [p for p in error["loc"] if not _skip_loc_part(p)]
+        path = format_loc([*([prefix] if prefix else []), *loc])
+        message = error["msg"]
+        if error["type"] == "extra_forbidden":
+            message = "unknown field"
+        elif message.startswith("Value error, "):
+            message = message[len("Value error, ") :]
+        problems.append(Problem(path, message))
+    return problems
+
+
+@dataclasses.dataclass
+class LoadResult:
+    """What a set of documents held: the resources that parsed, and every problem."""
+
+    resources: list[Resource] = dataclasses.field(default_factory=list)
+    problems: list[Problem] = dataclasses.field(default_factory=list)
+
+    def of_kind(self, kind: type[Any]) -> list[Any]:
+        """The resources of one model class."""
+        return [r for r in self.resources if isinstance(r, kind)]
+
+
+def parse_resource(document: Any, source: str = "") -> tuple[Resource | None, list[Problem]]:
+    """Validate one decoded document against the model its ``kind`` names."""
+    if not isinstance(document, dict):
+        return None, [Problem("", "a document must be a mapping with apiVersion and kind", source)]
+    kind = document.get("kind")
+    model = _KINDS.get(kind) if isinstance(kind, str) else None
+    if model is None:
+        return None, [
+            Problem("kind", f"unknown kind {kind!r}; expected one of Agent, Flow, FlowRun", source)
+        ]
+    api_version = document.get("apiVersion")
+    if api_version != "agentflows.io/v1alpha1":
+        return None, [
+            Problem("apiVersion", f"{api_version!r} is not agentflows.io/v1alpha1", source)
+        ]
+    try:
+        return model.model_validate(document), []
+    except pydantic.ValidationError as exc:
+        return None, [dataclasses.replace(p, source=source) for p in validation_problems(exc)]
+
+
+def load_text(text: str, source: str = "") -> LoadResult:
+    """Load every document in a YAML stream."""
+    result = LoadResult()
+    if len(text.encode()) > MAX_DOCUMENT_BYTES:
+        result.problems.append(Problem("", f"file is larger than {MAX_DOCUMENT_BYTES} bytes", source))
+        return result
+    try:
+        documents = safe_load_all(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        result.problems.append(Problem("", f"malformed YAML: {where}{problem}", source))
+        return result
+    for index, document in enumerate(documents):
+        name = document.get("metadata", {}).get("name") if isinstance(document, dict) else None
+        label = f"{source}#{index + 1}" + (f" ({name})" if name else "") if source else ""
+        resource, problems = parse_resource(document, label)
+        result.problems.extend(problems)
+        if resource is not None:
+            result.resources.append(resource)
+    return result
+
+
+def load_paths(paths: Iterable[Path]) -> LoadResult:
+    """Load every document in the given files (directories: their *.yaml and *.yml files)."""
+    result = LoadResult()
+    for path in paths:
+        files = sorted([*path.glob("*.yaml"), *path.glob("*.yml")]) if path.is_dir() else [path]
+        for file in files:
+            try:
+                text = file.read_text()
+            except OSError as exc:
+                result.problems.append(Problem("", f"cannot read: {exc.strerror}", str(file)))
+                continue
+            loaded = load_text(text, str(file))
+            result.resources.extend(loaded.resources)
+            result.problems.extend(loaded.problems)
+    return result

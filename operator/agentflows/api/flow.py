@@ -1,0 +1,474 @@
+"""The Flow resource: a graph of nodes (agents, model calls, tools, transforms, branches,
+fan-outs, human gates, sub-flows) with edges, an output expression, triggers and limits.
+
+Expressions: a string starting with ``=`` is a jq program over the scope
+``{run, nodes, item, items}``; ``{{ jq }}`` inside any other string interpolates. The engine
+compiles every expression when it validates a Flow.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from agentflows.api import common
+from agentflows.api import agent as agent_api
+
+MAX_NODES = 200
+#: Every key that selects what a node does; a node sets exactly one.
+NODE_KINDS = ("agent", "llm", "tool", "transform", "branch", "map", "approval", "input", "flow")
+
+
+class AgentCall(common.ApiModel):
+    """Run an Agent's turn with a prompt."""
+
+    name: common.ObjectName = Field(description="Name of the Agent in the Flow's namespace.")
+    prompt: str = Field(max_length=200_000, description="User prompt (expressions allowed).")
+
+
+class LlmCall(common.ApiModel):
+    """One model completion, optionally parsed as JSON against a schema."""
+
+    model: agent_api.ModelSpec = Field(description="The model to call.")
+    system: str = Field(default="", max_length=200_000, description="System prompt.")
+    prompt: str = Field(max_length=200_000, description="User prompt (expressions allowed).")
+    output_schema: common.JsonValue = Field(
+        default=None, description="JSON Schema the reply must match; the reply is parsed as JSON."
+    )
+
+
+class ToolCall(common.ApiModel):
+    """Call one tool: a tool of an Agent (agent + name) or an inline http/python tool."""
+
+    model_config = common.ApiModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                {
+                    "rule": "[has(self.agent), has(self.http), has(self.python)]"
+                    ".filter(x, x).size() == 1",
+                    "message": "set exactly one of agent (with name), http or python",
+                }
+            ]
+        }
+    }
+
+    agent: common.ObjectName | None = Field(
+        default=None, description="Agent whose tool to call (with name)."
+    )
+    name: str | None = Field(
+        default=None, max_length=128, description="Tool name (with agent); MCP tools by name."
+    )
+    http: agent_api.HttpTool | None = Field(default=None, description="An inline HTTP tool.")
+    python: agent_api.PythonTool | None = Field(default=None, description="An inline Python tool.")
+    args: common.JsonValue = Field(
+        default=None, description="Arguments (expressions allowed inside)."
+    )
+
+    @model_validator(mode="after")
+    def _one_target(self) -> ToolCall:
+        targets = [k for k in ("agent", "http", "python") if getattr(self, k) is not None]
+        if len(targets) != 1:
+            raise ValueError("set exactly one of agent (with name), http or python")
+        if self.agent is not None and not self.name:
+            raise ValueError("a tool of an agent needs name")
+        return self
+
+
+class FlowCall(common.ApiModel):
+    """Run another Flow inside this run; its nodes appear in status under a prefix."""
+
+    name: common.ObjectName = Field(description="Name of the Flow in the same namespace.")
+    input: common.JsonValue = Field(default=None, description="Input of the sub-flow.")
+
+
+class Branch(common.ApiModel):
+    """Choose one successor by the value of an expression."""
+
+    on: str = Field(max_length=4096, description="Expression whose value selects a case.")
+    cases: dict[str, common.Identifier] = Field(
+        default_factory=dict, description="Value (as a string) -> id of the node to run."
+    )
+    default: common.Identifier | None = Field(
+        default=None, description="Node to run when no case matches; none ends the path."
+    )
+
+
+class MapNode(common.ApiModel):
+    """Fan out over a list, running an agent, tool or flow per item; results in item order."""
+
+    model_config = common.ApiModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                {
+                    "rule": "[has(self.agent), has(self.tool), has(self.flow)]"
+                    ".filter(x, x).size() == 1",
+                    "message": "set exactly one of agent, tool or flow",
+                }
+            ]
+        }
+    }
+
+    items: str = Field(max_length=4096, description="Expression giving the list to map over.")
+    concurrency: int = Field(default=4, ge=1, le=256, description="Items run at once.")
+    max_items: int = Field(default=1000, ge=1, le=10_000, description="Largest list accepted.")
+    agent: AgentCall | None = Field(default=None, description="Run an agent per item.")
+    tool: ToolCall | None = Field(default=None, description="Call a tool per item.")
+    flow: FlowCall | None = Field(default=None, description="Run a sub-flow per item.")
+
+    @model_validator(mode="after")
+    def _one_body(self) -> MapNode:
+        bodies = [k for k in ("agent", "tool", "flow") if getattr(self, k) is not None]
+        if len(bodies) != 1:
+            raise ValueError("set exactly one of agent, tool or flow")
+        return self
+
+
+class OnTimeout(enum.StrEnum):
+    """What an expired human request does."""
+
+    #: The request is decided ``reject`` and the run goes on (branches see it).
+    REJECT = "reject"
+    #: The run fails with reason RequestExpired.
+    FAIL = "fail"
+
+
+class Approval(common.ApiModel):
+    """A human gate: the run waits until an approver approves or rejects."""
+
+    message: str = Field(max_length=8192, description="What the approver is asked.")
+    summary: str = Field(
+        default="", max_length=16384, description="Context shown with the request."
+    )
+    approvers: common.Approvers = Field(
+        default_factory=common.Approvers, description="Who may decide."
+    )
+    timeout_seconds: int | None = Field(
+        default=None, ge=1, le=31_536_000, description="Expire the request after this long."
+    )
+    on_timeout: OnTimeout = Field(default=OnTimeout.REJECT, description="reject or fail.")
+
+
+class InputRequest(common.ApiModel):
+    """Ask a human for data matching a JSON Schema."""
+
+    message: str = Field(max_length=8192, description="What the human is asked.")
+    schema_: common.JsonValue = Field(
+        default=None, alias="schema", description="JSON Schema the answer must match."
+    )
+    approvers: common.Approvers = Field(
+        default_factory=common.Approvers, description="Who may answer."
+    )
+    timeout_seconds: int | None = Field(
+        default=None, ge=1, le=31_536_000, description="Expire the request after this long."
+    )
+    on_timeout: OnTimeout = Field(default=OnTimeout.FAIL, description="reject or fail.")
+
+
+class Node(common.ApiModel):
+    """One step of the flow: an id plus exactly one kind."""
+
+    model_config = common.ApiModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                {
+                    "rule": "[" + ", ".join(f"has(self.{k})" for k in NODE_KINDS) + "]"
+                    ".filter(x, x).size() == 1",
+                    "message": "set exactly one of " + ", ".join(NODE_KINDS),
+                }
+            ]
+        }
+    }
+
+    id: common.Identifier = Field(description="Unique id; outputs are at .nodes.<id>.")
+    description: str = Field(default="", max_length=4096, description="What the node is for.")
+    agent: AgentCall | None = Field(default=None, description="Run an Agent.")
+    llm: LlmCall | None = Field(default=None, description="One model completion.")
+    tool: ToolCall | None = Field(default=None, description="Call one tool.")
+    transform: str | None = Field(
+        default=None, max_length=65_536, description="A jq expression computing the output."
+    )
+    branch: Branch | None = Field(default=None, description="Choose a successor.")
+    map: MapNode | None = Field(default=None, description="Fan out over a list.")
+    approval: Approval | None = Field(default=None, description="Wait for a human decision.")
+    input: InputRequest | None = Field(default=None, description="Wait for human input.")
+    flow: FlowCall | None = Field(default=None, description="Run a sub-flow.")
+
+    @model_validator(mode="after")
+    def _exactly_one_kind(self) -> Node:
+        kinds = [k for k in NODE_KINDS if getattr(self, k) is not None]
+        if len(kinds) != 1:
+            raise ValueError(
+                f"set exactly one of {', '.join(NODE_KINDS)} (got {', '.join(kinds) or 'none'})"
+            )
+        return self
+
+    @property
+    def kind(self) -> str:
+        """Which of NODE_KINDS this node is."""
+        return next(k for k in NODE_KINDS if getattr(self, k) is not None)
+
+
+class Edge(common.ApiModel):
+    """A dependency: ``to`` runs after ``from``; ``branch`` names the case that takes it."""
+
+    from_: common.Identifier = Field(alias="from", description="Node that runs first.")
+    to: common.Identifier = Field(description="Node that runs after it.")
+    branch: str | None = Field(
+        default=None,
+        max_length=256,
+        description="For an edge out of a branch node: the case value (or 'default').",
+    )
+
+
+class Schedule(common.ApiModel):
+    """Start runs on a cron schedule (a CronJob owned by the Flow)."""
+
+    cron: str = Field(min_length=1, max_length=256, description="Cron expression.")
+    time_zone: str | None = Field(default=None, max_length=64, description="IANA time zone.")
+    starting_deadline_seconds: int | None = Field(
+        default=None, ge=0, description="Skip a run that could not start within this many seconds."
+    )
+    suspend: bool = Field(default=False, description="Pause the schedule.")
+
+
+class Webhook(common.ApiModel):
+    """Start runs from HMAC-SHA256-signed POSTs to the webhook receiver."""
+
+    secret: common.SecretKeySelector = Field(description="Secret holding the HMAC key.")
+
+
+class KubernetesSource(common.ApiModel):
+    """Start runs when watched Kubernetes objects change or events occur."""
+
+    api_version: str = Field(max_length=256, description="API version, e.g. v1.")
+    kind: str = Field(max_length=256, description="Kind, e.g. Event or Pod.")
+    namespace: str | None = Field(default=None, description="Namespace to watch (default: all).")
+    label_selector: str | None = Field(default=None, max_length=1024, description="Labels.")
+    field_selector: str | None = Field(default=None, max_length=1024, description="Fields.")
+    event_types: list[Literal["ADDED", "MODIFIED", "DELETED"]] = Field(
+        default_factory=lambda: ["ADDED", "MODIFIED"], description="Watch event types."
+    )
+    filter: str | None = Field(
+        default=None, max_length=4096, description="jq expression; a truthy value starts a run."
+    )
+    dedup_window_seconds: int = Field(
+        default=600, ge=0, le=86400, description="Drop repeats of the same object and reason."
+    )
+
+
+class Trigger(common.ApiModel):
+    """Starts runs by itself: one of schedule, webhook or kubernetes."""
+
+    model_config = common.ApiModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                {
+                    "rule": "[has(self.schedule), has(self.webhook), has(self.kubernetes)]"
+                    ".filter(x, x).size() == 1",
+                    "message": "set exactly one of schedule, webhook or kubernetes",
+                }
+            ]
+        }
+    }
+
+    name: common.Identifier = Field(description="Trigger name, unique in the Flow.")
+    schedule: Schedule | None = Field(default=None, description="A cron schedule.")
+    webhook: Webhook | None = Field(default=None, description="A signed webhook.")
+    kubernetes: KubernetesSource | None = Field(default=None, description="Kubernetes changes.")
+    input: common.JsonValue = Field(
+        default=None, description="Run input; expressions see run.trigger."
+    )
+    rate_limit_per_minute: int = Field(
+        default=60, ge=1, le=100_000, description="Most runs this trigger starts per minute."
+    )
+
+    @model_validator(mode="after")
+    def _exactly_one_source(self) -> Trigger:
+        kinds = [k for k in ("schedule", "webhook", "kubernetes") if getattr(self, k) is not None]
+        if len(kinds) != 1:
+            raise ValueError("set exactly one of schedule, webhook or kubernetes")
+        return self
+
+
+class ConcurrencyPolicy(enum.StrEnum):
+    """What happens to a new run while others of the Flow are active."""
+
+    #: Start it.
+    ALLOW = "Allow"
+    #: Skip it (it ends Cancelled with reason ConcurrencyForbid).
+    FORBID = "Forbid"
+    #: Cancel the active runs, then start it.
+    REPLACE = "Replace"
+    #: Queue it until a slot frees.
+    QUEUE = "Queue"
+
+
+class Concurrency(common.ApiModel):
+    """How many runs of the Flow may be active at once, and what happens to the next one."""
+
+    policy: ConcurrencyPolicy = Field(default=ConcurrencyPolicy.ALLOW, description="The policy.")
+    max: int = Field(default=1, ge=1, le=10_000, description="Active runs allowed by the policy.")
+
+
+class Limits(common.ApiModel):
+    """Limits that end a run with a clear error."""
+
+    timeout_seconds: int | None = Field(
+        default=None, ge=1, description="Run deadline, counted while the run waits too."
+    )
+    max_node_executions: int = Field(
+        default=10_000, ge=1, le=1_000_000, description="Node executions (map items count)."
+    )
+    max_tokens: int | None = Field(default=None, ge=1, description="Tokens over the whole run.")
+    max_cost_usd: float | None = Field(
+        default=None, gt=0, alias="maxCostUSD", description="Model cost over the whole run, USD."
+    )
+
+
+class Autonomy(enum.StrEnum):
+    """What agents may do without a human."""
+
+    #: Only tools marked readOnly run.
+    READONLY = "readonly"
+    #: Tools not marked readOnly become approval requests.
+    SUPERVISED = "supervised"
+    #: Every tool runs.
+    FULL = "full"
+
+
+class EnvVar(common.ApiModel):
+    """A plain environment variable for the runner pod."""
+
+    name: str = Field(min_length=1, max_length=256, description="Variable name.")
+    value: str | None = Field(default=None, max_length=32768, description="Literal value.")
+    secret_key_ref: common.SecretKeySelector | None = Field(
+        default=None, description="Value from a Secret."
+    )
+
+
+class Toleration(common.ApiModel):
+    """A pod toleration."""
+
+    key: str | None = Field(default=None, description="Taint key.")
+    operator: Literal["Exists", "Equal"] | None = Field(default=None, description="Operator.")
+    value: str | None = Field(default=None, description="Taint value.")
+    effect: str | None = Field(default=None, description="Taint effect.")
+    toleration_seconds: int | None = Field(default=None, description="Toleration seconds.")
+
+
+class ResourceRequirements(common.ApiModel):
+    """CPU and memory for the runner container."""
+
+    requests: dict[str, str] = Field(default_factory=dict, description="Requests.")
+    limits: dict[str, str] = Field(default_factory=dict, description="Limits.")
+
+
+class RunnerSpec(common.ApiModel):
+    """Overrides for the runner pod."""
+
+    image: str | None = Field(default=None, max_length=1024, description="Runner image.")
+    service_account_name: str | None = Field(
+        default=None, max_length=253, description="Service account of the runner pod."
+    )
+    resources: ResourceRequirements | None = Field(default=None, description="Resources.")
+    env: list[EnvVar] = Field(default_factory=list, description="Extra environment.")
+    node_selector: dict[str, str] = Field(default_factory=dict, description="Node selector.")
+    tolerations: list[Toleration] = Field(default_factory=list, description="Tolerations.")
+
+
+class Retry(common.ApiModel):
+    """How often a failed or lost runner pod is replaced; each attempt resumes."""
+
+    max_attempts: int = Field(default=3, ge=1, le=100, description="Runner attempts per run.")
+    backoff_seconds: float = Field(
+        default=5, ge=0, le=3600, description="Delay before the next attempt (doubles)."
+    )
+
+
+class FlowSpec(common.ApiModel):
+    """Desired state of a Flow."""
+
+    model_config = common.ApiModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.nodes.all(n, self.nodes.exists_one(m, m.id == n.id))",
+                    "message": "node ids must be unique",
+                },
+                {
+                    "rule": "!has(self.triggers) || self.triggers.all(t, "
+                    "self.triggers.exists_one(u, u.name == t.name))",
+                    "message": "trigger names must be unique",
+                },
+            ]
+        }
+    }
+
+    description: str = Field(default="", max_length=8192, description="What the flow does.")
+    input: common.JsonValue = Field(
+        default=None, description="JSON Schema of the run input."
+    )
+    nodes: list[Node] = Field(
+        min_length=1, max_length=MAX_NODES, description="The steps of the flow."
+    )
+    edges: list[Edge] = Field(
+        default_factory=list,
+        max_length=1000,
+        description="Dependencies; when omitted, nodes run in list order.",
+    )
+    output: str | None = Field(
+        default=None, max_length=65_536, description="Expression for the run output."
+    )
+    triggers: list[Trigger] = Field(
+        default_factory=list, max_length=32, description="Sources that start runs."
+    )
+    concurrency: Concurrency = Field(
+        default_factory=Concurrency, description="Concurrency policy."
+    )
+    limits: Limits = Field(default_factory=Limits, description="Run limits.")
+    autonomy: Autonomy = Field(default=Autonomy.FULL, description="readonly, supervised or full.")
+    runner: RunnerSpec = Field(default_factory=RunnerSpec, description="Runner pod overrides.")
+    retry: Retry = Field(default_factory=Retry, description="Runner retries.")
+    ttl_seconds_after_finished: int | None = Field(
+        default=None, ge=0, description="Delete finished runs after this long."
+    )
+    successful_runs_history_limit: int = Field(
+        default=10, ge=0, le=10_000, description="Succeeded runs kept."
+    )
+    failed_runs_history_limit: int = Field(
+        default=10, ge=0, le=10_000, description="Failed and cancelled runs kept."
+    )
+
+
+class FlowStatus(common.ApiModel):
+    """Observed state of a Flow, written by the operator."""
+
+    observed_generation: int | None = Field(
+        default=None, description="Generation the status was computed from."
+    )
+    conditions: list[common.Condition] = Field(
+        default_factory=list,
+        description="Ready: the flow validates; its message lists the problems.",
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["type"],
+        },
+    )
+    last_run: str | None = Field(default=None, description="Name of the newest run.")
+    active_runs: int = Field(default=0, ge=0, description="Runs not yet finished.")
+
+
+class Flow(common.ApiModel):
+    """A workflow of agents, model calls, tools and human gates."""
+
+    api_version: Literal["agentflows.io/v1alpha1"] = Field(
+        default="agentflows.io/v1alpha1", description="agentflows.io/v1alpha1"
+    )
+    kind: Literal["Flow"] = Field(default="Flow", description="Flow")
+    metadata: common.ObjectMeta = Field(
+        default_factory=common.ObjectMeta, description="Object metadata."
+    )
+    spec: FlowSpec = Field(description="Desired state.")
+    status: FlowStatus | None = Field(default=None, description="Observed state.")

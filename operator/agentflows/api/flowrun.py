@@ -1,0 +1,191 @@
+"""The FlowRun resource: one execution of a Flow, whose status is the run's durable state.
+
+Status has several writers, each owning its keys (merge patches, never a full replace):
+the operator (phase, conditions, attempt, pod), the runner (nodes, output, usage, new
+requests) and humans (the decision fields of a request).
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Literal
+
+from pydantic import Field
+
+from agentflows.api import common
+
+
+class RunPhase(enum.StrEnum):
+    """Where a run is in its life."""
+
+    #: Created; no runner pod yet.
+    PENDING = "Pending"
+    #: Held back by the Flow's concurrency policy (Queue).
+    QUEUED = "Queued"
+    #: A runner is executing nodes.
+    RUNNING = "Running"
+    #: Paused on one or more human requests; no pod runs.
+    WAITING = "Waiting"
+    #: Finished; status.output holds the result.
+    SUCCEEDED = "Succeeded"
+    #: Finished with an error; status.message says why.
+    FAILED = "Failed"
+    #: Stopped by spec.cancel or by a concurrency policy.
+    CANCELLED = "Cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        """True once the run can change no more."""
+        return self in (RunPhase.SUCCEEDED, RunPhase.FAILED, RunPhase.CANCELLED)
+
+
+class NodePhase(enum.StrEnum):
+    """Where a node is in its life."""
+
+    #: Started, not finished (a runner that stops here re-runs the node).
+    RUNNING = "Running"
+    #: Paused on a human request.
+    WAITING = "Waiting"
+    #: Finished with an output.
+    SUCCEEDED = "Succeeded"
+    #: Finished with an error.
+    FAILED = "Failed"
+    #: Not taken: every path to it was cut by a branch.
+    SKIPPED = "Skipped"
+
+
+class RequestKind(enum.StrEnum):
+    """What a human request asks for."""
+
+    APPROVAL = "approval"
+    REVIEW = "review"
+    INPUT = "input"
+    TOOL = "tool"
+
+
+class Decision(enum.StrEnum):
+    """A human's answer to a request."""
+
+    APPROVE = "approve"
+    REJECT = "reject"
+    EDIT = "edit"
+    RESPOND = "respond"
+
+
+class TriggerRef(common.ApiModel):
+    """What started the run (set by triggers)."""
+
+    type: Literal["manual", "schedule", "webhook", "kubernetes"] = Field(
+        default="manual", description="Kind of trigger."
+    )
+    name: str | None = Field(default=None, max_length=63, description="Trigger name in the Flow.")
+    payload: common.JsonValue = Field(default=None, description="What the trigger received.")
+
+
+class FlowRunSpec(common.ApiModel):
+    """Desired state of a FlowRun."""
+
+    flow: common.ObjectName = Field(description="Name of the Flow to run (same namespace).")
+    input: common.JsonValue = Field(default=None, description="Run input (the Flow's schema).")
+    trigger: TriggerRef | None = Field(default=None, description="What started the run.")
+    cancel: bool = Field(default=False, description="Set true to cancel the run.")
+
+
+class NodeStatus(common.ApiModel):
+    """The durable record of one node."""
+
+    phase: NodePhase = Field(description="Running, Waiting, Succeeded, Failed or Skipped.")
+    started_at: str | None = Field(default=None, description="RFC 3339 start time.")
+    finished_at: str | None = Field(default=None, description="RFC 3339 finish time.")
+    attempts: int = Field(default=0, ge=0, description="Times the node was started.")
+    output: common.JsonValue = Field(default=None, description="The node's output (bounded).")
+    output_ref: str | None = Field(
+        default=None, description="Where a large output was offloaded (ConfigMap or file)."
+    )
+    usage: common.Usage | None = Field(default=None, description="Tokens, cost and calls.")
+    error: str | None = Field(default=None, max_length=32768, description="Why it failed.")
+    detail: common.JsonValue = Field(
+        default=None, description="Kind-specific record: tool calls, compressions, paused state."
+    )
+
+
+class HumanRequest(common.ApiModel):
+    """A question to a human. The runner writes the question; a human writes the decision."""
+
+    node: str = Field(description="Node that asked.")
+    kind: RequestKind = Field(description="approval, review, input or tool.")
+    message: str = Field(default="", description="What is asked.")
+    summary: str = Field(default="", description="Context for the decision.")
+    schema_: common.JsonValue = Field(
+        default=None, alias="schema", description="JSON Schema of the expected data (input)."
+    )
+    proposal: common.JsonValue = Field(
+        default=None, description="The proposed action (review and tool requests)."
+    )
+    approvers: common.Approvers = Field(
+        default_factory=common.Approvers, description="Who may decide."
+    )
+    requested_at: str | None = Field(default=None, description="RFC 3339 time of the request.")
+    expires_at: str | None = Field(default=None, description="RFC 3339 expiry time.")
+    on_timeout: str | None = Field(default=None, description="reject or fail on expiry.")
+    decision: Decision | None = Field(
+        default=None, description="approve, reject, edit or respond (written by a human)."
+    )
+    edits: common.JsonValue = Field(default=None, description="Replacement arguments (edit).")
+    data: common.JsonValue = Field(default=None, description="Answer to an input request.")
+    comment: str | None = Field(default=None, max_length=8192, description="Decider's comment.")
+    decided_by: str | None = Field(default=None, description="User name of the decider.")
+    decided_at: str | None = Field(default=None, description="RFC 3339 decision time.")
+    error: str | None = Field(
+        default=None, description="Why a decision was not accepted (the run keeps waiting)."
+    )
+
+
+class FlowRunStatus(common.ApiModel):
+    """Observed state of a FlowRun: the run's durable memory."""
+
+    observed_generation: int | None = Field(
+        default=None, description="Generation the status was computed from."
+    )
+    phase: RunPhase | None = Field(default=None, description="Where the run is.")
+    conditions: list[common.Condition] = Field(
+        default_factory=list,
+        description="Succeeded (Unknown/True/False) and Waiting.",
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["type"],
+        },
+    )
+    start_time: str | None = Field(default=None, description="RFC 3339 start time.")
+    completion_time: str | None = Field(default=None, description="RFC 3339 completion time.")
+    duration: str | None = Field(
+        default=None, description="Run time so far or in total, e.g. 1m23s (for kubectl get)."
+    )
+    attempt: int = Field(default=0, ge=0, description="Runner attempt number.")
+    pod: str | None = Field(default=None, description="Name of the current runner pod.")
+    current_node: str | None = Field(default=None, description="A node that is running now.")
+    nodes: dict[str, NodeStatus] = Field(
+        default_factory=dict, description="Node id -> its durable record."
+    )
+    requests: dict[str, HumanRequest] = Field(
+        default_factory=dict, description="Request id -> the human request."
+    )
+    output: common.JsonValue = Field(default=None, description="Run output (bounded).")
+    output_ref: str | None = Field(default=None, description="Where a large output went.")
+    usage: common.Usage | None = Field(default=None, description="Usage over the whole run.")
+    message: str | None = Field(default=None, max_length=32768, description="Why it ended so.")
+    reason: str | None = Field(default=None, description="CamelCase reason of the end.")
+
+
+class FlowRun(common.ApiModel):
+    """One execution of a Flow."""
+
+    api_version: Literal["agentflows.io/v1alpha1"] = Field(
+        default="agentflows.io/v1alpha1", description="agentflows.io/v1alpha1"
+    )
+    kind: Literal["FlowRun"] = Field(default="FlowRun", description="FlowRun")
+    metadata: common.ObjectMeta = Field(
+        default_factory=common.ObjectMeta, description="Object metadata."
+    )
+    spec: FlowRunSpec = Field(description="Desired state.")
+    status: FlowRunStatus | None = Field(default=None, description="Observed state.")
