@@ -1,0 +1,139 @@
+"""The capability protocols a host passes to the engine, and the values that cross them.
+
+The engine calls out for everything that touches the world: agent turns, single model calls,
+tool calls, and the Agent/Flow definitions that nodes name. A host (the CLI, the runner pod,
+the dry-run mock) implements :class:`Capabilities`. Results come back as :class:`NodeResult`;
+a capability that needs a human before it can go on returns :class:`Pause` instead, and is
+called again with ``ctx.resume`` set once the request is decided.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from agentflows.api import agent as agent_api
+from agentflows.api import common
+from agentflows.api import flow as flow_api
+from agentflows.api import flowrun as flowrun_api
+
+#: Sub-flow and sub-agent nesting deeper than this fails (DESIGN.md section 2).
+MAX_DEPTH = 5
+
+
+@dataclasses.dataclass
+class NodeResult:
+    """What a capability produced: the output envelope, usage, and a kind-specific record."""
+
+    output: dict[str, Any]
+    usage: common.Usage = dataclasses.field(default_factory=common.Usage)
+    #: JSON-able detail kept on the node (tool call records, compressions), bounded by the host.
+    detail: Any = None
+
+
+@dataclasses.dataclass
+class Pause:
+    """A capability needs a human: persist ``request`` and ``state``, end the run Waiting."""
+
+    request: flowrun_api.HumanRequest
+    #: JSON-able state needed to continue (e.g. the paused agent's conversation).
+    state: Any
+    usage: common.Usage = dataclasses.field(default_factory=common.Usage)
+    detail: Any = None
+
+
+@dataclasses.dataclass
+class Resume:
+    """Given to a capability called again after its pause: the saved state and the decision."""
+
+    state: Any
+    request: flowrun_api.HumanRequest
+
+
+#: Runs a named Flow inside the current run (for call_sub_flow); returns the sub-run's output.
+SubFlowRunner = Callable[[str, Any, "NodeContext"], Awaitable[Any]]
+
+
+@dataclasses.dataclass
+class NodeContext:
+    """Everything a capability may know about where it is called from."""
+
+    run_name: str
+    #: Status key of the node, with sub-flow prefixes (``review/fix``) and map indexes.
+    node_key: str
+    #: Nesting depth of sub-flows and sub-agents (0 at top level).
+    depth: int
+    autonomy: flow_api.Autonomy
+    #: Set when the node paused before and its request is now decided.
+    resume: Resume | None = None
+    #: Runs a named Flow inside this run (sub-flows called by agents).
+    run_flow: SubFlowRunner | None = None
+    #: Remaining budget, for capabilities that can stop early (None: unlimited).
+    tokens_left: int | None = None
+    cost_left_usd: float | None = None
+
+
+@dataclasses.dataclass
+class AgentTask:
+    """Run one agent turn: the Agent's spec and the rendered prompt."""
+
+    agent_name: str
+    agent: agent_api.AgentSpec
+    prompt: str
+
+
+@dataclasses.dataclass
+class LlmTask:
+    """One completion."""
+
+    model: agent_api.ModelSpec
+    system: str
+    prompt: str
+    output_schema: Any = None
+
+
+@dataclasses.dataclass
+class ToolTask:
+    """One tool call: the tool's definition (from an Agent or inline) and rendered arguments."""
+
+    tool: agent_api.Tool
+    #: For MCP tools, the server tool to call (the Tool may expose many).
+    tool_name: str
+    args: Any
+
+
+class Resolver(Protocol):
+    """Looks up the Agents and Flows that nodes name (from files, or a run's snapshot)."""
+
+    def agent(self, name: str) -> agent_api.AgentSpec | None:
+        """The Agent called ``name``, or None when there is none."""
+        ...
+
+    def flow(self, name: str) -> flow_api.FlowSpec | None:
+        """The Flow called ``name``, or None when there is none."""
+        ...
+
+
+class Capabilities(Protocol):
+    """What the engine needs from its host to execute agent, llm and tool nodes."""
+
+    async def run_agent(self, task: AgentTask, ctx: NodeContext) -> NodeResult | Pause:
+        """Run an agent turn to its final answer, or pause it for a human."""
+        ...
+
+    async def complete(self, task: LlmTask, ctx: NodeContext) -> NodeResult:
+        """Make one model call."""
+        ...
+
+    async def call_tool(self, task: ToolTask, ctx: NodeContext) -> NodeResult | Pause:
+        """Call one tool (or pause when autonomy says a human must approve it)."""
+        ...
+
+
+class CapabilityError(Exception):
+    """A capability failed; ``retryable`` says whether trying the node again may help."""
+
+    def __init__(self, message: str, *, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.retryable = retryable

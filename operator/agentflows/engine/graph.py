@@ -1,0 +1,337 @@
+"""Validate a Flow and compile it into a :class:`CompiledFlow` the run loop executes.
+
+Validation collects every problem (path + message) instead of stopping at the first. Compiling
+fixes the graph: edges (list order when ``edges`` is empty), the branch that takes each edge,
+predecessors and successors, and every expression compiled.
+
+Graph rules, written down because users will ask:
+- The first node is the start. Every other node needs an incoming edge (an explicit edge or a
+  branch case); a node with none is "unreachable". This catches the common mistake of a node
+  that was added but never wired.
+- The graph is acyclic.
+- Edges out of a branch node are taken only toward the chosen target; an edge's ``branch`` label,
+  when given, must name a case (or ``default``) that leads to that target. Case targets are
+  edges even when not listed under ``edges``.
+- With ``edges`` empty, nodes run in list order, except that a branch node's successors are its
+  case targets and default (the list-order edge out of it is dropped).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from typing import Any
+
+import jsonschema
+
+from agentflows.api import documents
+from agentflows.api import flow as flow_api
+from agentflows.engine import capabilities, expressions
+
+DEFAULT_CASE = "default"
+
+
+@dataclasses.dataclass(frozen=True)
+class CompiledEdge:
+    """An edge with, for edges out of a branch node, the target that must be chosen."""
+
+    source: str
+    target: str
+
+
+@dataclasses.dataclass
+class CompiledNode:
+    """A node with its compiled expressions."""
+
+    id: str
+    index: int
+    spec: flow_api.Node
+    kind: str
+    templates: dict[str, expressions.Template]
+    predecessors: list[str] = dataclasses.field(default_factory=list)
+    successors: list[str] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class CompiledFlow:
+    """A validated flow, ready to run."""
+
+    spec: flow_api.FlowSpec
+    nodes: dict[str, CompiledNode]
+    start: str
+    output: expressions.Template | None
+    sinks: list[str]
+
+
+class FlowInvalid(Exception):
+    """A flow did not validate; ``problems`` lists every reason."""
+
+    def __init__(self, problems: list[documents.Problem]) -> None:
+        super().__init__("; ".join(str(p) for p in problems))
+        self.problems = problems
+
+
+class _Collector:
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.problems: list[documents.Problem] = []
+
+    def add(self, path: str, message: str) -> None:
+        full = f"{self.prefix}.{path}" if path and self.prefix else (path or self.prefix)
+        self.problems.append(documents.Problem(full, message))
+
+    def template(self, path: str, value: Any, *, expression: bool = False) -> expressions.Template:
+        try:
+            if expression:
+                return expressions.compile_expression(value)
+            return expressions.compile_template(value)
+        except expressions.ExpressionError as exc:
+            self.add(path, str(exc))
+            return expressions.Template("literal", value=None)
+
+
+def _node_templates(node: flow_api.Node, path: str, out: _Collector) -> dict[str, expressions.Template]:
+    t: dict[str, expressions.Template] = {}
+    if node.agent is not None:
+        t["prompt"] = out.template(f"{path}.agent.prompt", node.agent.prompt)
+    elif node.llm is not None:
+        t["prompt"] = out.template(f"{path}.llm.prompt", node.llm.prompt)
+        t["system"] = out.template(f"{path}.llm.system", node.llm.system)
+        _check_schema(node.llm.output_schema, f"{path}.llm.outputSchema", out)
+    elif node.tool is not None:
+        t["args"] = out.template(f"{path}.tool.args", node.tool.args)
+    elif node.transform is not None:
+        t["transform"] = out.template(f"{path}.transform", node.transform, expression=True)
+    elif node.branch is not None:
+        t["on"] = out.template(f"{path}.branch.on", node.branch.on, expression=True)
+    elif node.map is not None:
+        body = node.map
+        t["items"] = out.template(f"{path}.map.items", body.items, expression=True)
+        if body.agent is not None:
+            t["prompt"] = out.template(f"{path}.map.agent.prompt", body.agent.prompt)
+        elif body.tool is not None:
+            t["args"] = out.template(f"{path}.map.tool.args", body.tool.args)
+        elif body.flow is not None:
+            t["input"] = out.template(f"{path}.map.flow.input", body.flow.input)
+    elif node.approval is not None:
+        t["message"] = out.template(f"{path}.approval.message", node.approval.message)
+        t["summary"] = out.template(f"{path}.approval.summary", node.approval.summary)
+    elif node.input is not None:
+        t["message"] = out.template(f"{path}.input.message", node.input.message)
+        _check_schema(node.input.schema_, f"{path}.input.schema", out)
+    elif node.flow is not None:
+        t["input"] = out.template(f"{path}.flow.input", node.flow.input)
+    return t
+
+
+def _check_schema(schema: Any, path: str, out: _Collector) -> None:
+    if schema is None:
+        return
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        out.add(path, f"not a valid JSON Schema: {exc.message}")
+
+
+def _check_references(
+    node: flow_api.Node, path: str, resolver: capabilities.Resolver, out: _Collector
+) -> None:
+    agent_call = node.agent or (node.map.agent if node.map else None)
+    if agent_call is not None:
+        where = f"{path}.agent.name" if node.agent else f"{path}.map.agent.name"
+        if resolver.agent(agent_call.name) is None:
+            out.add(where, f'no Agent "{agent_call.name}"')
+    tool = node.tool or (node.map.tool if node.map else None)
+    if tool is not None and tool.agent is not None:
+        where = f"{path}.tool" if node.tool else f"{path}.map.tool"
+        spec = resolver.agent(tool.agent)
+        if spec is None:
+            out.add(f"{where}.agent", f'no Agent "{tool.agent}"')
+        elif not any(t.name == tool.name for t in spec.tools) and not any(
+            t.mcp is not None for t in spec.tools
+        ):
+            names = ", ".join(t.name for t in spec.tools) or "none"
+            out.add(f"{where}.name", f'no tool "{tool.name}" in Agent "{tool.agent}" (has: {names})')
+    flow_call = node.flow or (node.map.flow if node.map else None)
+    if flow_call is not None:
+        where = f"{path}.flow.name" if node.flow else f"{path}.map.flow.name"
+        if resolver.flow(flow_call.name) is None:
+            out.add(where, f'no Flow "{flow_call.name}"')
+
+
+def _edges(spec: flow_api.FlowSpec, out: _Collector, ids: dict[str, int]) -> list[CompiledEdge]:
+    edges: list[CompiledEdge] = []
+    seen: set[tuple[str, str]] = set()
+
+    def add(source: str, target: str) -> None:
+        if (source, target) not in seen:
+            seen.add((source, target))
+            edges.append(CompiledEdge(source, target))
+
+    by_id = {n.id: n for n in spec.nodes}
+    for index, edge in enumerate(spec.edges):
+        path = f"spec.edges[{index}]"
+        ok = True
+        for end, value in (("from", edge.from_), ("to", edge.to)):
+            if value not in ids:
+                out.add(f"{path}.{end}", f'no node "{value}"')
+                ok = False
+        if not ok:
+            continue
+        source = by_id[edge.from_]
+        if edge.branch is not None:
+            if source.branch is None:
+                out.add(f"{path}.branch", f'node "{edge.from_}" is not a branch node')
+                continue
+            cases = source.branch.cases
+            target = source.branch.default if edge.branch == DEFAULT_CASE else cases.get(edge.branch)
+            if edge.branch != DEFAULT_CASE and edge.branch not in cases:
+                known = ", ".join([*cases, DEFAULT_CASE])
+                out.add(f"{path}.branch", f'no case "{edge.branch}" in node "{edge.from_}" (has: {known})')
+                continue
+            if target is None:
+                out.add(f"{path}.branch", f'node "{edge.from_}" has no default')
+                continue
+            if target != edge.to:
+                out.add(
+                    f"{path}.branch",
+                    f'case "{edge.branch}" of node "{edge.from_}" goes to "{target}", not "{edge.to}"',
+                )
+                continue
+        add(edge.from_, edge.to)
+    for index, node in enumerate(spec.nodes):
+        if node.branch is None:
+            continue
+        for case, target in node.branch.cases.items():
+            if target not in ids:
+                out.add(f"spec.nodes[{index}].branch.cases.{case}", f'no node "{target}"')
+            else:
+                add(node.id, target)
+        if node.branch.default is not None:
+            if node.branch.default not in ids:
+                out.add(f"spec.nodes[{index}].branch.default", f'no node "{node.branch.default}"')
+            else:
+                add(node.id, node.branch.default)
+    if not spec.edges:
+        unique = [n for i, n in enumerate(spec.nodes) if ids.get(n.id) == i]
+        for current, following in zip(unique, unique[1:], strict=False):
+            if current.branch is None:
+                add(current.id, following.id)
+    return edges
+
+
+def _check_shape(
+    spec: flow_api.FlowSpec, nodes: dict[str, CompiledNode], out: _Collector
+) -> None:
+    start = spec.nodes[0].id
+    reachable: set[str] = set()
+    stack = [start]
+    while stack:
+        current = stack.pop()
+        if current in reachable:
+            continue
+        reachable.add(current)
+        stack.extend(nodes[current].successors)
+    for node in spec.nodes:
+        if node.id not in reachable and node.id in nodes and nodes[node.id].index == spec.nodes.index(node):
+            out.add(
+                f"spec.nodes[{nodes[node.id].index}]",
+                f'node "{node.id}" is unreachable: no edge leads to it from the start node "{start}"',
+            )
+    cycle = _find_cycle(nodes)
+    if cycle:
+        out.add("spec.edges", "cycle " + " -> ".join(cycle) + " (flows must be acyclic)")
+
+
+def _find_cycle(nodes: dict[str, CompiledNode]) -> list[str]:
+    state: dict[str, int] = {}
+    path: list[str] = []
+
+    def visit(node_id: str) -> list[str]:
+        state[node_id] = 1
+        path.append(node_id)
+        for succ in nodes[node_id].successors:
+            if state.get(succ) == 1:
+                return [*path[path.index(succ) :], succ]
+            if succ not in state:
+                found = visit(succ)
+                if found:
+                    return found
+        path.pop()
+        state[node_id] = 2
+        return []
+
+    for node_id in nodes:
+        if node_id not in state:
+            found = visit(node_id)
+            if found:
+                return found
+    return []
+
+
+def _check_input_schema(spec: flow_api.FlowSpec, out: _Collector) -> None:
+    _check_schema(spec.input, "spec.input", out)
+
+
+def compile_flow(
+    spec: flow_api.FlowSpec, resolver: capabilities.Resolver, *, prefix: str = ""
+) -> CompiledFlow:
+    """Validate and compile; raise FlowInvalid listing every problem."""
+    out = _Collector(prefix)
+    ids: dict[str, int] = {}
+    nodes: dict[str, CompiledNode] = {}
+    for index, node in enumerate(spec.nodes):
+        path = f"spec.nodes[{index}]"
+        if node.id in ids:
+            out.add(f"{path}.id", f'duplicate node id "{node.id}" (first at spec.nodes[{ids[node.id]}])')
+            continue
+        ids[node.id] = index
+        templates = _node_templates(node, path, out)
+        _check_references(node, path, resolver, out)
+        nodes[node.id] = CompiledNode(node.id, index, node, node.kind, templates)
+    _check_input_schema(spec, out)
+    for edge in _edges(spec, out, ids):
+        nodes[edge.source].successors.append(edge.target)
+        nodes[edge.target].predecessors.append(edge.source)
+    _check_shape(spec, nodes, out)
+    output = out.template("spec.output", spec.output, expression=True) if spec.output else None
+    if out.problems:
+        raise FlowInvalid(out.problems)
+    sinks = [n.id for n in nodes.values() if not n.successors]
+    return CompiledFlow(spec, nodes, spec.nodes[0].id, output, sinks)
+
+
+def validate(
+    spec: flow_api.FlowSpec, resolver: capabilities.Resolver, *, prefix: str = ""
+) -> list[documents.Problem]:
+    """Every problem of a flow (empty when it is valid)."""
+    try:
+        compile_flow(spec, resolver, prefix=prefix)
+    except FlowInvalid as exc:
+        return exc.problems
+    return []
+
+
+class StaticResolver:
+    """A resolver over in-memory Agents and Flows (files, a run's snapshot)."""
+
+    def __init__(
+        self,
+        agents: dict[str, Any] | None = None,
+        flows: dict[str, flow_api.FlowSpec] | None = None,
+    ) -> None:
+        self.agents = dict(agents or {})
+        self.flows = dict(flows or {})
+
+    def agent(self, name: str) -> Any:
+        """The Agent spec called ``name``, or None."""
+        return self.agents.get(name)
+
+    def flow(self, name: str) -> flow_api.FlowSpec | None:
+        """The Flow spec called ``name``, or None."""
+        return self.flows.get(name)
+
+
+def names(items: Iterable[str]) -> str:
+    """Join names for a message."""
+    return ", ".join(sorted(items)) or "none"

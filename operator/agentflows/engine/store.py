@@ -1,0 +1,269 @@
+"""Checkpoint stores: where a run's durable state lives between node executions.
+
+The engine hands every node result to the store before starting the node's dependants, so a
+runner that stops at any moment loses at most the nodes that were running. A new runner calls
+:meth:`CheckpointStore.load` and never re-executes a node recorded as finished.
+
+Backends: :class:`MemoryStore` (tests, benchmarks), :class:`FileStore` (local runs; one JSON
+file per run) and, outside the engine, the FlowRun status store in ``agentflows.kube``. All
+pass the contract suite in ``tests/unit/engine/store_contract.py``.
+
+Humans write decisions into requests through the backend's own channel (a status patch, or
+``agentflows resume`` for files); the engine only reads them on load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Protocol
+
+from agentflows.api import common
+from agentflows.api import flowrun as flowrun_api
+
+
+@dataclasses.dataclass
+class RunRecord:
+    """Facts fixed when a run starts."""
+
+    name: str
+    input: Any
+    trigger: Any
+    started_at: str
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form."""
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class Outcome:
+    """How a run ended (or paused)."""
+
+    phase: flowrun_api.RunPhase
+    output: Any = None
+    message: str | None = None
+    reason: str | None = None
+    completed_at: str | None = None
+    usage: common.Usage = dataclasses.field(default_factory=common.Usage)
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "phase": self.phase.value,
+            "output": self.output,
+            "message": self.message,
+            "reason": self.reason,
+            "completedAt": self.completed_at,
+            "usage": self.usage.to_wire(),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Outcome:
+        """Parse the JSON form."""
+        return cls(
+            phase=flowrun_api.RunPhase(data["phase"]),
+            output=data.get("output"),
+            message=data.get("message"),
+            reason=data.get("reason"),
+            completed_at=data.get("completedAt"),
+            usage=common.Usage.model_validate(data.get("usage") or {}),
+        )
+
+
+@dataclasses.dataclass
+class Checkpoint:
+    """Everything a store holds for one run."""
+
+    run: RunRecord | None = None
+    nodes: dict[str, flowrun_api.NodeStatus] = dataclasses.field(default_factory=dict)
+    requests: dict[str, flowrun_api.HumanRequest] = dataclasses.field(default_factory=dict)
+    outcome: Outcome | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form (the file store's format)."""
+        return {
+            "run": self.run.to_json() if self.run else None,
+            "nodes": {k: v.to_wire() for k, v in self.nodes.items()},
+            "requests": {k: v.to_wire() for k, v in self.requests.items()},
+            "outcome": self.outcome.to_json() if self.outcome else None,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Checkpoint:
+        """Parse the JSON form."""
+        run = data.get("run")
+        outcome = data.get("outcome")
+        return cls(
+            run=RunRecord(**run) if run else None,
+            nodes={
+                k: flowrun_api.NodeStatus.model_validate(v)
+                for k, v in (data.get("nodes") or {}).items()
+            },
+            requests={
+                k: flowrun_api.HumanRequest.model_validate(v)
+                for k, v in (data.get("requests") or {}).items()
+            },
+            outcome=Outcome.from_json(outcome) if outcome else None,
+        )
+
+
+class CheckpointStore(Protocol):
+    """The narrow interface the engine persists a run through."""
+
+    async def load(self) -> Checkpoint:
+        """Everything saved so far (an empty Checkpoint for a new run)."""
+        ...
+
+    async def save_run(self, record: RunRecord) -> None:
+        """Record the run's fixed facts (called once, when the run starts)."""
+        ...
+
+    async def save_node(self, key: str, status: flowrun_api.NodeStatus) -> None:
+        """Record a node's state; a finished node's record is final."""
+        ...
+
+    async def save_request(self, request_id: str, request: flowrun_api.HumanRequest) -> None:
+        """Record a new human request (the decision fields stay the human's)."""
+        ...
+
+    async def save_outcome(self, outcome: Outcome) -> None:
+        """Record how the run ended or paused."""
+        ...
+
+
+class MemoryStore:
+    """A store in memory: for tests and benchmarks; copies values so callers cannot alias."""
+
+    def __init__(self) -> None:
+        self.checkpoint = Checkpoint()
+        #: Number of save calls, by method: lets tests count writes per node.
+        self.writes: dict[str, int] = {}
+
+    def _count(self, name: str) -> None:
+        self.writes[name] = self.writes.get(name, 0) + 1
+
+    async def load(self) -> Checkpoint:
+        """A deep copy of the stored checkpoint."""
+        return Checkpoint.from_json(json.loads(json.dumps(self.checkpoint.to_json())))
+
+    async def save_run(self, record: RunRecord) -> None:
+        """Keep the run record."""
+        self._count("run")
+        self.checkpoint.run = dataclasses.replace(record)
+
+    async def save_node(self, key: str, status: flowrun_api.NodeStatus) -> None:
+        """Keep a copy of the node record."""
+        self._count("node")
+        self.checkpoint.nodes[key] = status.model_copy(deep=True)
+
+    async def save_request(self, request_id: str, request: flowrun_api.HumanRequest) -> None:
+        """Keep a new request without overwriting a decision already made."""
+        self._count("request")
+        self.checkpoint.requests[request_id] = _merge_request(
+            self.checkpoint.requests.get(request_id), request
+        )
+
+    async def save_outcome(self, outcome: Outcome) -> None:
+        """Keep the outcome."""
+        self._count("outcome")
+        self.checkpoint.outcome = dataclasses.replace(outcome)
+
+    async def decide(self, request_id: str, **fields: Any) -> None:
+        """Write a human's decision (what ``kubectl patch`` does for the status store)."""
+        request = self.checkpoint.requests[request_id]
+        self.checkpoint.requests[request_id] = with_decision(request, fields)
+
+
+def with_decision(
+    request: flowrun_api.HumanRequest, fields: dict[str, Any]
+) -> flowrun_api.HumanRequest:
+    """The request with a human's fields set, validated (a bad decision raises)."""
+    data = request.model_dump(by_alias=False)
+    data.update(fields)
+    return flowrun_api.HumanRequest.model_validate(data)
+
+
+_HUMAN_FIELDS = ("decision", "edits", "data", "comment", "decided_by", "decided_at")
+
+
+def _merge_request(
+    old: flowrun_api.HumanRequest | None, new: flowrun_api.HumanRequest
+) -> flowrun_api.HumanRequest:
+    if old is None:
+        return new.model_copy(deep=True)
+    keep = {f: getattr(old, f) for f in _HUMAN_FIELDS if getattr(old, f) is not None}
+    return new.model_copy(update=keep, deep=True)
+
+
+class FileStore:
+    """A store in one JSON file, written atomically (temp file + rename) after every change.
+
+    Local runs use it: ``agentflows run`` writes ``<state-dir>/<run>.json`` and
+    ``agentflows resume`` reads it back.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = asyncio.Lock()
+
+    def read(self) -> Checkpoint:
+        """Read the file synchronously (CLI commands that only look)."""
+        if not self.path.exists():
+            return Checkpoint()
+        return Checkpoint.from_json(json.loads(self.path.read_text()))
+
+    def _write(self, checkpoint: Checkpoint) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.")
+        try:
+            with os.fdopen(fd, "w") as handle:
+                json.dump(checkpoint.to_json(), handle, ensure_ascii=False, indent=1)
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    async def _update(self, change: Any) -> None:
+        async with self._lock:
+            checkpoint = self.read()
+            change(checkpoint)
+            self._write(checkpoint)
+
+    async def load(self) -> Checkpoint:
+        """Read the file."""
+        async with self._lock:
+            return self.read()
+
+    async def save_run(self, record: RunRecord) -> None:
+        """Write the run record."""
+        await self._update(lambda c: setattr(c, "run", record))
+
+    async def save_node(self, key: str, status: flowrun_api.NodeStatus) -> None:
+        """Write a node record."""
+        await self._update(lambda c: c.nodes.__setitem__(key, status))
+
+    async def save_request(self, request_id: str, request: flowrun_api.HumanRequest) -> None:
+        """Write a new request, keeping a decision already in the file."""
+        await self._update(
+            lambda c: c.requests.__setitem__(
+                request_id, _merge_request(c.requests.get(request_id), request)
+            )
+        )
+
+    async def save_outcome(self, outcome: Outcome) -> None:
+        """Write the outcome."""
+        await self._update(lambda c: setattr(c, "outcome", outcome))
+
+    async def decide(self, request_id: str, **fields: Any) -> None:
+        """Write a human's decision into a request (``agentflows resume``)."""
+
+        def change(checkpoint: Checkpoint) -> None:
+            request = checkpoint.requests[request_id]
+            checkpoint.requests[request_id] = with_decision(request, fields)
+
+        await self._update(change)

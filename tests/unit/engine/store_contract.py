@@ -1,0 +1,109 @@
+"""The checkpoint store contract: every backend (memory, file, FlowRun status) passes it.
+
+A backend's test module subclasses :class:`StoreContract` and provides two fixtures:
+``backend`` (an object with ``new_store()`` returning a fresh store over the same durable
+state, as a new runner would get) and ``decide`` is ``backend.decide(store, request_id, **fields)``
+(how a human writes a decision in that backend).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from agentflows.api import flowrun as flowrun_api
+from agentflows.engine import run, store
+
+from .helpers import CountingHost, chain, run_once
+
+Phase = flowrun_api.NodePhase
+
+
+class StoreContract:
+    @pytest.fixture
+    def backend(self) -> Any:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    async def test_new_store_loads_an_empty_checkpoint(self, backend: Any) -> None:
+        checkpoint = await backend.new_store().load()
+        assert checkpoint.run is None and checkpoint.nodes == {} and checkpoint.outcome is None
+
+    async def test_run_record_survives_a_new_store(self, backend: Any) -> None:
+        await backend.new_store().save_run(store.RunRecord("r", {"topic": "x"}, {"type": "manual"}, "2026-01-01T00:00:00Z"))
+        loaded = await backend.new_store().load()
+        assert loaded.run is not None and loaded.run.input == {"topic": "x"}
+
+    async def test_node_record_round_trips_and_last_write_wins(self, backend: Any) -> None:
+        st = backend.new_store()
+        await st.save_node("a", flowrun_api.NodeStatus(phase=Phase.RUNNING, attempts=1))
+        await st.save_node("a", flowrun_api.NodeStatus(phase=Phase.SUCCEEDED, attempts=1, output={"json": {"ü": [1, 2]}, "text": "t", "raw": None}))
+        loaded = await backend.new_store().load()
+        assert loaded.nodes["a"].phase == Phase.SUCCEEDED
+        assert loaded.nodes["a"].output["json"] == {"ü": [1, 2]}
+
+    async def test_large_output_round_trips(self, backend: Any) -> None:
+        big = "x" * (1024 * 1024)
+        await backend.new_store().save_node("big", flowrun_api.NodeStatus(phase=Phase.SUCCEEDED, output={"json": big, "text": big, "raw": None}))
+        loaded = await backend.new_store().load()
+        assert loaded.nodes["big"].output["json"] == big
+
+    async def test_concurrent_node_saves_lose_nothing(self, backend: Any) -> None:
+        st = backend.new_store()
+        await asyncio.gather(*(st.save_node(f"n{i}", flowrun_api.NodeStatus(phase=Phase.SUCCEEDED, output={"json": i})) for i in range(30)))
+        loaded = await backend.new_store().load()
+        assert sorted(loaded.nodes) == sorted(f"n{i}" for i in range(30))
+
+    async def test_human_decision_is_seen_and_not_overwritten_by_the_runner(self, backend: Any) -> None:
+        st = backend.new_store()
+        request = flowrun_api.HumanRequest(node="review", kind=flowrun_api.RequestKind.APPROVAL, message="ok?")
+        await st.save_request("review", request)
+        await backend.decide(st, "review", decision=flowrun_api.Decision.APPROVE, decided_by="alice")
+        await backend.new_store().save_request("review", request)
+        loaded = await backend.new_store().load()
+        assert loaded.requests["review"].decision == flowrun_api.Decision.APPROVE
+        assert loaded.requests["review"].decided_by == "alice"
+
+    async def test_outcome_round_trips(self, backend: Any) -> None:
+        outcome = store.Outcome(flowrun_api.RunPhase.SUCCEEDED, output={"a": 1}, reason="Succeeded")
+        await backend.new_store().save_outcome(outcome)
+        loaded = await backend.new_store().load()
+        assert loaded.outcome is not None and loaded.outcome.output == {"a": 1}
+
+    @pytest.mark.parametrize("stop_after", [1, 3, 5])
+    async def test_run_stopped_after_node_k_resumes_without_rerunning_nodes_1_to_k(self, backend: Any, stop_after: int) -> None:
+        spec = chain(6)
+        host = CountingHost()
+        task: asyncio.Task[Any] | None = None
+
+        def stop(event: run.RunEvent) -> None:
+            if event.kind == "succeeded" and event.key == f"n{stop_after - 1}" and task is not None:
+                task.cancel()
+
+        task = asyncio.ensure_future(run_once(spec, backend.new_store(), host, observer=stop))
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert sum(host.calls.values()) == stop_after
+        outcome = await run_once(spec, backend.new_store(), host)
+        assert outcome.phase == flowrun_api.RunPhase.SUCCEEDED
+        assert all(count == 1 for count in host.calls.values()), host.calls
+        assert sorted(host.calls) == [f"n{i}" for i in range(6)]
+
+    async def test_waiting_run_resumes_after_the_decision(self, backend: Any) -> None:
+        from .helpers import flow_spec
+
+        spec = flow_spec("""
+nodes:
+  - {id: before, tool: {python: {script: x}}}
+  - {id: gate, approval: {message: "go?"}}
+  - {id: after, tool: {python: {script: x}}}
+""")
+        host = CountingHost()
+        first = await run_once(spec, backend.new_store(), host)
+        assert first.phase == flowrun_api.RunPhase.WAITING
+        st = backend.new_store()
+        await backend.decide(st, "gate", decision=flowrun_api.Decision.APPROVE, decided_by="bob")
+        second = await run_once(spec, backend.new_store(), host)
+        assert second.phase == flowrun_api.RunPhase.SUCCEEDED
+        assert host.calls == {"before": 1, "after": 1}
