@@ -1,0 +1,1 @@
+"""The ``agentflows`` command: local runs, validation, CRDs, and (later) cluster commands."""

@@ -1,0 +1,174 @@
+"""Local runs: a flow from files, a file checkpoint store, and a snapshot for ``resume``.
+
+``agentflows run`` writes two files per run under the state directory: ``<run>.json`` (the
+checkpoint store) and ``<run>.snapshot.json`` (the Flow and Agents as they were at the start,
+and whether the run used the mock model). ``agentflows resume`` reads both, so editing a file
+after a run started never changes that run — the same rule the operator applies in a cluster.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import secrets
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from agentflows.api import agent as agent_api
+from agentflows.api import documents
+from agentflows.api import flow as flow_api
+from agentflows.engine import capabilities, graph
+
+DEFAULT_STATE_DIR = ".agentflows/runs"
+
+
+class UsageError(Exception):
+    """The command was called wrongly; the message says how to call it."""
+
+
+def state_dir(option: str | None) -> Path:
+    """The directory local runs are kept in."""
+    return Path(option or os.environ.get("AGENTFLOWS_STATE_DIR") or DEFAULT_STATE_DIR)
+
+
+@dataclasses.dataclass
+class Snapshot:
+    """The definitions a run started with."""
+
+    flow: str
+    flows: dict[str, Any]
+    agents: dict[str, Any]
+    mock: bool
+
+    def resolver(self) -> graph.StaticResolver:
+        """A resolver over the snapshot."""
+        return graph.StaticResolver(
+            {n: agent_api.AgentSpec.model_validate(s) for n, s in self.agents.items()},
+            {n: flow_api.FlowSpec.model_validate(s) for n, s in self.flows.items()},
+        )
+
+    def save(self, path: Path) -> None:
+        """Write the snapshot file."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(dataclasses.asdict(self), indent=1))
+
+    @classmethod
+    def load(cls, path: Path) -> Snapshot:
+        """Read a snapshot file."""
+        return cls(**json.loads(path.read_text()))
+
+
+def resolver_of(loaded: documents.LoadResult) -> graph.StaticResolver:
+    """A resolver over the Agents and Flows in loaded files."""
+    agents = {a.metadata.name or "": a.spec for a in loaded.of_kind(agent_api.Agent)}
+    flows = {f.metadata.name or "": f.spec for f in loaded.of_kind(flow_api.Flow)}
+    return graph.StaticResolver(agents, flows)
+
+
+def validate_loaded(loaded: documents.LoadResult) -> list[documents.Problem]:
+    """Every problem of the loaded files: parse problems, then each Flow's graph problems."""
+    problems = list(loaded.problems)
+    resolver = resolver_of(loaded)
+    for resource in loaded.of_kind(flow_api.Flow):
+        source = f"Flow {resource.metadata.name}"
+        for problem in graph.validate(resource.spec, resolver):
+            problems.append(dataclasses.replace(problem, source=source))
+    for run in loaded.resources:
+        if run.kind == "FlowRun" and resolver.flow(run.spec.flow) is None and loaded.of_kind(
+            flow_api.Flow
+        ):
+            problems.append(
+                documents.Problem("spec.flow", f'no Flow "{run.spec.flow}"', f"FlowRun {run.metadata.name}")
+            )
+    return problems
+
+
+def pick_flow(loaded: documents.LoadResult, name: str | None) -> flow_api.Flow:
+    """The flow to run: the one named, or the only one in the files."""
+    flows = loaded.of_kind(flow_api.Flow)
+    if name is not None:
+        for candidate in flows:
+            if candidate.metadata.name == name:
+                return candidate  # type: ignore[no-any-return]
+        raise UsageError(f'no Flow "{name}" in the files (have: {graph.names(f.metadata.name for f in flows)})')
+    if len(flows) != 1:
+        raise UsageError(
+            f"the files hold {len(flows)} Flows; choose one with --flow "
+            f"(have: {graph.names(f.metadata.name for f in flows)})"
+        )
+    return flows[0]  # type: ignore[no-any-return]
+
+
+def parse_inputs(pairs: tuple[str, ...], json_text: str | None) -> Any:
+    """Build the run input from ``--input k=v`` pairs (values parsed as JSON when they are)."""
+    value: dict[str, Any] = {}
+    if json_text is not None:
+        try:
+            loaded = json.loads(json_text)
+        except ValueError as exc:
+            raise UsageError(f"--input-json is not JSON: {exc}") from exc
+        if pairs and not isinstance(loaded, dict):
+            raise UsageError("--input-json must be an object when --input is also given")
+        if not pairs:
+            return loaded
+        value.update(loaded)
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--input {pair!r}: expected KEY=VALUE")
+        try:
+            value[key] = json.loads(raw)
+        except ValueError:
+            value[key] = raw
+    return value
+
+
+def new_run_name(flow_name: str) -> str:
+    """A generated run name, like Kubernetes generateName."""
+    return f"{flow_name}-{secrets.token_hex(3)}"
+
+
+def models_used(spec: flow_api.FlowSpec, resolver: capabilities.Resolver, seen: set[str] | None = None) -> list[agent_api.ModelSpec]:
+    """Every model a flow may call, through its nodes, agents, sub-agents and sub-flows."""
+    seen = seen if seen is not None else set()
+    models: list[agent_api.ModelSpec] = []
+    agent_names: list[str] = []
+    flow_names: list[str] = []
+    for node in spec.nodes:
+        if node.llm is not None:
+            models.append(node.llm.model)
+        call = node.agent or (node.map.agent if node.map else None)
+        if call is not None:
+            agent_names.append(call.name)
+        sub = node.flow or (node.map.flow if node.map else None)
+        if sub is not None:
+            flow_names.append(sub.name)
+    while agent_names:
+        name = agent_names.pop()
+        if f"agent:{name}" in seen:
+            continue
+        seen.add(f"agent:{name}")
+        spec_a = resolver.agent(name)
+        if spec_a is not None:
+            models.append(spec_a.model)
+            agent_names.extend(spec_a.sub_agents)
+            flow_names.extend(spec_a.sub_flows)
+    for name in flow_names:
+        if f"flow:{name}" in seen:
+            continue
+        seen.add(f"flow:{name}")
+        sub_spec = resolver.flow(name)
+        if sub_spec is not None:
+            models.extend(models_used(sub_spec, resolver, seen))
+    return models
+
+
+def missing_credentials(models: list[agent_api.ModelSpec], env: Mapping[str, str]) -> list[str]:
+    """Model names that have no key and no apiBase configured (so the mock stands in)."""
+    if not models:
+        return []
+    from agentflows.agents import mock
+
+    return sorted({m.name for m in models if mock.needs_mock(m, env)})
