@@ -76,14 +76,13 @@ class Condition(ApiModel):
     """A ``metav1.Condition``: the standard shape kstatus, Argo CD and Flux understand."""
 
     type: str = Field(max_length=316, description="Condition type, e.g. Ready or Succeeded.")
-    status: str = Field(
-        pattern=r"^(True|False|Unknown)$", description="True, False or Unknown."
-    )
+    status: str = Field(pattern=r"^(True|False|Unknown)$", description="True, False or Unknown.")
     observed_generation: int | None = Field(
         default=None, ge=0, description="The metadata.generation the condition was set from."
     )
     last_transition_time: str = Field(
-        description="RFC 3339 time the status last changed.", json_schema_extra={"format": "date-time"}
+        description="RFC 3339 time the status last changed.",
+        json_schema_extra={"format": "date-time"},
     )
     reason: str = Field(
         max_length=1024,

@@ -8,7 +8,6 @@ first problem: a user fixing a file sees them all at once.
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -21,23 +20,46 @@ from agentflows.api import agent, flow, flowrun
 MAX_DOCUMENT_BYTES = 4 * 1024 * 1024
 
 
-class _Yaml12Loader(yaml.SafeLoader):
-    """SafeLoader with YAML 1.2 booleans: only true/false, so ``on:`` stays the key "on"."""
+def _key_text(key: Any) -> str:
+    if isinstance(key, bool):
+        return "true" if key else "false"
+    if key is None:
+        return "null"
+    return str(key)
 
 
-_Yaml12Loader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-for _first in "tTfF":
-    _Yaml12Loader.yaml_implicit_resolvers.setdefault(_first, []).append(
-        ("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"))
-    )
+class _KubectlLoader(yaml.SafeLoader):
+    """SafeLoader whose mapping keys are strings, converted as kubectl's YAML reader does.
+
+    Converting while constructing matters: ``{1: a, yes: b}`` would otherwise collapse into one
+    key, because ``True == 1`` in Python.
+    """
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        self.flatten_mapping(node)
+        mapping: dict[str, Any] = {}
+        for key_node, value_node in node.value:
+            key = _key_text(self.construct_object(key_node, deep=True))
+            mapping[key] = self.construct_object(value_node, deep=deep)
+        return mapping
+
+
+def _construct_map(loader: _KubectlLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    return loader.construct_mapping(node, deep=True)
+
+
+_KubectlLoader.add_constructor("tag:yaml.org,2002:map", _construct_map)
 
 
 def safe_load_all(text: str) -> list[Any]:
-    """Parse a YAML stream with YAML 1.2 booleans, dropping empty documents."""
-    return [d for d in yaml.load_all(text, Loader=_Yaml12Loader) if d is not None]
+    """Parse a YAML stream as kubectl does, dropping empty documents.
+
+    Like kubectl (YAML 1.1), an unquoted ``yes``, ``on`` or ``y`` is true; a key that becomes
+    a boolean or a number is turned into its string, so ``cases: {true: x}`` works and a file
+    means the same locally as it does in a cluster.
+    """
+    return [d for d in yaml.load_all(text, Loader=_KubectlLoader) if d is not None]
+
 
 Resource = agent.Agent | flow.Flow | flowrun.FlowRun
 _KINDS: dict[str, type[agent.Agent] | type[flow.Flow] | type[flowrun.FlowRun]] = {
@@ -85,6 +107,8 @@ def validation_problems(exc: pydantic.ValidationError, prefix: str = "") -> list
         message = error["msg"]
         if error["type"] == "extra_forbidden":
             message = "unknown field"
+            if loc and loc[-1] in ("true", "false"):
+                message += " (YAML reads an unquoted on, off, yes, no, y or n as a boolean)"
         elif message.startswith("Value error, "):
             message = message[len("Value error, ") :]
         problems.append(Problem(path, message))
@@ -128,7 +152,9 @@ def load_text(text: str, source: str = "") -> LoadResult:
     """Load every document in a YAML stream."""
     result = LoadResult()
     if len(text.encode()) > MAX_DOCUMENT_BYTES:
-        result.problems.append(Problem("", f"file is larger than {MAX_DOCUMENT_BYTES} bytes", source))
+        result.problems.append(
+            Problem("", f"file is larger than {MAX_DOCUMENT_BYTES} bytes", source)
+        )
         return result
     try:
         documents = safe_load_all(text)

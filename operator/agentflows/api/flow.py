@@ -1,5 +1,6 @@
-"""The Flow resource: a graph of nodes (agents, model calls, tools, transforms, branches,
-fan-outs, human gates, sub-flows) with edges, an output expression, triggers and limits.
+"""The Flow resource: a graph of nodes with edges, an output expression, triggers and limits.
+
+Nodes are agents, model calls, tools, transforms, branches, fan-outs, human gates, sub-flows.
 
 Expressions: a string starting with ``=`` is a jq program over the scope
 ``{run, nodes, item, items}``; ``{{ jq }}`` inside any other string interpolates. The engine
@@ -13,8 +14,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from agentflows.api import common
 from agentflows.api import agent as agent_api
+from agentflows.api import common
 
 MAX_NODES = 200
 #: Every key that selects what a node does; a node sets exactly one.
@@ -84,9 +85,15 @@ class FlowCall(common.ApiModel):
 
 
 class Branch(common.ApiModel):
-    """Choose one successor by the value of an expression."""
+    """Choose one successor by the value of an expression.
 
-    on: str = Field(max_length=4096, description="Expression whose value selects a case.")
+    The expression is ``value``, not ``on`` as first designed: kubectl's YAML reader turns an
+    unquoted ``on:`` key into ``true``, so a Flow applied with kubectl would lose it.
+    """
+
+    value: str = Field(
+        max_length=4096, description="Expression whose value (as a string) selects a case."
+    )
     cases: dict[str, common.Identifier] = Field(
         default_factory=dict, description="Value (as a string) -> id of the node to run."
     )
@@ -239,6 +246,13 @@ class Webhook(common.ApiModel):
     secret: common.SecretKeySelector = Field(description="Secret holding the HMAC key.")
 
 
+EventType = Literal["ADDED", "MODIFIED", "DELETED"]
+
+
+def _default_event_types() -> list[EventType]:
+    return ["ADDED", "MODIFIED"]
+
+
 class KubernetesSource(common.ApiModel):
     """Start runs when watched Kubernetes objects change or events occur."""
 
@@ -247,8 +261,8 @@ class KubernetesSource(common.ApiModel):
     namespace: str | None = Field(default=None, description="Namespace to watch (default: all).")
     label_selector: str | None = Field(default=None, max_length=1024, description="Labels.")
     field_selector: str | None = Field(default=None, max_length=1024, description="Fields.")
-    event_types: list[Literal["ADDED", "MODIFIED", "DELETED"]] = Field(
-        default_factory=lambda: ["ADDED", "MODIFIED"], description="Watch event types."
+    event_types: list[EventType] = Field(
+        default_factory=_default_event_types, description="Watch event types."
     )
     filter: str | None = Field(
         default=None, max_length=4096, description="jq expression; a truthy value starts a run."
@@ -407,9 +421,7 @@ class FlowSpec(common.ApiModel):
     }
 
     description: str = Field(default="", max_length=8192, description="What the flow does.")
-    input: common.JsonValue = Field(
-        default=None, description="JSON Schema of the run input."
-    )
+    input: common.JsonValue = Field(default=None, description="JSON Schema of the run input.")
     nodes: list[Node] = Field(
         min_length=1, max_length=MAX_NODES, description="The steps of the flow."
     )
@@ -424,9 +436,7 @@ class FlowSpec(common.ApiModel):
     triggers: list[Trigger] = Field(
         default_factory=list, max_length=32, description="Sources that start runs."
     )
-    concurrency: Concurrency = Field(
-        default_factory=Concurrency, description="Concurrency policy."
-    )
+    concurrency: Concurrency = Field(default_factory=Concurrency, description="Concurrency policy.")
     limits: Limits = Field(default_factory=Limits, description="Run limits.")
     autonomy: Autonomy = Field(default=Autonomy.FULL, description="readonly, supervised or full.")
     runner: RunnerSpec = Field(default_factory=RunnerSpec, description="Runner pod overrides.")

@@ -109,7 +109,9 @@ def compile_expression(source: str) -> Template:
 
     The leading ``=`` is optional there: the field is jq whether or not it starts with one.
     """
-    return Template("program", program=compile_program(source[1:] if source.startswith("=") else source))
+    return Template(
+        "program", program=compile_program(source[1:] if source.startswith("=") else source)
+    )
 
 
 def _as_text(value: Any) -> str:
@@ -153,7 +155,7 @@ def evaluate(template: Template, scope: Scope) -> Any:
 
 
 def truthy(value: Any) -> bool:
-    """jq truthiness: everything but null and false."""
+    """Jq truthiness: everything but null and false."""
     return value is not None and value is not False
 
 

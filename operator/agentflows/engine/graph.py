@@ -19,6 +19,7 @@ Graph rules, written down because users will ask:
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Iterable
 from typing import Any
 
@@ -90,7 +91,9 @@ class _Collector:
             return expressions.Template("literal", value=None)
 
 
-def _node_templates(node: flow_api.Node, path: str, out: _Collector) -> dict[str, expressions.Template]:
+def _node_templates(
+    node: flow_api.Node, path: str, out: _Collector
+) -> dict[str, expressions.Template]:
     t: dict[str, expressions.Template] = {}
     if node.agent is not None:
         t["prompt"] = out.template(f"{path}.agent.prompt", node.agent.prompt)
@@ -103,7 +106,7 @@ def _node_templates(node: flow_api.Node, path: str, out: _Collector) -> dict[str
     elif node.transform is not None:
         t["transform"] = out.template(f"{path}.transform", node.transform, expression=True)
     elif node.branch is not None:
-        t["on"] = out.template(f"{path}.branch.on", node.branch.on, expression=True)
+        t["value"] = out.template(f"{path}.branch.value", node.branch.value, expression=True)
     elif node.map is not None:
         body = node.map
         t["items"] = out.template(f"{path}.map.items", body.items, expression=True)
@@ -151,7 +154,9 @@ def _check_references(
             t.mcp is not None for t in spec.tools
         ):
             names = ", ".join(t.name for t in spec.tools) or "none"
-            out.add(f"{where}.name", f'no tool "{tool.name}" in Agent "{tool.agent}" (has: {names})')
+            out.add(
+                f"{where}.name", f'no tool "{tool.name}" in Agent "{tool.agent}" (has: {names})'
+            )
     flow_call = node.flow or (node.map.flow if node.map else None)
     if flow_call is not None:
         where = f"{path}.flow.name" if node.flow else f"{path}.map.flow.name"
@@ -184,10 +189,15 @@ def _edges(spec: flow_api.FlowSpec, out: _Collector, ids: dict[str, int]) -> lis
                 out.add(f"{path}.branch", f'node "{edge.from_}" is not a branch node')
                 continue
             cases = source.branch.cases
-            target = source.branch.default if edge.branch == DEFAULT_CASE else cases.get(edge.branch)
+            target = (
+                source.branch.default if edge.branch == DEFAULT_CASE else cases.get(edge.branch)
+            )
             if edge.branch != DEFAULT_CASE and edge.branch not in cases:
                 known = ", ".join([*cases, DEFAULT_CASE])
-                out.add(f"{path}.branch", f'no case "{edge.branch}" in node "{edge.from_}" (has: {known})')
+                out.add(
+                    f"{path}.branch",
+                    f'no case "{edge.branch}" in node "{edge.from_}" (has: {known})',
+                )
                 continue
             if target is None:
                 out.add(f"{path}.branch", f'node "{edge.from_}" has no default')
@@ -195,7 +205,8 @@ def _edges(spec: flow_api.FlowSpec, out: _Collector, ids: dict[str, int]) -> lis
             if target != edge.to:
                 out.add(
                     f"{path}.branch",
-                    f'case "{edge.branch}" of node "{edge.from_}" goes to "{target}", not "{edge.to}"',
+                    f'case "{edge.branch}" of node "{edge.from_}" goes to "{target}", '
+                    f'not "{edge.to}"',
                 )
                 continue
         add(edge.from_, edge.to)
@@ -214,15 +225,13 @@ def _edges(spec: flow_api.FlowSpec, out: _Collector, ids: dict[str, int]) -> lis
                 add(node.id, node.branch.default)
     if not spec.edges:
         unique = [n for i, n in enumerate(spec.nodes) if ids.get(n.id) == i]
-        for current, following in zip(unique, unique[1:], strict=False):
+        for current, following in itertools.pairwise(unique):
             if current.branch is None:
                 add(current.id, following.id)
     return edges
 
 
-def _check_shape(
-    spec: flow_api.FlowSpec, nodes: dict[str, CompiledNode], out: _Collector
-) -> None:
+def _check_shape(spec: flow_api.FlowSpec, nodes: dict[str, CompiledNode], out: _Collector) -> None:
     start = spec.nodes[0].id
     reachable: set[str] = set()
     stack = [start]
@@ -233,10 +242,15 @@ def _check_shape(
         reachable.add(current)
         stack.extend(nodes[current].successors)
     for node in spec.nodes:
-        if node.id not in reachable and node.id in nodes and nodes[node.id].index == spec.nodes.index(node):
+        if (
+            node.id not in reachable
+            and node.id in nodes
+            and nodes[node.id].index == spec.nodes.index(node)
+        ):
             out.add(
                 f"spec.nodes[{nodes[node.id].index}]",
-                f'node "{node.id}" is unreachable: no edge leads to it from the start node "{start}"',
+                f'node "{node.id}" is unreachable: '
+                f'no edge leads to it from the start node "{start}"',
             )
     cycle = _find_cycle(nodes)
     if cycle:
@@ -283,7 +297,9 @@ def compile_flow(
     for index, node in enumerate(spec.nodes):
         path = f"spec.nodes[{index}]"
         if node.id in ids:
-            out.add(f"{path}.id", f'duplicate node id "{node.id}" (first at spec.nodes[{ids[node.id]}])')
+            out.add(
+                f"{path}.id", f'duplicate node id "{node.id}" (first at spec.nodes[{ids[node.id]}])'
+            )
             continue
         ids[node.id] = index
         templates = _node_templates(node, path, out)

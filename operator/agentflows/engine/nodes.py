@@ -1,5 +1,6 @@
-"""Node kinds: how each of agent, llm, tool, transform, branch, map, approval, input and flow
-executes, and the record lifecycle around them (Running -> Succeeded | Failed | Waiting).
+"""Node kinds, and the record lifecycle around them (Running -> Succeeded | Failed | Waiting).
+
+How each of agent, llm, tool, transform, branch, map, approval, input and flow executes.
 
 Executing a node is idempotent given the store: a paused node looks up its request and goes on
 only once the request carries a decision; a map re-runs only the items without a finished
@@ -70,7 +71,11 @@ async def execute(execution: run_mod._Execution, node: graph.CompiledNode) -> Ph
     except (capabilities.CapabilityError, _NodeFailed, expressions.ExpressionError) as exc:
         reason = getattr(exc, "reason", "NodeFailed")
         failed = record.model_copy(
-            update={"phase": Phase.FAILED, "error": str(exc)[:32768], "finished_at": run_mod.timestamp()}
+            update={
+                "phase": Phase.FAILED,
+                "error": str(exc)[:32768],
+                "finished_at": run_mod.timestamp(),
+            }
         )
         await run.save_node(key, failed)
         run.emit("failed", key, node.kind, failed)
@@ -83,7 +88,11 @@ async def execute(execution: run_mod._Execution, node: graph.CompiledNode) -> Ph
             update={
                 "phase": Phase.WAITING,
                 "usage": result.usage,
-                "detail": {"request": result.request_id, "state": result.state, "record": result.detail},
+                "detail": {
+                    "request": result.request_id,
+                    "state": result.state,
+                    "record": result.detail,
+                },
             }
         )
         await run.save_node(key, waiting)
@@ -120,9 +129,11 @@ async def _dispatch(
     scope = execution.scope.scope()
     t = node.templates
     if spec.transform is not None:
-        return capabilities.NodeResult(envelope.from_value(expressions.evaluate(t["transform"], scope)))
+        return capabilities.NodeResult(
+            envelope.from_value(expressions.evaluate(t["transform"], scope))
+        )
     if spec.branch is not None:
-        return _branch(spec.branch, expressions.evaluate(t["on"], scope))
+        return _branch(spec.branch, expressions.evaluate(t["value"], scope))
     if spec.approval is not None:
         return await _human(execution, key, previous, node, scope)
     if spec.input is not None:
@@ -151,10 +162,8 @@ async def _dispatch(
 
 def _branch(spec: flow_api.Branch, value: Any) -> capabilities.NodeResult:
     case = expressions.case_key(value)
-    if case in spec.cases:
-        chosen, target = case, spec.cases[case]
-    else:
-        chosen, target = "default", spec.default
+    chosen: str = case if case in spec.cases else "default"
+    target = spec.cases[case] if case in spec.cases else spec.default
     return capabilities.NodeResult(
         envelope.from_value({"value": value, "case": chosen, "next": target})
     )
@@ -232,7 +241,7 @@ async def _human(
         summary=str(expressions.evaluate(node.templates["summary"], scope) or "")
         if "summary" in node.templates
         else "",
-        schema=node.spec.input.schema_ if node.spec.input is not None else None,
+        schema_=node.spec.input.schema_ if node.spec.input is not None else None,
         approvers=gate.approvers,
         expires_at=expires,
         on_timeout=gate.on_timeout.value,
@@ -241,8 +250,12 @@ async def _human(
 
 
 def _expired(request_id: str, request: flowrun_api.HumanRequest, is_input: bool) -> Result:
-    if request.on_timeout == flow_api.OnTimeout.FAIL.value or is_input and request.on_timeout != "reject":
-        raise _NodeFailed(f'request "{request_id}" expired at {request.expires_at}', reason="RequestExpired")
+    if request.on_timeout == flow_api.OnTimeout.FAIL.value or (
+        is_input and request.on_timeout != "reject"
+    ):
+        raise _NodeFailed(
+            f'request "{request_id}" expired at {request.expires_at}', reason="RequestExpired"
+        )
     decided = request.model_copy(
         update={
             "decision": flowrun_api.Decision.REJECT,
@@ -273,7 +286,9 @@ def _decided(
         if request.decision == flowrun_api.Decision.REJECT:
             raise _NodeFailed(f"input request rejected by {request.decided_by}", reason="Rejected")
         if spec.input.schema_ is not None:
-            errors = list(jsonschema.Draft202012Validator(spec.input.schema_).iter_errors(request.data))
+            errors = list(
+                jsonschema.Draft202012Validator(spec.input.schema_).iter_errors(request.data)
+            )
             if errors:
                 raise _NodeFailed(f"input does not match the schema: {errors[0].message}")
         return capabilities.NodeResult(envelope.from_value(request.data))
@@ -312,7 +327,9 @@ def _tool_task(
     execution: run_mod._Execution, call: flow_api.ToolCall, args: Any, node_id: str
 ) -> capabilities.ToolTask:
     if call.http is not None:
-        return capabilities.ToolTask(agent_api.Tool(name=_tool_id(node_id), http=call.http), node_id, args)
+        return capabilities.ToolTask(
+            agent_api.Tool(name=_tool_id(node_id), http=call.http), node_id, args
+        )
     if call.python is not None:
         return capabilities.ToolTask(
             agent_api.Tool(name=_tool_id(node_id), python=call.python), node_id, args
@@ -331,7 +348,10 @@ def _tool_task(
 
 
 def _tool_id(node_id: str) -> str:
-    return node_id.replace("[", "-").replace("]", "").replace("/", "-").lower()[:63].strip("-_") or "tool"
+    return (
+        node_id.replace("[", "-").replace("]", "").replace("/", "-").lower()[:63].strip("-_")
+        or "tool"
+    )
 
 
 async def _tool(
@@ -393,7 +413,11 @@ async def _map(
                 result = await _map_body(execution, node, spec, item_key, item_scope, previous)
             except (capabilities.CapabilityError, _NodeFailed, expressions.ExpressionError) as exc:
                 failed = record.model_copy(
-                    update={"phase": Phase.FAILED, "error": str(exc)[:32768], "finished_at": run_mod.timestamp()}
+                    update={
+                        "phase": Phase.FAILED,
+                        "error": str(exc)[:32768],
+                        "finished_at": run_mod.timestamp(),
+                    }
                 )
                 await run.save_node(item_key, failed)
                 raise _NodeFailed(f"item {index}: {exc}") from exc

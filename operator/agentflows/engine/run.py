@@ -78,7 +78,7 @@ class Run:
 
     name: str
     spec: flow_api.FlowSpec
-    store: store.CheckpointStore
+    checkpoints: store.CheckpointStore
     caps: capabilities.Capabilities
     resolver: capabilities.Resolver
     checkpoint: store.Checkpoint
@@ -86,7 +86,9 @@ class Run:
     usage: common.Usage = dataclasses.field(default_factory=common.Usage)
     executions: int = 0
 
-    def emit(self, kind: str, key: str, node_kind: str, status: flowrun_api.NodeStatus | None) -> None:
+    def emit(
+        self, kind: str, key: str, node_kind: str, status: flowrun_api.NodeStatus | None
+    ) -> None:
         """Tell the observer."""
         if self.observer is not None:
             self.observer(RunEvent(kind, key, node_kind, status))
@@ -94,12 +96,12 @@ class Run:
     async def save_node(self, key: str, status: flowrun_api.NodeStatus) -> None:
         """Persist a node record and keep it in the loaded checkpoint."""
         self.checkpoint.nodes[key] = status
-        await self.store.save_node(key, status)
+        await self.checkpoints.save_node(key, status)
 
     async def save_request(self, request_id: str, request: flowrun_api.HumanRequest) -> None:
         """Persist a new request."""
         self.checkpoint.requests[request_id] = request
-        await self.store.save_request(request_id, request)
+        await self.checkpoints.save_request(request_id, request)
 
     def count_execution(self) -> None:
         """Count one node execution against limits.maxNodeExecutions."""
@@ -126,10 +128,13 @@ class Run:
         if limits.max_cost_usd is not None and self.usage.cost_usd > limits.max_cost_usd:
             raise RunStopped(
                 "CostLimitExceeded",
-                f"run cost ${self.usage.cost_usd:.4f}, over limits.maxCostUSD={limits.max_cost_usd}",
+                f"run cost ${self.usage.cost_usd:.4f}, "
+                f"over limits.maxCostUSD={limits.max_cost_usd}",
             )
 
-    def context(self, key: str, depth: int, resume: capabilities.Resume | None) -> capabilities.NodeContext:
+    def context(
+        self, key: str, depth: int, resume: capabilities.Resume | None
+    ) -> capabilities.NodeContext:
         """The NodeContext capabilities receive."""
         limits = self.spec.limits
         used = self.usage.prompt_tokens + self.usage.completion_tokens
@@ -184,8 +189,8 @@ class ScopeBuilder:
     def add(self, node_id: str, output: Any) -> None:
         """Make a node's output visible at ``.nodes.<id>``."""
         self._outputs[node_id] = output
-        self._parts[node_id] = json.dumps(node_id) + ":" + json.dumps(
-            output, ensure_ascii=False, default=str
+        self._parts[node_id] = (
+            json.dumps(node_id) + ":" + json.dumps(output, ensure_ascii=False, default=str)
         )
 
     @property
@@ -255,10 +260,14 @@ class _Execution:
                         if node_id in phases or node_id in waiting or node_id in running.values():
                             continue
                         preds = node.predecessors
-                        if any(phases.get(p) not in (Phase.SUCCEEDED, Phase.SKIPPED) for p in preds):
+                        if any(
+                            phases.get(p) not in (Phase.SUCCEEDED, Phase.SKIPPED) for p in preds
+                        ):
                             continue
                         if preds and not any(self._taken(p, node_id) for p in preds):
-                            status = flowrun_api.NodeStatus(phase=Phase.SKIPPED, finished_at=timestamp())
+                            status = flowrun_api.NodeStatus(
+                                phase=Phase.SKIPPED, finished_at=timestamp()
+                            )
                             await self.run.save_node(self.key(node_id), status)
                             self.run.emit("skipped", self.key(node_id), node.kind, status)
                             phases[node_id] = Phase.SKIPPED
@@ -370,11 +379,14 @@ async def _run_with_limits(
         async with asyncio.timeout(remaining):
             output = await execution.execute()
     except _Paused:
-        return store.Outcome(flowrun_api.RunPhase.WAITING, reason="Waiting",
-                             message=_waiting_message(run))
+        return store.Outcome(
+            flowrun_api.RunPhase.WAITING, reason="Waiting", message=_waiting_message(run)
+        )
     except RunStopped as exc:
         return store.Outcome(
-            flowrun_api.RunPhase.FAILED, message=exc.message, reason=exc.reason,
+            flowrun_api.RunPhase.FAILED,
+            message=exc.message,
+            reason=exc.reason,
             completed_at=timestamp(),
         )
     except TimeoutError:
@@ -384,10 +396,13 @@ async def _run_with_limits(
             reason="Timeout",
             completed_at=timestamp(),
         )
-    return store.Outcome(flowrun_api.RunPhase.SUCCEEDED, output=output, reason="Succeeded",
-                         completed_at=timestamp())
+    return store.Outcome(
+        flowrun_api.RunPhase.SUCCEEDED, output=output, reason="Succeeded", completed_at=timestamp()
+    )
 
 
 def _waiting_message(run: Run) -> str:
     pending = [rid for rid, r in run.checkpoint.requests.items() if r.decision is None]
-    return "waiting for " + ", ".join(f'request "{rid}"' for rid in pending) if pending else "waiting"
+    return (
+        "waiting for " + ", ".join(f'request "{rid}"' for rid in pending) if pending else "waiting"
+    )

@@ -21,7 +21,9 @@ def flow_spec(text: str) -> flow_api.FlowSpec:
 
 
 def agents(*names: str) -> dict[str, agent_api.AgentSpec]:
-    return {n: agent_api.AgentSpec.model_validate({"model": {"name": "openai/test"}}) for n in names}
+    return {
+        n: agent_api.AgentSpec.model_validate({"model": {"name": "openai/test"}}) for n in names
+    }
 
 
 class CountingHost:
@@ -48,7 +50,9 @@ class CountingHost:
 
     async def run_agent(self, task: capabilities.AgentTask, ctx: capabilities.NodeContext) -> Any:
         await self._record(ctx)
-        return capabilities.NodeResult(envelope.from_value({"agent": task.agent_name, "prompt": task.prompt}))
+        return capabilities.NodeResult(
+            envelope.from_value({"agent": task.agent_name, "prompt": task.prompt})
+        )
 
     async def complete(self, task: capabilities.LlmTask, ctx: capabilities.NodeContext) -> Any:
         await self._record(ctx)
@@ -61,7 +65,9 @@ class CountingHost:
 
     async def call_tool(self, task: capabilities.ToolTask, ctx: capabilities.NodeContext) -> Any:
         await self._record(ctx)
-        return capabilities.NodeResult(envelope.from_value({"tool": task.tool_name, "args": task.args}))
+        return capabilities.NodeResult(
+            envelope.from_value({"tool": task.tool_name, "args": task.args})
+        )
 
 
 async def run_once(
@@ -75,7 +81,12 @@ async def run_once(
     resolver = resolver or graph.StaticResolver(agents("a", "b"))
     compiled = graph.compile_flow(spec, resolver)
     return await run.run_flow(
-        compiled, run_name="r", input_value=value, store_=st, caps=host, resolver=resolver,
+        compiled,
+        run_name="r",
+        input_value=value,
+        store_=st,
+        caps=host,
+        resolver=resolver,
         observer=observer,
     )
 

@@ -31,35 +31,62 @@ class StoreContract:
         assert checkpoint.run is None and checkpoint.nodes == {} and checkpoint.outcome is None
 
     async def test_run_record_survives_a_new_store(self, backend: Any) -> None:
-        await backend.new_store().save_run(store.RunRecord("r", {"topic": "x"}, {"type": "manual"}, "2026-01-01T00:00:00Z"))
+        await backend.new_store().save_run(
+            store.RunRecord("r", {"topic": "x"}, {"type": "manual"}, "2026-01-01T00:00:00Z")
+        )
         loaded = await backend.new_store().load()
         assert loaded.run is not None and loaded.run.input == {"topic": "x"}
 
     async def test_node_record_round_trips_and_last_write_wins(self, backend: Any) -> None:
         st = backend.new_store()
         await st.save_node("a", flowrun_api.NodeStatus(phase=Phase.RUNNING, attempts=1))
-        await st.save_node("a", flowrun_api.NodeStatus(phase=Phase.SUCCEEDED, attempts=1, output={"json": {"ü": [1, 2]}, "text": "t", "raw": None}))
+        await st.save_node(
+            "a",
+            flowrun_api.NodeStatus(
+                phase=Phase.SUCCEEDED,
+                attempts=1,
+                output={"json": {"ü": [1, 2]}, "text": "t", "raw": None},
+            ),
+        )
         loaded = await backend.new_store().load()
         assert loaded.nodes["a"].phase == Phase.SUCCEEDED
         assert loaded.nodes["a"].output["json"] == {"ü": [1, 2]}
 
     async def test_large_output_round_trips(self, backend: Any) -> None:
         big = "x" * (1024 * 1024)
-        await backend.new_store().save_node("big", flowrun_api.NodeStatus(phase=Phase.SUCCEEDED, output={"json": big, "text": big, "raw": None}))
+        await backend.new_store().save_node(
+            "big",
+            flowrun_api.NodeStatus(
+                phase=Phase.SUCCEEDED, output={"json": big, "text": big, "raw": None}
+            ),
+        )
         loaded = await backend.new_store().load()
         assert loaded.nodes["big"].output["json"] == big
 
     async def test_concurrent_node_saves_lose_nothing(self, backend: Any) -> None:
         st = backend.new_store()
-        await asyncio.gather(*(st.save_node(f"n{i}", flowrun_api.NodeStatus(phase=Phase.SUCCEEDED, output={"json": i})) for i in range(30)))
+        await asyncio.gather(
+            *(
+                st.save_node(
+                    f"n{i}", flowrun_api.NodeStatus(phase=Phase.SUCCEEDED, output={"json": i})
+                )
+                for i in range(30)
+            )
+        )
         loaded = await backend.new_store().load()
         assert sorted(loaded.nodes) == sorted(f"n{i}" for i in range(30))
 
-    async def test_human_decision_is_seen_and_not_overwritten_by_the_runner(self, backend: Any) -> None:
+    async def test_human_decision_is_seen_and_not_overwritten_by_the_runner(
+        self, backend: Any
+    ) -> None:
         st = backend.new_store()
-        request = flowrun_api.HumanRequest(node="review", kind=flowrun_api.RequestKind.APPROVAL, message="ok?")
+        request = flowrun_api.HumanRequest(
+            node="review", kind=flowrun_api.RequestKind.APPROVAL, message="ok?"
+        )
         await st.save_request("review", request)
-        await backend.decide(st, "review", decision=flowrun_api.Decision.APPROVE, decided_by="alice")
+        await backend.decide(
+            st, "review", decision=flowrun_api.Decision.APPROVE, decided_by="alice"
+        )
         await backend.new_store().save_request("review", request)
         loaded = await backend.new_store().load()
         assert loaded.requests["review"].decision == flowrun_api.Decision.APPROVE
@@ -72,7 +99,9 @@ class StoreContract:
         assert loaded.outcome is not None and loaded.outcome.output == {"a": 1}
 
     @pytest.mark.parametrize("stop_after", [1, 3, 5])
-    async def test_run_stopped_after_node_k_resumes_without_rerunning_nodes_1_to_k(self, backend: Any, stop_after: int) -> None:
+    async def test_run_stopped_after_node_k_resumes_without_rerunning_nodes_1_to_k(
+        self, backend: Any, stop_after: int
+    ) -> None:
         spec = chain(6)
         host = CountingHost()
         task: asyncio.Task[Any] | None = None

@@ -39,7 +39,7 @@ edges:
 async def test_branch_skips_the_path_not_taken_and_the_join_still_runs() -> None:
     spec = flow_spec("""
 nodes:
-  - {id: pick, branch: {on: "=.run.input.x", cases: {"1": one}, default: other}}
+  - {id: pick, branch: {value: "=.run.input.x", cases: {"1": one}, default: other}}
   - {id: one, transform: '="one"'}
   - {id: other, transform: '="other"'}
   - {id: after_other, transform: '="after"'}
@@ -106,7 +106,13 @@ limits: {timeoutSeconds: 1}
 
 
 async def test_max_node_executions_ends_the_run() -> None:
-    spec = chain(5, kind="transform").model_copy(update={"limits": flow_spec("nodes: [{id: a, transform: '=1'}]\nlimits: {maxNodeExecutions: 3}").limits})
+    spec = chain(5, kind="transform").model_copy(
+        update={
+            "limits": flow_spec(
+                "nodes: [{id: a, transform: '=1'}]\nlimits: {maxNodeExecutions: 3}"
+            ).limits
+        }
+    )
     outcome = await run_once(spec, store.MemoryStore(), CountingHost())
     assert outcome.reason == "NodeExecutionLimitExceeded"
     assert outcome.message == "run exceeded limits.maxNodeExecutions=3"
@@ -129,7 +135,7 @@ async def test_rejection_routes_through_the_branch() -> None:
     spec = flow_spec("""
 nodes:
   - {id: review, approval: {message: "ship?"}}
-  - {id: route, branch: {on: "=.nodes.review.json.decision", cases: {approve: ship}, default: stop}}
+  - {id: route, branch: {value: "=.nodes.review.json.decision", cases: {approve: ship}, default: stop}}
   - {id: ship, transform: '="shipped"'}
   - {id: stop, transform: '="stopped: \\(.nodes.review.json.comment)"'}
 output: "=.nodes.ship.json // .nodes.stop.json"
@@ -151,7 +157,10 @@ output: "=.nodes.review.json"
     assert (await run_once(spec, st, CountingHost())).phase == RunPhase.WAITING
     await asyncio.sleep(1.1)
     outcome = await run_once(spec, st, CountingHost())
-    assert outcome.output["decision"] == "reject" and outcome.output["decidedBy"] == "agentflows:timeout"
+    assert (
+        outcome.output["decision"] == "reject"
+        and outcome.output["decidedBy"] == "agentflows:timeout"
+    )
 
 
 async def test_expired_input_with_on_timeout_fail_fails_the_run() -> None:

@@ -45,8 +45,13 @@ class TestFileStore(StoreContract):
     def backend(self, tmp_path: Path) -> FileBackend:
         return FileBackend(tmp_path / "run.json")
 
-    async def test_file_is_replaced_atomically_and_leaves_no_temp_files(self, tmp_path: Path) -> None:
+    async def test_file_is_replaced_atomically_and_leaves_no_temp_files(
+        self, tmp_path: Path
+    ) -> None:
         st = store.FileStore(tmp_path / "run.json")
         for i in range(5):
-            await st.save_node(f"n{i}", __import__("agentflows.api.flowrun", fromlist=["x"]).NodeStatus(phase="Succeeded"))
-        assert [p.name for p in tmp_path.iterdir()] == ["run.json"]
+            await st.save_node(
+                f"n{i}",
+                __import__("agentflows.api.flowrun", fromlist=["x"]).NodeStatus(phase="Succeeded"),
+            )
+        assert sorted(p.name for p in tmp_path.glob("*")) == ["run.json"]

@@ -11,7 +11,9 @@ from .helpers import agents, flow_spec
 
 
 def problems(text: str, *agent_names: str) -> list[str]:
-    return [str(p) for p in graph.validate(flow_spec(text), graph.StaticResolver(agents(*agent_names)))]
+    return [
+        str(p) for p in graph.validate(flow_spec(text), graph.StaticResolver(agents(*agent_names)))
+    ]
 
 
 def test_branch_case_naming_no_node_is_reported_at_its_path() -> None:
@@ -21,7 +23,7 @@ nodes:
   - {id: b, transform: "=2"}
   - {id: c, transform: "=3"}
   - id: route
-    branch: {on: "=.nodes.a.json", cases: {bug: fix, ok: c}}
+    branch: {value: "=.nodes.a.json", cases: {bug: fix, ok: c}}
 edges:
   - {from: a, to: b}
   - {from: b, to: route}
@@ -47,7 +49,9 @@ nodes:
 edges:
   - {from: a, to: b}
 """)
-    assert found == ['spec.nodes[2]: node "orphan" is unreachable: no edge leads to it from the start node "a"']
+    assert found == [
+        'spec.nodes[2]: node "orphan" is unreachable: no edge leads to it from the start node "a"'
+    ]
 
 
 def test_jq_syntax_error_is_reported_at_validation() -> None:
@@ -59,10 +63,13 @@ nodes:
 
 
 def test_jq_error_inside_interpolation_is_reported() -> None:
-    found = problems("""
+    found = problems(
+        """
 nodes:
   - {id: a, agent: {name: a, prompt: "hi {{ .run.input[ }}"}}
-""", "a")
+""",
+        "a",
+    )
     assert len(found) == 1 and found[0].startswith("spec.nodes[0].agent.prompt: jq syntax error")
 
 
@@ -91,7 +98,7 @@ edges:
 def test_edge_to_unknown_node_and_wrong_branch_label_are_reported() -> None:
     found = problems("""
 nodes:
-  - {id: a, branch: {on: "=1", cases: {x: b}, default: c}}
+  - {id: a, branch: {value: "=1", cases: {x: b}, default: c}}
   - {id: b, transform: "=2"}
   - {id: c, transform: "=3"}
 edges:
@@ -103,7 +110,8 @@ edges:
 
 
 def test_unknown_fields_and_missing_fields_name_their_paths() -> None:
-    result = documents.load_text("""
+    result = documents.load_text(
+        """
 apiVersion: agentflows.io/v1alpha1
 kind: Flow
 metadata: {name: f}
@@ -111,10 +119,14 @@ spec:
   nodes:
     - {id: a, transform: "=1", colour: red}
     - {id: b}
-""", "f.yaml")
+""",
+        "f.yaml",
+    )
     found = [str(p) for p in result.problems]
     assert "f.yaml#1 (f): spec.nodes[0].colour: unknown field" in found
-    assert any(p.startswith("f.yaml#1 (f): spec.nodes[1]: set exactly one of agent, llm") for p in found)
+    assert any(
+        p.startswith("f.yaml#1 (f): spec.nodes[1]: set exactly one of agent, llm") for p in found
+    )
 
 
 def test_malformed_yaml_is_one_problem_with_a_line_number() -> None:
@@ -123,16 +135,30 @@ def test_malformed_yaml_is_one_problem_with_a_line_number() -> None:
     assert str(result.problems[0]).startswith("bad.yaml: malformed YAML: line 3")
 
 
-def test_branch_key_on_stays_a_string_key() -> None:
+def test_boolean_and_number_case_keys_become_strings_as_kubectl_reads_them() -> None:
     spec = flow_spec("""
 nodes:
   - id: a
     branch:
-      on: "=1"
-      cases: {"1": b}
+      value: "=1"
+      cases: {1: b, yes: c}
   - {id: b, transform: "=2"}
+  - {id: c, transform: "=3"}
 """)
-    assert spec.nodes[0].branch is not None and spec.nodes[0].branch.on == "=1"
+    assert spec.nodes[0].branch is not None and spec.nodes[0].branch.cases == {"1": "b", "true": "c"}
+
+
+def test_a_bare_on_key_gets_a_hint_about_yaml_booleans() -> None:
+    result = documents.load_text("""
+apiVersion: agentflows.io/v1alpha1
+kind: Flow
+metadata: {name: f}
+spec:
+  nodes:
+    - {id: a, branch: {on: "=1", cases: {}}}
+""")
+    found = [str(p) for p in result.problems]
+    assert "spec.nodes[0].branch.true: unknown field (YAML reads an unquoted on, off, yes, no, y or n as a boolean)" in found
 
 
 @pytest.mark.parametrize("schema_text", ["{type: objekt}"])
@@ -142,4 +168,6 @@ nodes:
   - id: a
     llm: {{model: {{name: m}}, prompt: p, outputSchema: {schema_text}}}
 """)
-    assert len(found) == 1 and found[0].startswith("spec.nodes[0].llm.outputSchema: not a valid JSON Schema")
+    assert len(found) == 1 and found[0].startswith(
+        "spec.nodes[0].llm.outputSchema: not a valid JSON Schema"
+    )
