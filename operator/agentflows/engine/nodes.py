@@ -163,7 +163,7 @@ async def _dispatch(
 def _branch(spec: flow_api.Branch, value: Any) -> capabilities.NodeResult:
     case = expressions.case_key(value)
     chosen: str = case if case in spec.cases else "default"
-    target = spec.cases[case] if case in spec.cases else spec.default
+    target = spec.cases.get(case, spec.default)
     return capabilities.NodeResult(
         envelope.from_value({"value": value, "case": chosen, "next": target})
     )
