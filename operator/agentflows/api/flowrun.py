@@ -141,6 +141,18 @@ class HumanRequest(common.ApiModel):
     )
 
 
+class RunnerResult(common.ApiModel):
+    """How the runner's attempt ended, written by the runner; the operator derives the phase."""
+
+    attempt: int = Field(ge=0, description="The attempt this result belongs to.")
+    phase: Literal["Succeeded", "Failed", "Waiting"] = Field(
+        description="Succeeded, Failed (permanently: not retried) or Waiting (for a human)."
+    )
+    reason: str | None = Field(default=None, max_length=256, description="CamelCase reason.")
+    message: str | None = Field(default=None, max_length=32768, description="Why it ended so.")
+    finished_at: str | None = Field(default=None, description="RFC 3339 time the runner ended.")
+
+
 class FlowRunStatus(common.ApiModel):
     """Observed state of a FlowRun: the run's durable memory."""
 
@@ -173,6 +185,9 @@ class FlowRunStatus(common.ApiModel):
     output: common.JsonValue = Field(default=None, description="Run output (bounded).")
     output_ref: str | None = Field(default=None, description="Where a large output went.")
     usage: common.Usage | None = Field(default=None, description="Usage over the whole run.")
+    result: RunnerResult | None = Field(
+        default=None, description="How the latest runner attempt ended (written by the runner)."
+    )
     message: str | None = Field(default=None, max_length=32768, description="Why it ended so.")
     reason: str | None = Field(default=None, description="CamelCase reason of the end.")
 

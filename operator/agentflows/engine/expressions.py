@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jq
@@ -27,14 +27,37 @@ class ExpressionError(Exception):
     """An expression failed to compile or to evaluate."""
 
 
+_NODE_REF = re.compile(r'\.nodes(?:\.([A-Za-z_][A-Za-z0-9_]*)|\[\s*"([^"\\]+)"\s*\])')
+_NODES_WORD = re.compile(r"\bnodes\b")
+#: A "." that reads the scope root itself (". as $x", ".[]", ".."), not a field of it.
+_ROOT_ACCESS = re.compile(r'(?<![\w\])}"?])\.(?![A-Za-z_])')
+
+
+def referenced_nodes(source: str) -> frozenset[str] | None:
+    """The node ids a jq program reads, or None when it may read any (the whole scope).
+
+    jq parses its input on every evaluation, so handing it only ``.run``, ``.item(s)`` and the
+    nodes a program names keeps a long flow's per-node cost flat. Anything this simple check
+    cannot prove (the root itself, ``.nodes`` as a whole) gets the whole scope.
+    """
+    if _ROOT_ACCESS.search(source):
+        return None
+    refs = _NODE_REF.findall(source)
+    if len(refs) != len(_NODES_WORD.findall(source)):
+        return None
+    return frozenset(a or b for a, b in refs)
+
+
 @dataclasses.dataclass(frozen=True)
 class _Program:
     source: str
     program: Any
+    #: Node ids the program reads (None: all of them).
+    needs: frozenset[str] | None = None
 
-    def run(self, scope_json: str) -> Any:
+    def run(self, scope: Scope) -> Any:
         try:
-            values = self.program.input_text(scope_json).all()
+            values = self.program.input_text(scope.json_for(self.needs)).all()
         except ValueError as exc:
             raise ExpressionError(f"jq {self.source!r}: {_clean(str(exc))}") from exc
         if not values:
@@ -71,7 +94,7 @@ def _clean(message: str) -> str:
 def compile_program(source: str) -> _Program:
     """Compile one jq program; raise ExpressionError with jq's message."""
     try:
-        return _Program(source, jq.compile(source))
+        return _Program(source, jq.compile(source), referenced_nodes(source))
     except ValueError as exc:
         raise ExpressionError(f"jq syntax error in {source!r}: {_clean(str(exc))}") from exc
 
@@ -122,19 +145,27 @@ def _as_text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
+Render = Callable[[frozenset[str] | None], str]
+
+
 class Scope:
-    """The expression scope, serialised once per evaluation burst (jq reads JSON text)."""
+    """The expression scope; jq reads it as JSON text, rendered per set of nodes a program needs."""
 
-    def __init__(self, values: Mapping[str, Any], json_text: str | None = None) -> None:
+    def __init__(self, values: Mapping[str, Any], render: Render | None = None) -> None:
         self.values = values
-        self._json = json_text
+        self._render = render
+        self._texts: dict[frozenset[str] | None, str] = {}
 
-    @property
-    def json(self) -> str:
-        """The scope as JSON text."""
-        if self._json is None:
-            self._json = json.dumps(self.values, ensure_ascii=False, default=str)
-        return self._json
+    def json_for(self, needs: frozenset[str] | None) -> str:
+        """The scope as JSON text, with only the nodes in ``needs`` (None: all)."""
+        text = self._texts.get(needs)
+        if text is None:
+            if self._render is not None:
+                text = self._render(needs)
+            else:
+                text = json.dumps(self.values, ensure_ascii=False, default=str)
+            self._texts[needs] = text
+        return text
 
 
 def evaluate(template: Template, scope: Scope) -> Any:
@@ -143,11 +174,10 @@ def evaluate(template: Template, scope: Scope) -> Any:
         return template.value
     if template.shape == "program":
         assert template.program is not None
-        return template.program.run(scope.json)
+        return template.program.run(scope)
     if template.shape == "interpolation":
         return "".join(
-            part if isinstance(part, str) else _as_text(part.run(scope.json))
-            for part in template.parts
+            part if isinstance(part, str) else _as_text(part.run(scope)) for part in template.parts
         )
     if template.shape == "object":
         return {key: evaluate(child, scope) for key, child in template.children}

@@ -23,8 +23,6 @@ import itertools
 from collections.abc import Iterable
 from typing import Any
 
-import jsonschema
-
 from agentflows.api import documents
 from agentflows.api import flow as flow_api
 from agentflows.engine import capabilities, expressions
@@ -130,6 +128,8 @@ def _node_templates(
 def _check_schema(schema: Any, path: str, out: _Collector) -> None:
     if schema is None:
         return
+    import jsonschema  # only flows with schemas pay for the import
+
     try:
         jsonschema.Draft202012Validator.check_schema(schema)
     except jsonschema.SchemaError as exc:

@@ -14,8 +14,6 @@ import dataclasses
 import datetime as dt
 from typing import TYPE_CHECKING, Any
 
-import jsonschema
-
 from agentflows.api import agent as agent_api
 from agentflows.api import common
 from agentflows.api import flow as flow_api
@@ -286,6 +284,8 @@ def _decided(
         if request.decision == flowrun_api.Decision.REJECT:
             raise _NodeFailed(f"input request rejected by {request.decided_by}", reason="Rejected")
         if spec.input.schema_ is not None:
+            import jsonschema
+
             errors = list(
                 jsonschema.Draft202012Validator(spec.input.schema_).iter_errors(request.data)
             )

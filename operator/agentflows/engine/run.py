@@ -20,8 +20,6 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-import jsonschema
-
 from agentflows.api import common
 from agentflows.api import flow as flow_api
 from agentflows.api import flowrun as flowrun_api
@@ -200,12 +198,21 @@ class ScopeBuilder:
 
     def scope(self, **extra: Any) -> expressions.Scope:
         """The scope ``{run, nodes, ...extra}``."""
-        text = '{"run":' + self._run_json + ',"nodes":{' + ",".join(self._parts.values()) + "}"
-        for key, value in extra.items():
-            text += "," + json.dumps(key) + ":" + json.dumps(value, ensure_ascii=False, default=str)
-        text += "}"
+        tail = "".join(
+            "," + json.dumps(key) + ":" + json.dumps(value, ensure_ascii=False, default=str)
+            for key, value in extra.items()
+        )
+        parts = self._parts
+
+        def render(needs: frozenset[str] | None) -> str:
+            if needs is None:
+                chosen = ",".join(parts.values())
+            else:
+                chosen = ",".join(parts[n] for n in needs if n in parts)
+            return '{"run":' + self._run_json + ',"nodes":{' + chosen + "}" + tail + "}"
+
         values = {"run": self.run_values, "nodes": self._outputs, **extra}
-        return expressions.Scope(values, text)
+        return expressions.Scope(values, render)
 
 
 class _Execution:
@@ -239,52 +246,62 @@ class _Execution:
         return bool(chosen.get("next") == target)
 
     async def execute(self) -> Any:
-        """Run to the end; return the output, raise _Paused or RunStopped."""
+        """Run to the end; return the output, raise _Paused or RunStopped.
+
+        A ready queue: each node counts its unsettled predecessors; when a node settles
+        (succeeds or is skipped), its successors' counts drop, and a node at zero is either
+        started (some edge into it was taken) or skipped (dead-path elimination).
+        """
         from agentflows.engine import nodes  # the node kinds need _Execution; import late
 
-        phases: dict[str, Phase] = {}
-        for node_id in self.compiled.nodes:
+        graph_nodes = self.compiled.nodes
+        settled: set[str] = set()
+        for node_id in graph_nodes:
             record = self.run.checkpoint.nodes.get(self.key(node_id))
             if record is not None and record.phase in FINISHED:
-                phases[node_id] = record.phase
+                settled.add(node_id)
                 if record.phase == Phase.SUCCEEDED:
                     self.scope.add(node_id, record.output)
+        unsettled = {
+            node_id: sum(1 for p in node.predecessors if p not in settled)
+            for node_id, node in graph_nodes.items()
+        }
+        ready = [n for n in graph_nodes if n not in settled and unsettled[n] == 0]
         running: dict[asyncio.Task[Phase], str] = {}
-        waiting: set[str] = set()
+        waiting = False
+
+        def settle(node_id: str) -> None:
+            settled.add(node_id)
+            for successor in graph_nodes[node_id].successors:
+                unsettled[successor] -= 1
+                if unsettled[successor] == 0 and successor not in settled:
+                    ready.append(successor)
+
         try:
-            while True:
-                progressed = True
-                while progressed:
-                    progressed = False
-                    for node_id, node in self.compiled.nodes.items():
-                        if node_id in phases or node_id in waiting or node_id in running.values():
-                            continue
-                        preds = node.predecessors
-                        if any(
-                            phases.get(p) not in (Phase.SUCCEEDED, Phase.SKIPPED) for p in preds
-                        ):
-                            continue
-                        if preds and not any(self._taken(p, node_id) for p in preds):
-                            status = flowrun_api.NodeStatus(
-                                phase=Phase.SKIPPED, finished_at=timestamp()
-                            )
-                            await self.run.save_node(self.key(node_id), status)
-                            self.run.emit("skipped", self.key(node_id), node.kind, status)
-                            phases[node_id] = Phase.SKIPPED
-                            progressed = True
-                            continue
-                        task = asyncio.create_task(nodes.execute(self, node))
-                        running[task] = node_id
+            while ready or running:
+                while ready:
+                    node_id = ready.pop(0)
+                    node = graph_nodes[node_id]
+                    if node.predecessors and not any(
+                        self._taken(p, node_id) for p in node.predecessors
+                    ):
+                        status = flowrun_api.NodeStatus(
+                            phase=Phase.SKIPPED, finished_at=timestamp()
+                        )
+                        await self.run.save_node(self.key(node_id), status)
+                        self.run.emit("skipped", self.key(node_id), node.kind, status)
+                        settle(node_id)
+                        continue
+                    running[asyncio.create_task(nodes.execute(self, node))] = node_id
                 if not running:
                     break
                 done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
                     node_id = running.pop(task)
-                    phase = task.result()
-                    if phase == Phase.WAITING:
-                        waiting.add(node_id)
+                    if task.result() == Phase.WAITING:
+                        waiting = True
                     else:
-                        phases[node_id] = phase
+                        settle(node_id)
         finally:
             for task in running:
                 task.cancel()
@@ -311,6 +328,8 @@ class _Execution:
 def _input_problems(schema: Any, value: Any) -> list[str]:
     if schema is None:
         return []
+    import jsonschema  # only flows with an input schema pay for the import
+
     validator = jsonschema.Draft202012Validator(schema)
     problems = []
     for error in sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path)):

@@ -137,7 +137,11 @@ class CheckpointStore(Protocol):
 
 
 class MemoryStore:
-    """A store in memory: for tests and benchmarks; copies values so callers cannot alias."""
+    """A store in memory, for tests and benchmarks.
+
+    Saves keep the records given (the engine never mutates a record after saving it: it makes
+    a new one), and :meth:`load` returns deep copies, as a new runner would read them.
+    """
 
     def __init__(self) -> None:
         self.checkpoint = Checkpoint()
@@ -159,7 +163,7 @@ class MemoryStore:
     async def save_node(self, key: str, status: flowrun_api.NodeStatus) -> None:
         """Keep a copy of the node record."""
         self._count("node")
-        self.checkpoint.nodes[key] = status.model_copy(deep=True)
+        self.checkpoint.nodes[key] = status
 
     async def save_request(self, request_id: str, request: flowrun_api.HumanRequest) -> None:
         """Keep a new request without overwriting a decision already made."""

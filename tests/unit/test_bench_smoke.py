@@ -1,0 +1,28 @@
+"""Smoke test of bench/engine.py: the quick run finishes and prints every row (never timings)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("langgraph")
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_quick_engine_benchmark_prints_both_graphs_and_the_startup_line() -> None:
+    result = subprocess.run(
+        [sys.executable, "bench/engine.py", "--quick"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    rows = result.stdout.splitlines()
+    assert any(line.startswith("chain-100 ") for line in rows), result.stdout
+    assert any(line.startswith("fanout-1-32-1 ") for line in rows), result.stdout
+    assert any(line.startswith("cli start -> first node: ") for line in rows), result.stdout
