@@ -1,0 +1,222 @@
+"""Build and cache the pinned control-plane binaries: etcd, kube-apiserver, kube-controller-manager.
+
+Called by ``hack/control-plane build`` and, lazily, by :mod:`devcluster.controlplane` when it needs
+the binaries. Kubernetes is built from the Go module proxy through a throwaway wrapper module that
+requires ``k8s.io/kubernetes`` and replaces every staging module (``k8s.io/api`` and friends, read
+at build time from the published ``go.mod`` of that release) by its ``v0.<minor>.<patch>`` tag,
+because the release's own ``go.mod`` points them at ``./staging`` directories that a module
+download does not have. etcd is built the same way, since its ``go.mod`` has ``replace`` lines
+too and ``go install pkg@version`` refuses those.
+
+Binaries land in ``${AGENTFLOWS_BIN_CACHE:-/var/cache/agentflows/bin}/<component>-<version>/``;
+a second run finds them there and returns at once. ``AGENTFLOWS_CONTROL_PLANE_BIN`` names a
+directory holding all three binaries and skips building altogether.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+KUBERNETES_VERSION = "v1.34.4"
+ETCD_VERSION = "v3.6.16"
+
+KUBERNETES_COMMANDS = ("kube-apiserver", "kube-controller-manager")
+BINARY_NAMES = ("etcd", *KUBERNETES_COMMANDS)
+
+_STAGING_REPLACE = re.compile(r"^\s*(k8s\.io/[\w.-]+)\s+=>\s+\./staging/src/k8s\.io/[\w.-]+\s*$")
+
+
+@dataclass(frozen=True)
+class Binaries:
+    """Paths of the three control-plane executables."""
+
+    etcd: Path
+    kube_apiserver: Path
+    kube_controller_manager: Path
+
+
+def cache_root() -> Path:
+    """Return the directory that holds the cached ``<component>-<version>/`` builds."""
+    return Path(os.environ.get("AGENTFLOWS_BIN_CACHE", "/var/cache/agentflows/bin"))
+
+
+def _log(message: str) -> None:
+    print(f"[build] {message}", file=sys.stderr, flush=True)
+
+
+def _go_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["CGO_ENABLED"] = "0"
+    env["GOFLAGS"] = "-mod=mod"
+    env.setdefault("GOWORK", "off")
+    return env
+
+
+def _run_go(args: list[str], cwd: Path) -> str:
+    """Run one go command in ``cwd``; raise with its output when it fails."""
+    completed = subprocess.run(
+        ["go", *args], cwd=cwd, env=_go_env(), capture_output=True, text=True, check=False
+    )
+    if completed.returncode != 0:
+        raise RuntimeError(
+            f"go {' '.join(args)} failed (exit {completed.returncode}):\n"
+            f"{completed.stdout}{completed.stderr}"
+        )
+    return completed.stdout
+
+
+def staging_modules(kubernetes_version: str, workdir: Path) -> list[str]:
+    """Read the staging module names from the published go.mod of ``k8s.io/kubernetes``."""
+    info = json.loads(
+        _run_go(["mod", "download", "-json", f"k8s.io/kubernetes@{kubernetes_version}"], workdir)
+    )
+    modules = [
+        match.group(1)
+        for line in Path(info["GoMod"]).read_text().splitlines()
+        if (match := _STAGING_REPLACE.match(line))
+    ]
+    if not modules:
+        raise RuntimeError(
+            f"no ./staging replace lines in go.mod of kubernetes {kubernetes_version}"
+        )
+    return modules
+
+
+def _staging_version(kubernetes_version: str) -> str:
+    # Staging modules are tagged v0.<minor>.<patch> for kubernetes v1.<minor>.<patch>.
+    return "v0." + kubernetes_version.removeprefix("v1.")
+
+
+def _kubernetes_ldflags(kubernetes_version: str) -> str:
+    major, minor = kubernetes_version.removeprefix("v").split(".")[:2]
+    build_date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    values = {
+        "gitVersion": kubernetes_version,
+        "gitMajor": major,
+        "gitMinor": minor,
+        "gitTreeState": "clean",
+        "buildDate": build_date,
+    }
+    flags = ["-s", "-w"]
+    for package in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        flags += [f"-X {package}.{name}={value}" for name, value in values.items()]
+    return " ".join(flags)
+
+
+def _write_wrapper(workdir: Path, requires: dict[str, str], replaces: dict[str, str]) -> None:
+    lines = ["module agentflows.invalid/cpbuild", "", "go 1.24.0", "", "require ("]
+    lines += [f"\t{module} {version}" for module, version in requires.items()]
+    lines += [")", ""]
+    if replaces:
+        lines += ["replace ("]
+        lines += [f"\t{module} => {module} {version}" for module, version in replaces.items()]
+        lines += [")", ""]
+    (workdir / "go.mod").write_text("\n".join(lines))
+
+
+def _install(built: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = target.with_name(target.name + ".partial")
+    shutil.copy2(built, staging)
+    staging.chmod(0o755)
+    staging.replace(target)
+
+
+def build_kubernetes(version: str = KUBERNETES_VERSION) -> Path:
+    """Build kube-apiserver and kube-controller-manager ``version``; return their directory."""
+    outdir = cache_root() / f"kubernetes-{version}"
+    if all((outdir / name).is_file() for name in KUBERNETES_COMMANDS):
+        return outdir
+    with tempfile.TemporaryDirectory(prefix="agentflows-k8s-build-") as tmp:
+        workdir = Path(tmp)
+        staging_version = _staging_version(version)
+        replaces = {module: staging_version for module in staging_modules(version, workdir)}
+        _write_wrapper(workdir, {"k8s.io/kubernetes": version}, replaces)
+        ldflags = _kubernetes_ldflags(version)
+        for name in KUBERNETES_COMMANDS:
+            if (outdir / name).is_file():
+                continue
+            started = time.monotonic()
+            _log(f"building {name} {version} (staging modules at {staging_version})")
+            out = workdir / name
+            _run_go(
+                [
+                    "build",
+                    "-p",
+                    "2",
+                    "-trimpath",
+                    "-ldflags",
+                    ldflags,
+                    "-o",
+                    str(out),
+                    f"k8s.io/kubernetes/cmd/{name}",
+                ],
+                workdir,
+            )
+            _install(out, outdir / name)
+            size_mib = (outdir / name).stat().st_size / 2**20
+            _log(f"built {name} in {time.monotonic() - started:.0f}s ({size_mib:.1f} MiB)")
+    return outdir
+
+
+def build_etcd(version: str = ETCD_VERSION) -> Path:
+    """Build the etcd server ``version``; return its directory."""
+    outdir = cache_root() / f"etcd-{version}"
+    if (outdir / "etcd").is_file():
+        return outdir
+    with tempfile.TemporaryDirectory(prefix="agentflows-etcd-build-") as tmp:
+        workdir = Path(tmp)
+        _write_wrapper(workdir, {"go.etcd.io/etcd/server/v3": version}, {})
+        started = time.monotonic()
+        _log(f"building etcd {version}")
+        out = workdir / "etcd"
+        _run_go(
+            [
+                "build",
+                "-p",
+                "2",
+                "-trimpath",
+                "-ldflags",
+                "-s -w",
+                "-o",
+                str(out),
+                "go.etcd.io/etcd/server/v3",
+            ],
+            workdir,
+        )
+        _install(out, outdir / "etcd")
+        size_mib = (outdir / "etcd").stat().st_size / 2**20
+        _log(f"built etcd in {time.monotonic() - started:.0f}s ({size_mib:.1f} MiB)")
+    return outdir
+
+
+def ensure_binaries() -> Binaries:
+    """Return the binaries from AGENTFLOWS_CONTROL_PLANE_BIN or the cache, building if needed."""
+    override = os.environ.get("AGENTFLOWS_CONTROL_PLANE_BIN")
+    if override:
+        directory = Path(override)
+        missing = [name for name in BINARY_NAMES if not (directory / name).is_file()]
+        if missing:
+            raise FileNotFoundError(
+                f"AGENTFLOWS_CONTROL_PLANE_BIN={override} lacks {', '.join(missing)}"
+            )
+        return Binaries(
+            directory / "etcd", directory / "kube-apiserver", directory / "kube-controller-manager"
+        )
+    etcd_dir = build_etcd()
+    kubernetes_dir = build_kubernetes()
+    return Binaries(
+        etcd_dir / "etcd",
+        kubernetes_dir / "kube-apiserver",
+        kubernetes_dir / "kube-controller-manager",
+    )

@@ -1,0 +1,495 @@
+"""Start, wait for, inspect and stop the development control plane.
+
+Called by ``hack/control-plane`` (``up``/``down``/``status``/``env``) and by the session fixture in
+``tests/cluster/conftest.py``. :func:`start` runs, each in its own process group with a pid file
+and a log in the state directory: etcd (loopback, data under the state directory, no fsync),
+kube-apiserver (TLS on 127.0.0.1, static-token users, Node+RBAC authorization, service-account
+token issuing), kube-controller-manager (every default controller, per-controller service-account
+credentials) and the process kubelet (:mod:`devcluster.kubelet`). Every port is picked free at
+start, so several control planes (a developer's and a test run's) coexist. :func:`stop` ends all
+of it, including processes the kubelet started for pods, and removes the state directory.
+
+The static users, all with token authentication:
+
+- ``admin`` in ``system:masters`` (also the kubelet's identity, so the Node authorizer is not
+  exercised by the process kubelet);
+- ``alice`` in ``editors``, ``bob`` in ``viewers`` and ``mallory`` in no group, with no RBAC
+  bindings: tests grant them what they need.
+
+Each user has ``<state>/<user>.kubeconfig``; ``admin.kubeconfig`` is the default.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from devcluster import build, pki
+
+DEFAULT_STATE_DIR = Path(os.environ.get("AGENTFLOWS_CP_DIR", "/tmp/agentflows-cp"))
+NODE_NAME = "agentflows-dev"
+SERVICE_CIDR = "10.0.0.0/24"
+SERVICE_IP = "10.0.0.1"
+ISSUER = "https://kubernetes.default.svc.cluster.local"
+
+# name -> groups; every user authenticates with a bearer token from the static token file.
+USERS: dict[str, tuple[str, ...]] = {
+    "admin": ("system:masters",),
+    "alice": ("editors",),
+    "bob": ("viewers",),
+    "mallory": (),
+}
+_CONTROLLER_MANAGER_USER = "system:kube-controller-manager"
+# Order of shutdown: the kubelet first (it stops the pods' processes), etcd last.
+_PROCESS_ORDER = ("kubelet", "kube-controller-manager", "kube-apiserver", "etcd")
+_HACK_DIR = Path(__file__).resolve().parent.parent
+
+
+class ControlPlaneError(RuntimeError):
+    """The control plane did not come up; the message carries the failing process's log tail."""
+
+
+@dataclass
+class ControlPlane:
+    """A running control plane, as recorded in ``<state_dir>/state.json``."""
+
+    state_dir: Path
+    server: str
+    ca_cert: Path
+    tokens: dict[str, str]
+    ports: dict[str, int]
+    pids: dict[str, int] = field(default_factory=dict)
+    node_name: str = NODE_NAME
+    versions: dict[str, str] = field(default_factory=dict)
+
+    def kubeconfig(self, user: str = "admin") -> Path:
+        """Return the kubeconfig path of one of :data:`USERS`."""
+        return self.state_dir / f"{user}.kubeconfig"
+
+    def pods_dir(self) -> Path:
+        """Return the directory under which the kubelet keeps each pod's files and logs."""
+        return self.state_dir / "pods"
+
+    def save(self) -> None:
+        """Write ``state.json`` so that ``status``/``down`` from another process find everything."""
+        data = asdict(self)
+        data["state_dir"] = str(self.state_dir)
+        data["ca_cert"] = str(self.ca_cert)
+        path = self.state_dir / "state.json"
+        path.write_text(json.dumps(data, indent=2))
+        path.chmod(0o600)
+
+    @classmethod
+    def load(cls, state_dir: Path) -> ControlPlane:
+        """Read ``state.json`` from ``state_dir``; raise FileNotFoundError if none is there."""
+        data = json.loads((state_dir / "state.json").read_text())
+        data["state_dir"] = Path(data["state_dir"])
+        data["ca_cert"] = Path(data["ca_cert"])
+        return cls(**data)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _write_kubeconfig(path: Path, server: str, ca_cert: Path, user: str, token: str) -> None:
+    # JSON is valid YAML, and keeps this module free of a YAML dependency.
+    context = "agentflows-dev" if user == "admin" else f"agentflows-dev-{user}"
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "agentflows-dev",
+                "cluster": {"server": server, "certificate-authority": str(ca_cert)},
+            }
+        ],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [
+            {
+                "name": context,
+                "context": {"cluster": "agentflows-dev", "user": user, "namespace": "default"},
+            }
+        ],
+        "current-context": context,
+    }
+    path.write_text(json.dumps(config, indent=2))
+    path.chmod(0o600)
+
+
+def _spawn(cp: ControlPlane, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
+    log = (cp.state_dir / "logs" / f"{name}.log").open("ab")
+    with log:
+        process = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=env,
+            cwd=cp.state_dir,
+        )
+    cp.pids[name] = process.pid
+    (cp.state_dir / "run" / f"{name}.pid").write_text(f"{process.pid}\n")
+    cp.save()
+
+
+def _alive(pid: int) -> bool:
+    with contextlib.suppress(ChildProcessError):
+        # Reap our own child if it already exited, so a zombie does not look alive.
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            return False
+    try:
+        # Field 3 of /proc/<pid>/stat is the state; a zombie (Z) has exited already.
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _log_tail(cp: ControlPlane, name: str, lines: int = 30) -> str:
+    path = cp.state_dir / "logs" / f"{name}.log"
+    if not path.exists():
+        return "(no log)"
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def _ssl_context(ca_cert: Path) -> ssl.SSLContext:
+    return ssl.create_default_context(cafile=str(ca_cert))
+
+
+def api_get(
+    cp: ControlPlane, path: str, user: str = "admin", timeout: float = 5
+) -> tuple[int, str]:
+    """GET ``path`` from the apiserver as ``user``; return (HTTP status, body)."""
+    request = urllib.request.Request(
+        cp.server + path, headers={"Authorization": f"Bearer {cp.tokens[user]}"}
+    )
+    try:
+        with urllib.request.urlopen(
+            request, context=_ssl_context(cp.ca_cert), timeout=timeout
+        ) as response:
+            return int(response.status), response.read().decode()
+    except urllib.error.HTTPError as error:
+        return int(error.code), error.read().decode(errors="replace")
+
+
+def _wait(
+    cp: ControlPlane,
+    what: str,
+    names: tuple[str, ...],
+    check: Callable[[], bool],
+    deadline: float,
+) -> None:
+    """Poll ``check()`` until true; fail early if one of ``names`` died, or at ``deadline``."""
+    while True:
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            if check():
+                return
+        for name in names:
+            if not _alive(cp.pids[name]):
+                raise ControlPlaneError(
+                    f"{name} exited while waiting for {what}; log tail:\n{_log_tail(cp, name)}"
+                )
+        if time.monotonic() > deadline:
+            tails = "\n".join(f"--- {n}:\n{_log_tail(cp, n)}" for n in names)
+            raise ControlPlaneError(f"timed out waiting for {what}\n{tails}")
+        time.sleep(0.5)
+
+
+def _etcd_healthy(cp: ControlPlane) -> bool:
+    url = f"http://127.0.0.1:{cp.ports['etcd']}/health"
+    with urllib.request.urlopen(url, timeout=2) as response:
+        return bool(json.loads(response.read()).get("health") == "true")
+
+
+def _node_ready(cp: ControlPlane) -> bool:
+    status, body = api_get(cp, f"/api/v1/nodes/{cp.node_name}")
+    if status != 200:
+        return False
+    conditions = json.loads(body).get("status", {}).get("conditions", [])
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def _controllers_working(cp: ControlPlane) -> bool:
+    # The serviceaccount and root-ca-cert-publisher controllers have each done their first job.
+    account, _ = api_get(cp, "/api/v1/namespaces/default/serviceaccounts/default")
+    root_ca, _ = api_get(cp, "/api/v1/namespaces/default/configmaps/kube-root-ca.crt")
+    return account == 200 and root_ca == 200
+
+
+def _start_etcd(cp: ControlPlane, binaries: build.Binaries) -> None:
+    client = f"http://127.0.0.1:{cp.ports['etcd']}"
+    peer = f"http://127.0.0.1:{cp.ports['etcd-peer']}"
+    _spawn(
+        cp,
+        "etcd",
+        [
+            str(binaries.etcd),
+            "--name=dev",
+            f"--data-dir={cp.state_dir / 'etcd'}",
+            f"--listen-client-urls={client}",
+            f"--advertise-client-urls={client}",
+            f"--listen-peer-urls={peer}",
+            f"--initial-advertise-peer-urls={peer}",
+            f"--initial-cluster=dev={peer}",
+            "--unsafe-no-fsync",
+            "--log-level=warn",
+        ],
+    )
+
+
+def _start_apiserver(cp: ControlPlane, binaries: build.Binaries, keys: pki.Pki) -> None:
+    _spawn(
+        cp,
+        "kube-apiserver",
+        [
+            str(binaries.kube_apiserver),
+            f"--etcd-servers=http://127.0.0.1:{cp.ports['etcd']}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={cp.ports['kube-apiserver']}",
+            f"--tls-cert-file={keys.apiserver_cert}",
+            f"--tls-private-key-file={keys.apiserver_key}",
+            f"--client-ca-file={keys.ca_cert}",
+            f"--token-auth-file={cp.state_dir / 'tokens.csv'}",
+            f"--service-account-issuer={ISSUER}",
+            f"--api-audiences={ISSUER}",
+            f"--service-account-key-file={keys.service_account_pub}",
+            f"--service-account-signing-key-file={keys.service_account_key}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--authorization-mode=Node,RBAC",
+            "--enable-admission-plugins=NamespaceLifecycle,LimitRanger,ServiceAccount,"
+            "DefaultTolerationSeconds,NodeRestriction,PodSecurity,Priority,ResourceQuota,"
+            "MutatingAdmissionWebhook,ValidatingAdmissionWebhook,ValidatingAdmissionPolicy",
+            "--allow-privileged=true",
+            # The only "node" address is 127.0.0.1, which the endpoints of the kubernetes Service
+            # may not hold; nothing in the dev cluster routes through that Service anyway.
+            "--endpoint-reconciler-type=none",
+            "--kubelet-preferred-address-types=InternalIP,Hostname",
+            "--profiling=false",
+        ],
+    )
+
+
+def _start_controller_manager(cp: ControlPlane, binaries: build.Binaries, keys: pki.Pki) -> None:
+    _spawn(
+        cp,
+        "kube-controller-manager",
+        [
+            str(binaries.kube_controller_manager),
+            f"--kubeconfig={cp.state_dir / 'controller-manager.kubeconfig'}",
+            "--controllers=*",
+            "--leader-elect=false",
+            "--use-service-account-credentials=true",
+            f"--service-account-private-key-file={keys.service_account_key}",
+            f"--root-ca-file={keys.ca_cert}",
+            f"--cluster-signing-cert-file={keys.ca_cert}",
+            f"--cluster-signing-key-file={keys.ca_key}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={cp.ports['kube-controller-manager']}",
+            "--profiling=false",
+        ],
+    )
+
+
+def _start_kubelet(cp: ControlPlane, keys: pki.Pki) -> None:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_HACK_DIR), env.get("PYTHONPATH")]))
+    # Pods run the working tree's Python: put this interpreter's bin directory first on PATH.
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    _spawn(
+        cp,
+        "kubelet",
+        [
+            sys.executable,
+            "-m",
+            "devcluster.kubelet",
+            f"--kubeconfig={cp.kubeconfig('admin')}",
+            f"--state-dir={cp.state_dir}",
+            f"--node-name={cp.node_name}",
+            f"--port={cp.ports['kubelet']}",
+            f"--tls-cert={keys.kubelet_cert}",
+            f"--tls-key={keys.kubelet_key}",
+        ],
+        env=env,
+    )
+
+
+def _prepare(state_dir: Path) -> tuple[ControlPlane, pki.Pki]:
+    if (state_dir / "state.json").exists():
+        raise ControlPlaneError(
+            f"a control plane is already recorded in {state_dir}; run `hack/control-plane down`"
+        )
+    for sub in ("logs", "run", "pods"):
+        (state_dir / sub).mkdir(parents=True, exist_ok=True)
+    state_dir.chmod(0o700)
+    keys = pki.generate(state_dir / "pki", SERVICE_IP)
+    names = ("etcd", "etcd-peer", "kube-apiserver", "kube-controller-manager", "kubelet")
+    ports = {name: _free_port() for name in names}
+    tokens = {user: secrets.token_hex(24) for user in [*USERS, _CONTROLLER_MANAGER_USER]}
+    cp = ControlPlane(
+        state_dir=state_dir,
+        server=f"https://127.0.0.1:{ports['kube-apiserver']}",
+        ca_cert=keys.ca_cert,
+        tokens=tokens,
+        ports=ports,
+        versions={"kubernetes": build.KUBERNETES_VERSION, "etcd": build.ETCD_VERSION},
+    )
+    rows = [f'{tokens[u]},{u},uid-{u},"{",".join(g)}"' for u, g in USERS.items()]
+    rows.append(f"{tokens[_CONTROLLER_MANAGER_USER]},{_CONTROLLER_MANAGER_USER},uid-kcm")
+    (state_dir / "tokens.csv").write_text("\n".join(rows) + "\n")
+    (state_dir / "tokens.csv").chmod(0o600)
+    for user in USERS:
+        _write_kubeconfig(cp.kubeconfig(user), cp.server, cp.ca_cert, user, tokens[user])
+    _write_kubeconfig(
+        state_dir / "controller-manager.kubeconfig",
+        cp.server,
+        cp.ca_cert,
+        _CONTROLLER_MANAGER_USER,
+        tokens[_CONTROLLER_MANAGER_USER],
+    )
+    cp.save()
+    return cp, keys
+
+
+def start(state_dir: Path | None = None, timeout: float = 240) -> ControlPlane:
+    """Start the whole control plane in ``state_dir`` and wait until it serves and a Node is Ready.
+
+    On failure everything started so far is stopped and the state directory removed before the
+    :class:`ControlPlaneError` (with the failing process's log tail) propagates.
+    """
+    binaries = build.ensure_binaries()
+    if state_dir is None:
+        state_dir = DEFAULT_STATE_DIR
+    state_dir = state_dir.resolve()
+    cp, keys = _prepare(state_dir)
+    deadline = time.monotonic() + timeout
+    try:
+        _start_etcd(cp, binaries)
+        _wait(cp, "etcd /health", ("etcd",), lambda: _etcd_healthy(cp), deadline)
+        _start_apiserver(cp, binaries, keys)
+        _wait(
+            cp,
+            "kube-apiserver /readyz",
+            ("etcd", "kube-apiserver"),
+            lambda: api_get(cp, "/readyz")[0] == 200,
+            deadline,
+        )
+        _start_controller_manager(cp, binaries, keys)
+        _start_kubelet(cp, keys)
+        _wait(
+            cp,
+            "the controllers",
+            ("kube-apiserver", "kube-controller-manager"),
+            lambda: _controllers_working(cp),
+            deadline,
+        )
+        _wait(
+            cp,
+            f"Node {cp.node_name} Ready",
+            ("kube-apiserver", "kubelet"),
+            lambda: _node_ready(cp),
+            deadline,
+        )
+    except BaseException:
+        stop(state_dir)
+        raise
+    return cp
+
+
+def _own_process(pid: int, expected: str) -> bool:
+    """Tell whether ``pid`` still runs ``expected`` (guards against a recycled pid)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return False
+    return expected in cmdline
+
+
+def _terminate_group(pid: int, grace: float) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _pod_process_pids(state_dir: Path) -> list[int]:
+    pids = []
+    for pid_file in (state_dir / "pods").glob("*/*.pid"):
+        with contextlib.suppress(ValueError, OSError):
+            pids.append(int(pid_file.read_text().strip()))
+    return pids
+
+
+def stop(state_dir: Path | None = None) -> None:
+    """Stop every process of the control plane in ``state_dir`` and remove the directory."""
+    state_dir = (state_dir or DEFAULT_STATE_DIR).resolve()
+    expected = {
+        "etcd": "etcd",
+        "kube-apiserver": "kube-apiserver",
+        "kube-controller-manager": "kube-controller-manager",
+        "kubelet": "devcluster.kubelet",
+    }
+    for name in _PROCESS_ORDER:
+        pid_file = state_dir / "run" / f"{name}.pid"
+        with contextlib.suppress(ValueError, OSError):
+            pid = int(pid_file.read_text().strip())
+            if _own_process(pid, expected[name]):
+                _terminate_group(pid, grace=10)
+    # The kubelet stops its pods' processes on SIGTERM; these are the ones it could not.
+    for pid in _pod_process_pids(state_dir):
+        if _alive(pid) and _own_process(pid, ""):
+            _terminate_group(pid, grace=2)
+    shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def status(state_dir: Path | None = None) -> dict[str, object]:
+    """Describe the control plane in ``state_dir``: processes alive, readiness, kubeconfig."""
+    state_dir = (state_dir or DEFAULT_STATE_DIR).resolve()
+    try:
+        cp = ControlPlane.load(state_dir)
+    except FileNotFoundError:
+        return {"running": False, "state_dir": str(state_dir)}
+    processes = {name: _alive(pid) for name, pid in cp.pids.items()}
+    try:
+        ready = api_get(cp, "/readyz")[0] == 200
+    except OSError:
+        ready = False
+    return {
+        "running": ready and all(processes.values()),
+        "state_dir": str(state_dir),
+        "server": cp.server,
+        "readyz": ready,
+        "processes": processes,
+        "versions": cp.versions,
+        "kubeconfig": str(cp.kubeconfig("admin")),
+    }
+
+
+def temporary_state_dir() -> Path:
+    """Return a fresh private directory for a control plane (what the test fixture uses)."""
+    return Path(tempfile.mkdtemp(prefix="agentflows-cp-"))
