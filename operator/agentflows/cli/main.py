@@ -20,7 +20,7 @@ from typing import Any
 
 import click
 
-from agentflows.cli import local
+from agentflows.cli import commands_cluster, local
 
 EXIT_FAILED = 1
 EXIT_INVALID = 2
@@ -61,6 +61,10 @@ class _Progress:
 @click.version_option(package_name="agentflows")
 def main() -> None:
     """Run LLM-agent workflows: locally from files, or on Kubernetes as custom resources."""
+
+
+for _command in commands_cluster.COMMANDS:
+    main.add_command(_command)
 
 
 @main.command()
@@ -110,7 +114,14 @@ def _state_json(name: str, outcome: Any, checkpoint: Any) -> dict[str, Any]:
     }
 
 
-def _execute(name: str, snapshot: local.Snapshot, input_value: Any, directory: Path, quiet: bool, trigger: Any = None) -> None:
+def _execute(
+    name: str,
+    snapshot: local.Snapshot,
+    input_value: Any,
+    directory: Path,
+    quiet: bool,
+    trigger: Any = None,
+) -> None:
     from agentflows.engine import graph, run, store
 
     resolver = snapshot.resolver()
@@ -130,14 +141,22 @@ def _execute(name: str, snapshot: local.Snapshot, input_value: Any, directory: P
             observer=_Progress(quiet),
         )
     )
-    click.echo(json.dumps(_state_json(name, outcome, file_store.read()), indent=2, ensure_ascii=False))
+    click.echo(
+        json.dumps(_state_json(name, outcome, file_store.read()), indent=2, ensure_ascii=False)
+    )
     phase = outcome.phase.value
     if phase == "Waiting":
         pending = [rid for rid, r in file_store.read().requests.items() if r.decision is None]
         for rid in pending:
-            _err(f"run {name} waits for request {rid!r}: agentflows resume {name} --request {rid} --decision approve|reject")
+            _err(
+                f"run {name} waits for request {rid!r}: "
+                f"agentflows resume {name} --request {rid} --decision approve|reject"
+            )
         sys.exit(EXIT_WAITING)
-    _err(f"run {name} {phase}" + (f": {outcome.message}" if outcome.message and phase != "Succeeded" else ""))
+    _err(
+        f"run {name} {phase}"
+        + (f": {outcome.message}" if outcome.message and phase != "Succeeded" else "")
+    )
     if phase != "Succeeded":
         sys.exit(EXIT_FAILED)
 
@@ -145,11 +164,22 @@ def _execute(name: str, snapshot: local.Snapshot, input_value: Any, directory: P
 @main.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
 @click.option("--flow", "flow_name", help="Flow to run when the files hold several.")
-@click.option("--input", "inputs", multiple=True, metavar="KEY=VALUE", help="Input field (VALUE parsed as JSON when it is).")
+@click.option(
+    "--input",
+    "inputs",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Input field (VALUE parsed as JSON when it is).",
+)
 @click.option("--input-json", help="The whole input as JSON.")
-@click.option("--dry-run", is_flag=True, help="Use the deterministic mock model and tools; call nothing.")
+@click.option(
+    "--dry-run", is_flag=True, help="Use the deterministic mock model and tools; call nothing."
+)
 @click.option("--name", "run_name", help="Run name (default: <flow>-<random>).")
-@click.option("--state-dir", help="Where run state is kept (default: $AGENTFLOWS_STATE_DIR or .agentflows/runs).")
+@click.option(
+    "--state-dir",
+    help="Where run state is kept (default: $AGENTFLOWS_STATE_DIR or .agentflows/runs).",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
 def run(
     files: tuple[Path, ...],
@@ -209,12 +239,18 @@ def run(
 
 @main.command()
 @click.argument("run_name")
-@click.option("--decision", type=click.Choice(["approve", "reject", "edit", "respond"]), help="The decision (default: respond with --data, edit with --edits).")
+@click.option(
+    "--decision",
+    type=click.Choice(["approve", "reject", "edit", "respond"]),
+    help="The decision (default: respond with --data, edit with --edits).",
+)
 @click.option("--request", "request_id", help="Request to decide when several are pending.")
 @click.option("--edits", help="Replacement arguments as JSON (decision edit).")
 @click.option("--data", help="Answer as JSON (input requests).")
 @click.option("--comment", help="A comment kept with the decision.")
-@click.option("--by", "decided_by", default=lambda: os.environ.get("USER", "local"), help="Who decides.")
+@click.option(
+    "--by", "decided_by", default=lambda: os.environ.get("USER", "local"), help="Who decides."
+)
 @click.option("--state-dir", help="Where run state is kept.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
 def resume(
@@ -272,10 +308,14 @@ def _decision_fields(
         raise local.UsageError("the run has no pending request")
     if request_id is None:
         if len(pending) != 1:
-            raise local.UsageError(f"several requests pending ({', '.join(pending)}); choose one with --request")
+            raise local.UsageError(
+                f"several requests pending ({', '.join(pending)}); choose one with --request"
+            )
         request_id = next(iter(pending))
     if request_id not in pending:
-        raise local.UsageError(f"no pending request {request_id!r} (pending: {', '.join(pending) or 'none'})")
+        raise local.UsageError(
+            f"no pending request {request_id!r} (pending: {', '.join(pending) or 'none'})"
+        )
     values: dict[str, Any] = {"decided_by": decided_by, "comment": comment}
     for option, text in (("edits", edits), ("data", data)):
         if text is not None:
@@ -289,11 +329,54 @@ def _decision_fields(
     if data is not None and request.schema_ is not None:
         errors = list(jsonschema.Draft202012Validator(request.schema_).iter_errors(values["data"]))
         if errors:
-            raise local.UsageError(f"--data does not match the request's schema: {errors[0].message}")
+            raise local.UsageError(
+                f"--data does not match the request's schema: {errors[0].message}"
+            )
     if request.kind.value == "input" and decision == "approve":
         raise local.UsageError("an input request needs --data (or --decision reject)")
     values["decision"] = decision
     return request_id, values
+
+
+@main.command()
+@click.option("--namespace", required=True, help="Namespace of the FlowRun.")
+@click.option("--flowrun", required=True, help="Name of the FlowRun to run.")
+def runner(namespace: str, flowrun: str) -> None:
+    """Run one attempt of a FlowRun in its pod (exit 0 Succeeded, 1 Failed, 3 Waiting)."""
+    from agentflows.runner import main as runner_main
+
+    sys.exit(runner_main.main(namespace, flowrun))
+
+
+@main.command("operator")
+@click.option(
+    "--namespace",
+    "namespaces",
+    multiple=True,
+    help="Namespace to watch (repeatable; default: $AGENTFLOWS_NAMESPACES, else all).",
+)
+@click.option("--metrics-port", default=8080, show_default=True, help="Port of /metrics (0: off).")
+@click.option("--kubeconfig", help="Kubeconfig (default: $KUBECONFIG, ~/.kube/config, in-cluster).")
+@click.option("--workers", default=8, show_default=True, help="Concurrent reconciles.")
+def operator_command(
+    namespaces: tuple[str, ...], metrics_port: int, kubeconfig: str | None, workers: int
+) -> None:
+    """Run the Kubernetes operator (reconciles Agents, Flows and FlowRuns)."""
+    import logging
+
+    from agentflows.controller import main as operator_main
+    from agentflows.controller import settings as operator_settings
+
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    config = operator_settings.OperatorConfig(
+        namespaces=namespaces or operator_settings.namespaces_from_env(),
+        runner_image=operator_settings.runner_image_from_env(),
+        metrics_port=metrics_port or None,
+        workers=workers,
+    )
+    asyncio.run(operator_main.run(config, kubeconfig))
 
 
 if __name__ == "__main__":

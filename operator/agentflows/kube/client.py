@@ -95,7 +95,9 @@ def load_config(path: str | None = None, context: str | None = None) -> Config:
     ctx_name = context or doc.get("current-context")
     ctx = next(c["context"] for c in doc["contexts"] if c["name"] == ctx_name)
     cluster = next(c["cluster"] for c in doc["clusters"] if c["name"] == ctx["cluster"])
-    user: dict[str, Any] = next((u["user"] for u in doc.get("users", []) if u["name"] == ctx.get("user")), {})
+    user: dict[str, Any] = next(
+        (u["user"] for u in doc.get("users", []) if u["name"] == ctx.get("user")), {}
+    )
     base = Path(candidate).parent
 
     def file_of(entry: dict[str, Any], key: str, suffix: str) -> str | None:
@@ -178,19 +180,15 @@ class Client:
             headers["Content-Type"] = content_type
         return headers
 
-    async def request(
+    async def _send(
         self,
         method: str,
         path: str,
-        body: Any = None,
-        *,
-        params: dict[str, Any] | None = None,
-        content_type: str | None = None,
-    ) -> Any:
-        """Send one request, retrying transient failures; return the decoded JSON."""
-        content = None if body is None else json.dumps(body).encode()
-        if content is not None and content_type is None:
-            content_type = "application/json"
+        content: bytes | None,
+        params: dict[str, Any] | None,
+        content_type: str | None,
+    ) -> httpx.Response:
+        """Send one request, retrying transient failures with capped exponential backoff."""
         delay = 0.2
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.retry_seconds
@@ -204,7 +202,7 @@ class Client:
                     headers=self._headers(content_type),
                 )
                 if response.status_code < 400:
-                    return response.json() if response.content else None
+                    return response
                 error = _error_of(response)
             except httpx.TransportError as exc:
                 error = ApiError(0, "Unreachable", f"{type(exc).__name__}: {exc}")
@@ -213,6 +211,27 @@ class Client:
             log.info("%s %s: %s; retrying in %.1fs", method, path, error.reason, delay)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        params: dict[str, Any] | None = None,
+        content_type: str | None = None,
+    ) -> Any:
+        """Send a JSON request; return the decoded JSON answer."""
+        content = None if body is None else json.dumps(body).encode()
+        if content is not None and content_type is None:
+            content_type = "application/json"
+        response = await self._send(method, path, content, params, content_type)
+        return response.json() if response.content else None
+
+    async def request_text(self, method: str, path: str, **params: Any) -> str:
+        """A request whose answer is text (pod logs)."""
+        response = await self._send(method, path, None, params or None, None)
+        return response.text
 
     async def get(self, path: str, **params: Any) -> Any:
         """GET."""

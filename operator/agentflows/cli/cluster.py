@@ -1,0 +1,186 @@
+"""Cluster commands of the CLI: start, get, watch and logs, over the kube client.
+
+They talk to the API server with the caller's kubeconfig, so they can do exactly what the
+caller's RBAC allows. Offloaded outputs (``outputRef``) are fetched back from their ConfigMaps
+so ``agentflows get`` always shows the whole output.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from agentflows.api import flowrun as flowrun_api
+from agentflows.kube import client as kube
+
+TERMINAL = {"Succeeded", "Failed", "Cancelled"}
+
+
+def run_path(namespace: str, name: str | None = None) -> str:
+    """API path of FlowRuns."""
+    return kube.path_of("flowruns", namespace, name)
+
+
+async def start(
+    api: kube.Client, namespace: str, flow: str, value: Any, *, name: str | None = None
+) -> dict[str, Any]:
+    """Create a FlowRun of ``flow`` (a manual run: never de-duplicated)."""
+    metadata: dict[str, Any] = {"name": name} if name else {"generateName": f"{flow}-"}
+    metadata["labels"] = {"agentflows.io/flow": flow}
+    body = {
+        "apiVersion": "agentflows.io/v1alpha1",
+        "kind": "FlowRun",
+        "metadata": metadata,
+        "spec": {"flow": flow, "input": value, "trigger": {"type": "manual"}},
+    }
+    created: dict[str, Any] = await api.create(run_path(namespace), body)
+    return created
+
+
+async def get_run(api: kube.Client, namespace: str, name: str) -> dict[str, Any]:
+    """The FlowRun object."""
+    found: dict[str, Any] = await api.get(run_path(namespace, name))
+    return found
+
+
+async def resolve_outputs(api: kube.Client, namespace: str, run: dict[str, Any]) -> dict[str, Any]:
+    """The run's status with every offloaded output read back in place."""
+    from agentflows.kube import status_store
+
+    status = dict(run.get("status") or {})
+    nodes = {}
+    for key, record in (status.get("nodes") or {}).items():
+        record = dict(record)
+        if record.get("outputRef"):
+            record["output"] = await status_store.read_output(api, namespace, record["outputRef"])
+        nodes[key] = record
+    status["nodes"] = nodes
+    if status.get("outputRef"):
+        status["output"] = await status_store.read_output(api, namespace, status["outputRef"])
+    return status
+
+
+def summary(run: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
+    """What ``agentflows get`` prints as JSON."""
+    return {
+        "name": run["metadata"]["name"],
+        "namespace": run["metadata"].get("namespace"),
+        "flow": run["spec"]["flow"],
+        "phase": status.get("phase"),
+        "reason": status.get("reason"),
+        "message": status.get("message"),
+        "attempt": status.get("attempt"),
+        "startTime": status.get("startTime"),
+        "completionTime": status.get("completionTime"),
+        "output": status.get("output"),
+        "usage": status.get("usage"),
+        "nodes": status.get("nodes", {}),
+        "requests": status.get("requests", {}),
+    }
+
+
+def render_table(info: dict[str, Any]) -> str:
+    """A human-readable view of a run."""
+    lines = [
+        f"{info['namespace']}/{info['name']}  flow {info['flow']}  phase {info['phase']}"
+        f"  attempt {info['attempt']}",
+    ]
+    if info.get("message"):
+        lines.append(f"  {info['reason']}: {info['message']}")
+    for key, record in info["nodes"].items():
+        took = ""
+        if record.get("startedAt") and record.get("finishedAt"):
+            from agentflows.engine import run as run_mod
+
+            seconds = (
+                run_mod.parse_time(record["finishedAt"]) - run_mod.parse_time(record["startedAt"])
+            ).total_seconds()
+            took = f" {seconds:.2f}s"
+        error = f"  error: {record['error']}" if record.get("error") else ""
+        lines.append(f"  {record.get('phase', '?'):<9} {key}{took}{error}")
+    for rid, request in info["requests"].items():
+        state = request.get("decision") or "pending"
+        lines.append(f"  request {rid} ({request.get('kind')}): {request.get('message')} [{state}]")
+    if info.get("output") is not None:
+        lines.append("output: " + json.dumps(info["output"], ensure_ascii=False)[:4000])
+    return "\n".join(lines)
+
+
+async def follow(
+    api: kube.Client, namespace: str, name: str, *, give_up_after: float
+) -> AsyncIterator[dict[str, Any]]:
+    """Yield the FlowRun each time it changes, until it is terminal or waiting or time is up."""
+    deadline = time.monotonic() + give_up_after
+    run = await get_run(api, namespace, name)
+    yield run
+    while time.monotonic() < deadline:
+        if (run.get("status") or {}).get("phase") in TERMINAL | {"Waiting"}:
+            return
+        remaining = max(1, int(deadline - time.monotonic()))
+        try:
+            async for event in api.watch(
+                run_path(namespace),
+                fieldSelector=f"metadata.name={name}",
+                resource_version=run["metadata"]["resourceVersion"],
+                timeout_seconds=min(remaining, 60),
+            ):
+                if event.get("type") in ("ADDED", "MODIFIED"):
+                    run = event["object"]
+                    yield run
+                    if (run.get("status") or {}).get("phase") in TERMINAL | {"Waiting"}:
+                        return
+                elif event.get("type") == "ERROR":
+                    break
+        except kube.ApiError as exc:
+            if not exc.retryable and exc.status != 410:
+                raise
+        run = await get_run(api, namespace, name)
+        yield run
+
+
+def node_changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """Lines describing node phase changes between two statuses."""
+    lines = []
+    old = (before.get("status") or {}).get("nodes") or {}
+    for key, record in ((after.get("status") or {}).get("nodes") or {}).items():
+        if (old.get(key) or {}).get("phase") != record.get("phase"):
+            lines.append(f"  {record.get('phase'):<9} {key}")
+    old_phase = (before.get("status") or {}).get("phase")
+    new_phase = (after.get("status") or {}).get("phase")
+    if new_phase != old_phase and new_phase:
+        lines.append(f"run {after['metadata']['name']} {new_phase}")
+    return lines
+
+
+async def logs(api: kube.Client, namespace: str, name: str, attempt: int | None) -> str:
+    """The runner's log for an attempt (default: the current one)."""
+    if attempt is None:
+        run = await get_run(api, namespace, name)
+        attempt = int((run.get("status") or {}).get("attempt") or 1)
+    pod = f"{name}-{attempt}"
+    path = kube.path_of("pods", namespace, pod, sub="log")
+    text: str = await api.request_text("GET", path)
+    return text
+
+
+def exit_code(phase: str | None) -> int:
+    """Exit code for a phase: 0 Succeeded, 1 Failed/Cancelled, 3 Waiting, 4 still running."""
+    if phase == flowrun_api.RunPhase.SUCCEEDED:
+        return 0
+    if phase == flowrun_api.RunPhase.WAITING:
+        return 3
+    if phase in TERMINAL:
+        return 1
+    return 4
+
+
+def run_async(coro: Any) -> Any:
+    """Run a coroutine; Ctrl-C exits quietly."""
+    try:
+        return asyncio.run(coro)
+    except KeyboardInterrupt:
+        sys.exit(130)

@@ -1,0 +1,185 @@
+"""A run's snapshot: the Flow, Agents and sub-flows as they were when the run started.
+
+The operator calls :func:`build_snapshot` (fed from the API through a plain lookup) and
+:func:`write_snapshot` before it creates the first runner pod; the runner calls
+:func:`read_snapshot`. The ConfigMap ``<run>-snapshot`` is owned by the FlowRun and holds
+``data["snapshot.json"] = {"flow": NAME, "flows": {NAME: spec}, "agents": {NAME: spec}}``
+(wire JSON of the specs), the same shape as the local ``<run>.snapshot.json`` of
+:mod:`agentflows.cli.local`. Edits to a Flow or an Agent never change a started run.
+
+A reference that cannot be resolved is left out rather than refused: compiling the Flow in
+the runner then fails the run with reason InvalidFlow and a message naming the missing
+Agent or Flow, which is where a user looks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from agentflows.api import agent as agent_api
+from agentflows.api import flow as flow_api
+from agentflows.engine import graph
+from agentflows.kube import client as kube_client
+from agentflows.kube import status_store
+
+#: The ConfigMap key holding the snapshot JSON.
+SNAPSHOT_KEY = "snapshot.json"
+
+#: ``lookup(kind, name)``: the wire JSON of the Agent's or Flow's spec (or the whole object
+#: with a ``spec`` key), or None when there is no such resource. ``kind`` is "Agent" or "Flow".
+Lookup = Callable[[str, str], Mapping[str, Any] | None]
+
+
+class SnapshotError(Exception):
+    """The snapshot cannot be built or read (permanent: the run cannot start from it)."""
+
+
+def snapshot_name(run: str) -> str:
+    """Name of the snapshot ConfigMap of run ``run``."""
+    return f"{run}-snapshot"
+
+
+def lookup_in(
+    flows: Mapping[str, Mapping[str, Any]], agents: Mapping[str, Mapping[str, Any]]
+) -> Lookup:
+    """A :data:`Lookup` over dictionaries of Flows and Agents by name (e.g. listed from the API)."""
+
+    def lookup(kind: str, name: str) -> Mapping[str, Any] | None:
+        return (flows if kind == "Flow" else agents).get(name)
+
+    return lookup
+
+
+def _spec_of(found: Mapping[str, Any]) -> dict[str, Any]:
+    spec = found.get("spec") if "spec" in found and "kind" in found else found
+    copy: dict[str, Any] = json.loads(json.dumps(spec))  # a deep, JSON-clean copy
+    return copy
+
+
+def _flow_references(spec: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """Agent and Flow names a Flow spec (wire JSON) names in its nodes."""
+    agents: list[str] = []
+    flows: list[str] = []
+    for node in spec.get("nodes") or []:
+        bodies = [node, node.get("map") or {}]
+        for body in bodies:
+            if (body.get("agent") or {}).get("name"):
+                agents.append(body["agent"]["name"])
+            if (body.get("tool") or {}).get("agent"):
+                agents.append(body["tool"]["agent"])
+            if (body.get("flow") or {}).get("name"):
+                flows.append(body["flow"]["name"])
+    return agents, flows
+
+
+def build_snapshot(flow_name: str, lookup: Lookup) -> dict[str, Any]:
+    """Collect Flow ``flow_name`` and every Agent and sub-flow reachable from it.
+
+    Reachable: agents of agent, tool and map nodes; sub-flows of flow and map nodes; an
+    Agent's ``subAgents`` and ``subFlows``; and so on transitively. Raises
+    :class:`SnapshotError` when the Flow itself does not exist.
+    """
+    root = lookup("Flow", flow_name)
+    if root is None:
+        raise SnapshotError(f'no Flow "{flow_name}"')
+    flows: dict[str, Any] = {}
+    agents: dict[str, Any] = {}
+    pending_flows = [flow_name]
+    pending_agents: list[str] = []
+    while pending_flows or pending_agents:
+        if pending_flows:
+            name = pending_flows.pop()
+            found = None if name in flows else lookup("Flow", name)
+            if found is None:
+                continue
+            flows[name] = _spec_of(found)
+            agent_names, flow_names = _flow_references(flows[name])
+            pending_agents += agent_names
+            pending_flows += flow_names
+            continue
+        name = pending_agents.pop()
+        found = None if name in agents else lookup("Agent", name)
+        if found is None:
+            continue
+        agents[name] = _spec_of(found)
+        pending_agents += list(agents[name].get("subAgents") or [])
+        pending_flows += list(agents[name].get("subFlows") or [])
+    return {"flow": flow_name, "flows": flows, "agents": agents}
+
+
+async def write_snapshot(
+    client: kube_client.Client, flowrun: Mapping[str, Any], snapshot: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Create ``<run>-snapshot`` owned by the FlowRun; an existing one is kept (idempotent).
+
+    Returns the ConfigMap as stored: the first snapshot of a run wins, so an operator that
+    restarts and writes again never changes what a running run sees.
+    """
+    meta = flowrun["metadata"]
+    run = meta["name"]
+    labels = {
+        "app.kubernetes.io/managed-by": "agentflows",
+        "agentflows.io/run": status_store.label_value(run),
+        "agentflows.io/flow": status_store.label_value(str(snapshot["flow"])),
+    }
+    body = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": snapshot_name(run),
+            "namespace": meta["namespace"],
+            "labels": labels,
+            "ownerReferences": [
+                {
+                    "apiVersion": flowrun.get("apiVersion", "agentflows.io/v1alpha1"),
+                    "kind": "FlowRun",
+                    "name": run,
+                    "uid": meta["uid"],
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "data": {SNAPSHOT_KEY: json.dumps(snapshot, ensure_ascii=False, sort_keys=True)},
+    }
+    stored: dict[str, Any] = await client.create_or_get(
+        kube_client.path_of("configmaps", meta["namespace"]), body
+    )
+    return stored
+
+
+@dataclasses.dataclass
+class RunSnapshot:
+    """A snapshot as the runner reads it: the Flow to run and what it can reach."""
+
+    flow: str
+    flows: dict[str, Any]
+    agents: dict[str, Any]
+
+    def resolver(self) -> graph.StaticResolver:
+        """A resolver over the snapshot; raises pydantic's ValidationError on a bad spec."""
+        return graph.StaticResolver(
+            {n: agent_api.AgentSpec.model_validate(s) for n, s in self.agents.items()},
+            {n: flow_api.FlowSpec.model_validate(s) for n, s in self.flows.items()},
+        )
+
+
+async def read_snapshot(client: kube_client.Client, namespace: str, run: str) -> RunSnapshot:
+    """Read ``<run>-snapshot``; raise :class:`SnapshotError` when it is missing or malformed."""
+    path = kube_client.path_of("configmaps", namespace, snapshot_name(run))
+    try:
+        obj = await client.get(path)
+    except kube_client.ApiError as exc:
+        if exc.not_found:
+            raise SnapshotError(f"ConfigMap {namespace}/{snapshot_name(run)} is missing") from exc
+        raise
+    try:
+        data = json.loads((obj.get("data") or {})[SNAPSHOT_KEY])
+        return RunSnapshot(str(data["flow"]), dict(data["flows"]), dict(data["agents"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SnapshotError(
+            f'ConfigMap {namespace}/{snapshot_name(run)}: data["{SNAPSHOT_KEY}"] is not '
+            f'{{"flow": NAME, "flows": {{...}}, "agents": {{...}}}}: {exc}'
+        ) from exc

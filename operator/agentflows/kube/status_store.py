@@ -1,0 +1,418 @@
+"""The FlowRun-status checkpoint store: a run's durable state lives in its FlowRun's status.
+
+The runner passes a :class:`StatusStore` to :func:`agentflows.engine.run.run_flow`; the CLI
+(``agentflows get``) calls :func:`read_output` to show an offloaded output. The store passes the
+engine's contract suite (``tests/cluster/test_status_store.py`` runs it on a real API server).
+
+What is written, and how (see ``kube/NOTES.md`` for who owns which key):
+
+- Only the runner's keys: ``nodes``, ``requests.<id>`` (question fields), ``output``/``outputRef``,
+  ``usage``, ``currentNode`` and ``result``. No write carries a resourceVersion, so the operator's
+  and the humans' concurrent writes never conflict with ours and are never overwritten.
+- Whole values (a node record, the run output, a request's schema or proposal) are replaced with
+  a JSON patch ``add`` at their path, not a merge patch: a merge patch would merge a new output
+  into the old one key by key, and would turn every ``null`` inside an output into a deletion.
+  Typed fields that must merge with another writer's (request questions beside the human's
+  decision, ``result``) go as JSON merge patches that never carry a null for a key we don't own.
+- The FlowRun stays small whatever the outputs: a node output, node detail (a paused agent's
+  conversation), run output, request schema or proposal whose JSON exceeds ``offload_threshold``
+  bytes goes to ConfigMaps ``<run>-out-<sha1(key)[:10]>-<part>`` owned by the FlowRun (deleted
+  with it by the garbage collector), in parts of at most 512 KiB of UTF-8. An output is then
+  referenced as ``outputRef: "configmap:<prefix>:<parts>"`` with a short text preview in
+  ``output``; detail, schema and proposal (free-form, with no ref field of their own) become the
+  marker ``{"$offloaded": "configmap:<prefix>:<parts>"}``. :meth:`StatusStore.load` fetches them
+  back, so the engine always sees full values. Errors and messages are truncated instead: they
+  are for people, and the engine never reads them back.
+- The run record is the FlowRun itself (``spec.input``, ``spec.trigger``, ``status.startTime``),
+  so :meth:`StatusStore.save_run` has nothing of its own to write: it only makes sure
+  ``status.nodes`` exists, which tells a later :meth:`StatusStore.load` that the run started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from agentflows.api import common
+from agentflows.api import flowrun as flowrun_api
+from agentflows.engine import run as run_mod
+from agentflows.engine import store
+from agentflows.kube import client as kube_client
+
+#: Largest part of an offloaded value, in bytes of UTF-8 (a ConfigMap holds at most 1 MiB).
+PART_BYTES = 512 * 1024
+#: Characters of an offloaded output kept in ``output`` as a preview for people.
+PREVIEW_CHARS = 256
+#: Characters kept of a node error, a result message or a request's message and summary.
+TEXT_LIMIT = 4096
+#: Key of the marker that stands in for an offloaded free-form value.
+OFFLOADED = "$offloaded"
+#: Prefix of every offload reference.
+REF_SCHEME = "configmap"
+#: Parallel ConfigMap writes and reads of one offloaded value.
+_PARALLEL_PARTS = 4
+
+_TERMINAL_RESULTS = ("Succeeded", "Failed")
+_QUESTION_FIELDS = (
+    "node",
+    "kind",
+    "message",
+    "summary",
+    "approvers",
+    "requested_at",
+    "expires_at",
+    "on_timeout",
+    "error",
+)
+_FREE_FORM_QUESTION_FIELDS = ("schema_", "proposal")
+
+
+class OffloadError(Exception):
+    """An offload reference is malformed or its ConfigMaps are gone (permanent)."""
+
+
+def _pointer(*parts: str) -> str:
+    """A JSON pointer (RFC 6901) to ``/status/<parts...>``."""
+    escaped = (p.replace("~", "~0").replace("/", "~1") for p in parts)
+    return "/status/" + "/".join(escaped)
+
+
+def _truncate(text: str | None, limit: int = TEXT_LIMIT) -> str | None:
+    if text is None or len(text) <= limit:
+        return text
+    return text[: limit - 16] + " …(truncated)"
+
+
+def _json_text(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _split_utf8(text: str, limit: int) -> list[str]:
+    """Split ``text`` into strings of at most ``limit`` bytes of UTF-8, never inside a character."""
+    data = text.encode()
+    parts: list[str] = []
+    start = 0
+    while start < len(data):
+        end = min(start + limit, len(data))
+        while end < len(data) and (data[end] & 0xC0) == 0x80:  # a continuation byte
+            end -= 1
+        parts.append(data[start:end].decode())
+        start = end
+    return parts or [""]
+
+
+def offload_prefix(run: str, key: str) -> str:
+    """Name prefix of the ConfigMaps holding the value stored under ``key`` of run ``run``."""
+    digest = hashlib.sha1(key.encode()).hexdigest()[:10]
+    # 253 is the limit on object names; "-out-" + digest + "-" + 4 digits take 20 of it
+    return f"{run[:233]}-out-{digest}"
+
+
+def label_value(value: str) -> str:
+    """``value`` made a valid label value (<= 63 characters), keeping it readable."""
+    if len(value) <= 63:
+        return value
+    return value[:52].rstrip("-.") + "-" + hashlib.sha1(value.encode()).hexdigest()[:10]
+
+
+def _parse_ref(ref: str) -> tuple[str, int]:
+    scheme, _, rest = ref.partition(":")
+    prefix, _, count = rest.rpartition(":")
+    if scheme != REF_SCHEME or not prefix or not count.isdigit():
+        raise OffloadError(f'offload reference "{ref}" is not "configmap:<prefix>:<parts>"')
+    return prefix, int(count)
+
+
+async def read_output(client: kube_client.Client, namespace: str, ref: str) -> Any:
+    """Read back a value offloaded to ConfigMaps, given its ``configmap:<prefix>:<parts>``."""
+    prefix, count = _parse_ref(ref)
+    limit = asyncio.Semaphore(_PARALLEL_PARTS)
+
+    async def part(index: int) -> str:
+        async with limit:
+            try:
+                obj = await client.get(
+                    kube_client.path_of("configmaps", namespace, f"{prefix}-{index}")
+                )
+            except kube_client.ApiError as exc:
+                if exc.not_found:
+                    raise OffloadError(f"ConfigMap {namespace}/{prefix}-{index} is gone") from exc
+                raise
+        return str((obj.get("data") or {}).get(f"part-{index:04d}", ""))
+
+    texts = await asyncio.gather(*(part(i) for i in range(count)))
+    return json.loads("".join(texts))
+
+
+class StatusStore:
+    """A :class:`~agentflows.engine.store.CheckpointStore` over one FlowRun's status."""
+
+    def __init__(
+        self,
+        client: kube_client.Client,
+        namespace: str,
+        name: str,
+        *,
+        offload_threshold: int = 8192,
+    ) -> None:
+        self.client = client
+        self.namespace = namespace
+        self.name = name
+        self.offload_threshold = offload_threshold
+        self._path = kube_client.path_of("flowruns", namespace, name)
+        self._status_path = kube_client.path_of("flowruns", namespace, name, sub="status")
+        #: The FlowRun as last read (for its uid and labels); None until the first read.
+        self._flowrun: dict[str, Any] | None = None
+        #: The node last written to status.currentNode by this store.
+        self.current_node: str | None = None
+        #: True once this store wrote an outcome (and with it the attempt's result).
+        self.outcome_saved = False
+        # orders currentNode writes against the outcome, which clears currentNode for good
+        self._progress = asyncio.Lock()
+
+    # ----- reading ---------------------------------------------------------------------------
+
+    async def flowrun(self) -> dict[str, Any]:
+        """The FlowRun, read once and cached (offload writes need its uid and flow)."""
+        if self._flowrun is None:
+            self._flowrun = await self.client.get(self._path)
+        return self._flowrun
+
+    async def load(self) -> store.Checkpoint:
+        """Rebuild the checkpoint from the FlowRun, fetching offloaded values back."""
+        self._flowrun = obj = await self.client.get(self._path)
+        spec = obj.get("spec") or {}
+        status = obj.get("status") or {}
+        checkpoint = store.Checkpoint()
+        if _started(status):
+            checkpoint.run = store.RunRecord(
+                name=self.name,
+                input=spec.get("input"),
+                trigger=spec.get("trigger"),
+                started_at=status.get("startTime")
+                or obj["metadata"].get("creationTimestamp")
+                or run_mod.timestamp(),
+            )
+        nodes = status.get("nodes") or {}
+        records = await asyncio.gather(*(self._node_of(v) for v in nodes.values()))
+        checkpoint.nodes = dict(zip(nodes, records, strict=True))
+        requests = status.get("requests") or {}
+        parsed = await asyncio.gather(*(self._request_of(v) for v in requests.values()))
+        checkpoint.requests = dict(zip(requests, parsed, strict=True))
+        result = status.get("result") or {}
+        if result.get("phase") in _TERMINAL_RESULTS:
+            output = status.get("output")
+            if status.get("outputRef"):
+                output = await read_output(self.client, self.namespace, status["outputRef"])
+            checkpoint.outcome = store.Outcome(
+                phase=flowrun_api.RunPhase(result["phase"]),
+                output=output,
+                message=result.get("message"),
+                reason=result.get("reason"),
+                completed_at=result.get("finishedAt"),
+                usage=common.Usage.model_validate(status.get("usage") or {}),
+            )
+        return checkpoint
+
+    async def _restore(self, value: Any) -> Any:
+        if isinstance(value, dict) and set(value) == {OFFLOADED}:
+            return await read_output(self.client, self.namespace, str(value[OFFLOADED]))
+        return value
+
+    async def _node_of(self, wire: dict[str, Any]) -> flowrun_api.NodeStatus:
+        data = dict(wire)
+        if data.get("outputRef"):
+            data["output"] = await read_output(self.client, self.namespace, data.pop("outputRef"))
+        data["detail"] = await self._restore(data.get("detail"))
+        return flowrun_api.NodeStatus.model_validate(data)
+
+    async def _request_of(self, wire: dict[str, Any]) -> flowrun_api.HumanRequest:
+        data = dict(wire)
+        for field in ("schema", "proposal"):
+            data[field] = await self._restore(data.get(field))
+        return flowrun_api.HumanRequest.model_validate(data)
+
+    # ----- writing ---------------------------------------------------------------------------
+
+    async def save_run(self, record: store.RunRecord) -> None:
+        """Mark the run as started (the record itself is the FlowRun's spec and startTime)."""
+        await self.client.merge_patch(self._status_path, {"status": {"nodes": {}}})
+
+    async def save_node(self, key: str, status: flowrun_api.NodeStatus) -> None:
+        """Replace the node's record; a Running record also names it in ``currentNode``."""
+        wire = status.to_wire()
+        wire.pop("outputRef", None)
+        if status.output is not None:
+            output, ref = await self._bounded_output(key, status.output)
+            wire["output"] = output
+            if ref is not None:
+                wire["outputRef"] = ref
+        if status.detail is not None:
+            wire["detail"] = await self._bounded_value(f"{key}:detail", status.detail)
+        if status.error is not None:
+            wire["error"] = _truncate(status.error)
+        ops = [{"op": "add", "path": _pointer("nodes", key), "value": wire}]
+        if status.phase == flowrun_api.NodePhase.RUNNING:
+            ops.append({"op": "add", "path": _pointer("currentNode"), "value": key})
+        await self._add(ops, parents={"nodes": {}})
+        if status.phase == flowrun_api.NodePhase.RUNNING:
+            self.current_node = key
+
+    async def save_request(self, request_id: str, request: flowrun_api.HumanRequest) -> None:
+        """Write the question fields of a request; a human's decision fields stay untouched."""
+        wire = request.to_wire()
+        question = {}
+        for field in _QUESTION_FIELDS:
+            alias = _alias(field)
+            if alias in wire:
+                question[alias] = wire[alias]
+        for alias in ("message", "summary", "error"):
+            if alias in question:
+                question[alias] = _truncate(question[alias])
+        await self.client.merge_patch(
+            self._status_path, {"status": {"requests": {request_id: question}}}
+        )
+        ops = []
+        for field in _FREE_FORM_QUESTION_FIELDS:
+            value = getattr(request, field)
+            if value is not None:
+                alias = _alias(field)
+                bounded = await self._bounded_value(f"{request_id}:{alias}", value)
+                ops.append(
+                    {"op": "add", "path": _pointer("requests", request_id, alias), "value": bounded}
+                )
+        if ops:
+            await self.client.json_patch(self._status_path, ops)
+
+    async def save_outcome(self, outcome: store.Outcome) -> None:
+        """Write the run output, usage and ``result`` for the current attempt."""
+        obj = await self.client.get(self._path)
+        attempt = int((obj.get("status") or {}).get("attempt") or 0)
+        output, ref = (None, None)
+        if outcome.output is not None:
+            output, ref = await self._bounded_output(":output", outcome.output)
+        result = flowrun_api.RunnerResult(
+            attempt=attempt,
+            phase=outcome.phase.value,  # the engine ends in Succeeded, Failed or Waiting
+            reason=_truncate(outcome.reason, 256),
+            message=_truncate(outcome.message),
+            finished_at=outcome.completed_at or run_mod.timestamp(),
+        )
+        ops: list[dict[str, Any]] = [
+            {"op": "add", "path": _pointer("output"), "value": output},
+            # a null "add" on a typed field removes it (the API server prunes nulls)
+            {"op": "add", "path": _pointer("outputRef"), "value": ref},
+            {"op": "add", "path": _pointer("usage"), "value": outcome.usage.to_wire()},
+            {"op": "add", "path": _pointer("currentNode"), "value": None},
+            {"op": "add", "path": _pointer("result"), "value": result.to_wire()},
+        ]
+        async with self._progress:
+            await self._add(ops, parents={})
+            self.current_node = None
+            self.outcome_saved = True
+
+    async def save_current_node(self, key: str) -> None:
+        """Name a node running now in ``status.currentNode`` (not after the outcome)."""
+        async with self._progress:
+            if self.outcome_saved:
+                return
+            await self.client.merge_patch(self._status_path, {"status": {"currentNode": key}})
+            self.current_node = key
+
+    async def _add(self, ops: list[dict[str, Any]], *, parents: dict[str, Any]) -> None:
+        """Apply JSON patch ``add`` operations, creating the parent objects when missing.
+
+        ``add`` fails (422) when its parent object does not exist yet; a merge patch of empty
+        objects creates the parents without changing any that exist, and the add is retried.
+        """
+        try:
+            await self.client.json_patch(self._status_path, ops)
+        except kube_client.ApiError as exc:
+            if exc.status != 422:
+                raise
+            await self.client.merge_patch(self._status_path, {"status": parents})
+            await self.client.json_patch(self._status_path, ops)
+
+    # ----- offload ---------------------------------------------------------------------------
+
+    async def _bounded_output(self, key: str, value: Any) -> tuple[Any, str | None]:
+        """``(output, outputRef)`` for the status: the value itself, or a preview and a ref."""
+        text = _json_text(value)
+        if len(text.encode()) <= self.offload_threshold:
+            return value, None
+        ref = await self._offload(key, text)
+        preview = text[:PREVIEW_CHARS] + "…"
+        return preview, ref
+
+    async def _bounded_value(self, key: str, value: Any) -> Any:
+        """A free-form value for the status: itself, or the offload marker."""
+        text = _json_text(value)
+        if len(text.encode()) <= self.offload_threshold:
+            return value
+        return {OFFLOADED: await self._offload(key, text)}
+
+    async def _offload(self, key: str, text: str) -> str:
+        """Write ``text`` to ConfigMaps owned by the FlowRun and return its reference."""
+        obj = await self.flowrun()
+        prefix = offload_prefix(self.name, key)
+        parts = _split_utf8(text, PART_BYTES)
+        owner = {
+            "apiVersion": obj["apiVersion"],
+            "kind": obj["kind"],
+            "name": self.name,
+            "uid": obj["metadata"]["uid"],
+        }
+        labels = {
+            "app.kubernetes.io/managed-by": "agentflows",
+            "agentflows.io/run": label_value(self.name),
+            "agentflows.io/output": prefix.rsplit("-", 1)[-1],
+        }
+        flow = (obj.get("spec") or {}).get("flow")
+        if flow:
+            labels["agentflows.io/flow"] = label_value(flow)
+        limit = asyncio.Semaphore(_PARALLEL_PARTS)
+
+        async def write(index: int, part: str) -> None:
+            body = {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {
+                    "name": f"{prefix}-{index}",
+                    "namespace": self.namespace,
+                    "labels": labels,
+                    "ownerReferences": [owner],
+                },
+                "data": {f"part-{index:04d}": part},
+            }
+            async with limit:
+                await _create_or_replace(self.client, self.namespace, body)
+
+        await asyncio.gather(*(write(i, p) for i, p in enumerate(parts)))
+        return f"{REF_SCHEME}:{prefix}:{len(parts)}"
+
+
+async def _create_or_replace(
+    client: kube_client.Client, namespace: str, body: dict[str, Any]
+) -> None:
+    """Create a ConfigMap; when it exists (a rewrite of the same key), replace its data."""
+    try:
+        await client.create(kube_client.path_of("configmaps", namespace), body)
+    except kube_client.ApiError as exc:
+        if not exc.conflict:
+            raise
+        path = kube_client.path_of("configmaps", namespace, body["metadata"]["name"])
+        await client.merge_patch(path, {"data": body["data"]})
+
+
+def _started(status: dict[str, Any]) -> bool:
+    """True once the operator or a runner has started the run."""
+    keys: Sequence[str] = ("startTime", "nodes", "requests", "result", "output", "outputRef")
+    return any(k in status for k in keys)
+
+
+def _alias(field: str) -> str:
+    alias = flowrun_api.HumanRequest.model_fields[field].alias
+    return alias or field

@@ -1,0 +1,320 @@
+"""``agentflows runner`` as a process against a real API server, fed as the operator feeds it.
+
+Each test creates a FlowRun (no Flow object: the runner reads only the snapshot), the snapshot
+ConfigMap and ``status.attempt`` by hand, runs ``agentflows runner`` with the admin kubeconfig,
+and looks at the exit status, the FlowRun's status and what the python tools wrote to a file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+import signal
+import sys
+import textwrap
+from asyncio.subprocess import PIPE
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentflows.kube import client as kube_client
+from agentflows.kube import snapshot as snapshot_mod
+from tests.cluster.harness import Cluster, wait_for
+from tests.cluster.kube_fixtures import (  # noqa: F401  (fixtures)
+    crds,
+    create_flowrun,
+    get_flowrun,
+    kube,
+    kube_namespace,
+    patch_status,
+    unique,
+)
+
+pytestmark = pytest.mark.cluster
+
+#: A python tool that appends its "mark" to the file "log", optionally blocks while the file
+#: "block" exists, and answers {"n": 2 * n}.
+TOOL_SCRIPT = textwrap.dedent("""
+    import json, os, sys, time
+    args = json.load(sys.stdin)
+    with open(args["log"], "a") as handle:
+        handle.write(args["mark"] + "\\n")
+    while args.get("block") and os.path.exists(args["block"]):
+        time.sleep(0.2)
+    print(json.dumps({"n": 2 * (args.get("n") or 0)}))
+""")
+
+
+def _tool(node_id: str, log: Path, **args: Any) -> dict[str, Any]:
+    return {
+        "id": node_id,
+        "tool": {
+            "python": {"script": TOOL_SCRIPT, "timeoutSeconds": 300},
+            "args": {"log": str(log), "mark": node_id, **args},
+        },
+    }
+
+
+def _marks(log: Path) -> list[str]:
+    return log.read_text().splitlines() if log.exists() else []
+
+
+@dataclasses.dataclass
+class Finished:
+    """How a runner process ended."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+class Runs:
+    """Creates FlowRuns with snapshots and runs ``agentflows runner`` on them."""
+
+    def __init__(self, cluster: Cluster, api: kube_client.Client, namespace: str) -> None:
+        self.cluster = cluster
+        self.api = api
+        self.namespace = namespace
+
+    async def create(self, flow: dict[str, Any], input_value: Any = None) -> str:
+        """A FlowRun of ``flow`` with a hand-written snapshot ConfigMap, at attempt 1."""
+        name = unique("run")
+        obj = await create_flowrun(
+            self.api, self.namespace, name, flow="f", input_value=input_value
+        )
+        snapshot = {"flow": "f", "flows": {"f": flow}, "agents": {}}
+        await self.api.create(
+            kube_client.path_of("configmaps", self.namespace),
+            {
+                "metadata": {
+                    "name": f"{name}-snapshot",
+                    "ownerReferences": [
+                        {
+                            "apiVersion": "agentflows.io/v1alpha1",
+                            "kind": "FlowRun",
+                            "name": name,
+                            "uid": obj["metadata"]["uid"],
+                        }
+                    ],
+                },
+                "data": {"snapshot.json": json.dumps(snapshot)},
+            },
+        )
+        await self.attempt(name, 1)
+        return name
+
+    async def attempt(self, name: str, attempt: int) -> None:
+        """Start an attempt, as the operator does before it creates the pod."""
+        await patch_status(self.api, self.namespace, name, {"attempt": attempt})
+
+    def command(self, name: str) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "agentflows.cli.main",
+            "runner",
+            "--namespace",
+            self.namespace,
+            "--flowrun",
+            name,
+        ]
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "KUBECONFIG": str(self.cluster.kubeconfig())}
+
+    async def start(self, name: str) -> asyncio.subprocess.Process:
+        """Start the runner."""
+        return await asyncio.create_subprocess_exec(
+            *self.command(name), env=self.env(), stdout=PIPE, stderr=PIPE
+        )
+
+    async def run(self, name: str) -> Finished:
+        """Run the runner to its end."""
+        process = await self.start(name)
+        stdout, stderr = await asyncio.wait_for(process.communicate(), 300)
+        assert process.returncode is not None
+        return Finished(process.returncode, stdout.decode(), stderr.decode())
+
+    async def status(self, name: str) -> dict[str, Any]:
+        status: dict[str, Any] = (await get_flowrun(self.api, self.namespace, name))["status"]
+        return status
+
+
+@pytest.fixture
+async def runs(
+    control_plane: Cluster,
+    kube: kube_client.Client,  # noqa: F811
+    kube_namespace: str,  # noqa: F811
+) -> Runs:
+    return Runs(control_plane, kube, kube_namespace)
+
+
+async def test_transform_and_python_tool_flow_succeeds_with_nodes_in_status(
+    runs: Runs, tmp_path: Path
+) -> None:
+    log = tmp_path / "calls.log"
+    flow = {
+        "input": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]},
+        "nodes": [
+            _tool("double", log, n="=.run.input.n"),
+            {"id": "inc", "transform": "=.nodes.double.json.n + 1"},
+        ],
+        "output": "=.nodes.inc.json",
+    }
+    name = await runs.create(flow, {"n": 20})
+    done = await runs.run(name)
+    assert done.returncode == 0, done.stderr
+    status = await runs.status(name)
+    assert status["result"]["phase"] == "Succeeded"
+    assert status["result"]["attempt"] == 1
+    assert status["output"] == 41
+    assert {k: v["phase"] for k, v in status["nodes"].items()} == {
+        "double": "Succeeded",
+        "inc": "Succeeded",
+    }
+    assert status["nodes"]["double"]["output"]["json"] == {"n": 40}
+    assert "currentNode" not in status
+    assert _marks(log) == ["double"]
+    lines = [line for line in done.stdout.splitlines() if " node " in line]
+    assert len(lines) == 2 and "double (tool) succeeded" in lines[0]
+
+
+async def test_approval_waits_then_a_second_runner_finishes_without_rerunning_nodes(
+    runs: Runs, tmp_path: Path
+) -> None:
+    log = tmp_path / "calls.log"
+    flow = {
+        "nodes": [
+            _tool("before", log),
+            {"id": "gate", "approval": {"message": "go?", "approvers": {"groups": ["editors"]}}},
+            _tool("after", log),
+        ]
+    }
+    name = await runs.create(flow)
+
+    first = await runs.run(name)
+    assert first.returncode == 3, first.stderr
+    status = await runs.status(name)
+    assert status["result"] == {**status["result"], "phase": "Waiting", "attempt": 1}
+    request = status["requests"]["gate"]
+    assert (request["kind"], request["message"], request["node"]) == ("approval", "go?", "gate")
+    assert request["approvers"]["groups"] == ["editors"]
+    assert "decision" not in request
+    assert status["nodes"]["before"]["phase"] == "Succeeded"
+    assert status["nodes"]["gate"]["phase"] == "Waiting"
+
+    await patch_status(
+        runs.api,
+        runs.namespace,
+        name,
+        {"requests": {"gate": {"decision": "approve", "decidedBy": "alice"}}},
+    )
+    await runs.attempt(name, 2)
+    second = await runs.run(name)
+    assert second.returncode == 0, second.stderr
+    status = await runs.status(name)
+    assert status["result"]["phase"] == "Succeeded" and status["result"]["attempt"] == 2
+    assert status["requests"]["gate"]["decidedBy"] == "alice"
+    assert status["nodes"]["gate"]["output"]["json"]["decision"] == "approve"
+    assert _marks(log) == ["before", "after"]
+
+
+async def test_invalid_flow_in_the_snapshot_fails_the_run_with_reason_invalid_flow(
+    runs: Runs,
+) -> None:
+    flow = {"nodes": [{"id": "ask", "agent": {"name": "ghost", "prompt": "hi"}}]}
+    name = await runs.create(flow)
+    done = await runs.run(name)
+    assert done.returncode == 1, done.stderr
+    result = (await runs.status(name))["result"]
+    assert (result["phase"], result["reason"]) == ("Failed", "InvalidFlow")
+    assert "ghost" in result["message"]
+
+
+async def test_sigterm_leaves_no_result_and_the_next_attempt_redoes_only_the_node_in_flight(
+    runs: Runs, tmp_path: Path
+) -> None:
+    log, block = tmp_path / "calls.log", tmp_path / "block"
+    block.touch()
+    flow = {"nodes": [_tool("first", log), _tool("slow", log, block=str(block))]}
+    name = await runs.create(flow)
+
+    process = await runs.start(name)
+    try:
+
+        def started() -> bool:
+            return _marks(log) == ["first", "slow"]
+
+        await asyncio.to_thread(wait_for, started, 120, "the slow node to start")
+        process.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(process.wait(), 60) == 143
+    finally:
+        if process.returncode is None:
+            process.kill()
+    status = await runs.status(name)
+    assert "result" not in status
+    assert status["nodes"]["slow"]["phase"] == "Running"
+    assert status["currentNode"] == "slow"
+
+    block.unlink()
+    await runs.attempt(name, 2)
+    done = await runs.run(name)
+    assert done.returncode == 0, done.stderr
+    status = await runs.status(name)
+    assert status["nodes"]["slow"]["attempts"] == 2
+    assert _marks(log) == ["first", "slow", "slow"]
+
+
+async def test_snapshot_written_by_the_operator_helpers_runs_and_is_written_once(
+    runs: Runs, tmp_path: Path
+) -> None:
+    log = tmp_path / "calls.log"
+    flows = {"main": {"nodes": [{"id": "sub", "flow": {"name": "child", "input": 1}}]}}
+    flows["child"] = {"nodes": [_tool("leaf", log)]}
+    flows["unrelated"] = {"nodes": [{"id": "x", "transform": "=1"}]}
+    snap = snapshot_mod.build_snapshot("main", snapshot_mod.lookup_in(flows, {}))
+    assert sorted(snap["flows"]) == ["child", "main"]
+    name = unique("run")
+    obj = await create_flowrun(runs.api, runs.namespace, name, flow="main")
+    await snapshot_mod.write_snapshot(runs.api, obj, snap)
+    changed = {**snap, "flows": {**snap["flows"], "child": flows["unrelated"]}}
+    await snapshot_mod.write_snapshot(runs.api, obj, changed)
+    read = await snapshot_mod.read_snapshot(runs.api, runs.namespace, name)
+    assert read.flows == snap["flows"]
+    await runs.attempt(name, 1)
+    done = await runs.run(name)
+    assert done.returncode == 0, done.stderr
+    status = await runs.status(name)
+    assert status["nodes"]["sub/leaf"]["phase"] == "Succeeded"
+    assert _marks(log) == ["leaf"]
+
+
+def test_snapshot_collects_every_agent_and_flow_reachable_from_the_flow() -> None:
+    flows = {
+        "main": {
+            "nodes": [
+                {"id": "a", "agent": {"name": "writer", "prompt": "p"}},
+                {"id": "t", "tool": {"agent": "tooler", "name": "search"}},
+                {"id": "m", "map": {"items": "=[]", "flow": {"name": "per-item"}}},
+                {"id": "s", "flow": {"name": "sub"}},
+            ]
+        },
+        "per-item": {"nodes": [{"id": "x", "map": {"items": "=[]", "agent": {"name": "mapper"}}}]},
+        "sub": {"nodes": [{"id": "y", "transform": "=1"}]},
+        "from-agent": {"nodes": [{"id": "z", "agent": {"name": "writer", "prompt": "p"}}]},
+        "unreached": {"nodes": []},
+    }
+    agents = {
+        "writer": {"subAgents": ["helper"], "subFlows": ["from-agent"]},
+        "helper": {},
+        "tooler": {},
+        "mapper": {},
+        "unused": {},
+    }
+    snap = snapshot_mod.build_snapshot("main", snapshot_mod.lookup_in(flows, agents))
+    assert snap["flow"] == "main"
+    assert sorted(snap["flows"]) == ["from-agent", "main", "per-item", "sub"]
+    assert sorted(snap["agents"]) == ["helper", "mapper", "tooler", "writer"]
