@@ -224,11 +224,12 @@ async def _human(
     if pending is not None:
         request = execution.run.checkpoint.requests[pending]
         if request.expires_at and run_mod.now() >= run_mod.parse_time(request.expires_at):
-            return _expired(pending, request, is_input)
+            return _unless_unrouted_rejection(execution, node, _expired(pending, request, is_input))
         return _Waiting(pending)
     resume = _resume_of(execution, previous)
     if resume is not None:
-        return _decided(resume.request, node.spec, is_input)
+        result = _decided(resume.request, node.spec, is_input)
+        return _unless_unrouted_rejection(execution, node, result)
     expires = None
     if gate.timeout_seconds is not None:
         expires = run_mod.timestamp(run_mod.now() + dt.timedelta(seconds=gate.timeout_seconds))
@@ -245,6 +246,28 @@ async def _human(
         on_timeout=gate.on_timeout.value,
     )
     return _Waiting(await _persist_request(execution, key, request))
+
+
+def _unless_unrouted_rejection(
+    execution: run_mod._Execution, node: graph.CompiledNode, result: Result
+) -> Result:
+    """A rejected approval with no branch after it ends the run: Failed, reason Rejected.
+
+    Failed rather than Succeeded because whatever waits for the run to succeed (kubectl wait,
+    a pipeline, an alert) must not take "a human said no" for "the work was done". A flow that
+    expects rejections routes them with a branch on ``.nodes.<id>.json.decision``.
+    """
+    if node.kind != "approval" or not isinstance(result, capabilities.NodeResult):
+        return result
+    decision = (result.output.get("json") or {}).get("decision")
+    if decision != flowrun_api.Decision.REJECT.value:
+        return result
+    successors = execution.compiled.nodes[node.id].successors
+    if any(execution.compiled.nodes[s].kind == "branch" for s in successors):
+        return result
+    data = result.output["json"]
+    comment = f": {data['comment']}" if data.get("comment") else ""
+    raise _NodeFailed(f"rejected by {data.get('decidedBy')}{comment}", reason="Rejected")
 
 
 def _expired(request_id: str, request: flowrun_api.HumanRequest, is_input: bool) -> Result:

@@ -151,6 +151,9 @@ async def test_expired_approval_applies_on_timeout_reject() -> None:
     spec = flow_spec("""
 nodes:
   - {id: review, approval: {message: "ship?", timeoutSeconds: 1, onTimeout: reject}}
+  - {id: route, branch: {value: "=.nodes.review.json.decision", cases: {approve: ok}, default: stop}}
+  - {id: ok, transform: "=1"}
+  - {id: stop, transform: "=0"}
 output: "=.nodes.review.json"
 """)
     st = store.MemoryStore()
@@ -253,3 +256,31 @@ async def test_each_node_is_checkpointed_before_its_dependants_start() -> None:
 
     await run_once(chain(4), st, Spy())
     assert seen == [set(), {"n0"}, {"n0", "n1"}, {"n0", "n1", "n2"}]
+
+
+async def test_rejection_with_no_branch_ends_the_run_failed_with_reason_rejected() -> None:
+    spec = flow_spec("""
+nodes:
+  - {id: review, approval: {message: "ship?"}}
+  - {id: ship, tool: {python: {script: x}}}
+""")
+    st = store.MemoryStore()
+    host = CountingHost()
+    await run_once(spec, st, host)
+    await st.decide("review", decision="reject", comment="too risky", decided_by="dave")
+    outcome = await run_once(spec, st, host)
+    assert outcome.phase == RunPhase.FAILED and outcome.reason == "Rejected"
+    assert outcome.message == 'node "review" failed: rejected by dave: too risky'
+    assert not host.calls
+
+
+async def test_expired_approval_with_no_branch_ends_the_run_rejected() -> None:
+    spec = flow_spec("""
+nodes:
+  - {id: review, approval: {message: "ship?", timeoutSeconds: 1, onTimeout: reject}}
+""")
+    st = store.MemoryStore()
+    await run_once(spec, st, CountingHost())
+    await asyncio.sleep(1.1)
+    outcome = await run_once(spec, st, CountingHost())
+    assert outcome.reason == "Rejected" and "agentflows:timeout" in (outcome.message or "")
