@@ -170,3 +170,188 @@ def logs(run_name: str, attempt: int | None, namespace: str | None, kubeconfig: 
 
 
 COMMANDS = [start, get, watch, logs]
+
+
+@click.command()
+@click.option("-A", "--all-namespaces", is_flag=True, help="Requests in every namespace.")
+@click.option("--flow", help="Only runs of this Flow.")
+@namespace_option
+@kubeconfig_option
+def requests(
+    all_namespaces: bool, flow: str | None, namespace: str | None, kubeconfig: str | None
+) -> None:
+    """List pending human requests: namespace, run, flow, request, kind, message, age."""
+    from agentflows.cli import cluster
+    from agentflows.cli import requests as requests_mod
+    from agentflows.kube import client as kube
+
+    api = _client(kubeconfig)
+    ns = None if all_namespaces else (namespace or api.config.namespace)
+
+    async def go() -> None:
+        async with api:
+            try:
+                runs = await requests_mod.list_runs(api, ns, flow)
+            except kube.ApiError as exc:
+                _fail(exc)
+            rows = []
+            for run in runs:
+                for rid, request in requests_mod.pending_requests(run).items():
+                    summary = request.get("summary") or ""
+                    rows.append(
+                        (
+                            run["metadata"]["namespace"],
+                            run["metadata"]["name"],
+                            run["spec"]["flow"],
+                            rid,
+                            request.get("kind", ""),
+                            request.get("message", "") + (f" ({summary})" if summary else ""),
+                            requests_mod.age(request.get("requestedAt")),
+                        )
+                    )
+            header = ("NAMESPACE", "RUN", "FLOW", "REQUEST", "KIND", "MESSAGE", "AGE")
+            widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(6)]
+            for row in [header, *rows]:
+                click.echo(
+                    "  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=False))
+                    + "  "
+                    + row[6]
+                )
+
+    cluster.run_async(go())
+
+
+_DECIDE_HELP = {
+    "approve": "Approve a run's pending request (RUN [ID]), or all of a Flow's (--all --flow).",
+    "reject": "Reject a run's pending request (RUN [ID]), or all of a Flow's (--all --flow).",
+    "respond": "Answer a run's input request with --data JSON (checked against its schema).",
+}
+
+
+def _json_options(edits: str | None, data: str | None) -> dict[str, Any]:
+    parsed: dict[str, Any] = {}
+    for option, text in (("edits", edits), ("data", data)):
+        if text is not None:
+            try:
+                parsed[option] = json.loads(text)
+            except ValueError as exc:
+                _fail(local.UsageError(f"--{option} is not JSON: {exc}"))
+    return parsed
+
+
+def _pick_request(run: dict[str, Any], request_id: str | None, parsed: dict[str, Any]) -> str:
+    from agentflows.cli import requests as requests_mod
+
+    pending = requests_mod.pending_requests(run)
+    names = ", ".join(pending) or "none"
+    if request_id is None and len(pending) != 1:
+        _fail(local.UsageError(f"{len(pending)} requests pending ({names}); name one"))
+    chosen = request_id or next(iter(pending))
+    if chosen not in pending:
+        _fail(local.UsageError(f"no pending request {chosen!r} (pending: {names})"))
+    schema = pending[chosen].get("schema")
+    if "data" in parsed and schema is not None:
+        import jsonschema
+
+        errors = list(jsonschema.Draft202012Validator(schema).iter_errors(parsed["data"]))
+        if errors:
+            _fail(local.UsageError(f"--data does not match the schema: {errors[0].message}"))
+    return chosen
+
+
+async def _decide(
+    api: Any,
+    ns: str,
+    target: str | None,
+    request_id: str | None,
+    flow: str | None,
+    decision: str,
+    comment: str | None,
+    parsed: dict[str, Any],
+) -> int:
+    from agentflows.cli import cluster
+    from agentflows.cli import requests as requests_mod
+
+    who = await requests_mod.whoami(api)
+    if target is None:
+        runs = await requests_mod.list_runs(api, ns, flow)
+        rows = await requests_mod.decide_all(
+            api, runs, decision=decision, decided_by=who, comment=comment
+        )
+        for name, rid, error in rows:
+            click.echo(f"{name} {rid}: " + (f"denied: {error}" if error else decision))
+        failed = sum(1 for row in rows if row[2])
+        click.echo(f"{len(rows) - failed} request(s) decided {decision} by {who}", err=True)
+        return 1 if failed else 0
+    run = await cluster.get_run(api, ns, target)
+    rid = _pick_request(run, request_id, parsed)
+    await requests_mod.decide(
+        api,
+        ns,
+        target,
+        rid,
+        decision=decision,
+        decided_by=who,
+        comment=comment,
+        edits=parsed.get("edits"),
+        data=parsed.get("data"),
+    )
+    click.echo(f"{target} {rid}: {decision} by {who}")
+    return 0
+
+
+def _decide_command(decision: str) -> click.Command:
+    @click.command(decision, help=_DECIDE_HELP[decision])
+    @click.argument("run_name", required=False)
+    @click.argument("request_id", required=False)
+    @click.option("--comment", help="A comment kept with the decision.")
+    @click.option("--edits", help="Replacement arguments as JSON (edit a proposed action).")
+    @click.option("--data", help="The answer as JSON (input requests).")
+    @click.option("--all", "all_runs", is_flag=True, help="Every pending request of --flow.")
+    @click.option("--flow", help="With --all: the Flow whose runs to decide.")
+    @namespace_option
+    @kubeconfig_option
+    def command(
+        run_name: str | None,
+        request_id: str | None,
+        comment: str | None,
+        edits: str | None,
+        data: str | None,
+        all_runs: bool,
+        flow: str | None,
+        namespace: str | None,
+        kubeconfig: str | None,
+    ) -> None:
+        from agentflows.cli import cluster
+        from agentflows.kube import client as kube
+
+        if all_runs == (run_name is not None) or (all_runs and not flow):
+            _fail(local.UsageError("give RUN [ID], or --all --flow NAME"))
+        parsed = _json_options(edits, data)
+        if decision == "respond" and "data" not in parsed:
+            _fail(local.UsageError("respond needs --data JSON"))
+        chosen = "edit" if decision == "approve" and "edits" in parsed else decision
+        api = _client(kubeconfig)
+
+        async def go() -> int:
+            async with api:
+                try:
+                    ns = namespace or api.config.namespace
+                    return await _decide(
+                        api, ns, run_name, request_id, flow, chosen, comment, parsed
+                    )
+                except kube.ApiError as exc:
+                    click.echo(f"error: {exc.message or exc}", err=True)
+                    return 1
+
+        sys.exit(cluster.run_async(go()))
+
+    return command
+
+
+COMMANDS += [
+    requests,
+    _decide_command("approve"),
+    _decide_command("reject"),
+    _decide_command("respond"),
+]
