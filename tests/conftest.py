@@ -3,3 +3,5 @@
 import os
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+from tests.support.fixtures import *  # noqa: F403

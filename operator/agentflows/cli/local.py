@@ -76,11 +76,15 @@ def validate_loaded(loaded: documents.LoadResult) -> list[documents.Problem]:
         for problem in graph.validate(resource.spec, resolver):
             problems.append(dataclasses.replace(problem, source=source))
     for run in loaded.resources:
-        if run.kind == "FlowRun" and resolver.flow(run.spec.flow) is None and loaded.of_kind(
-            flow_api.Flow
+        if (
+            run.kind == "FlowRun"
+            and resolver.flow(run.spec.flow) is None
+            and loaded.of_kind(flow_api.Flow)
         ):
             problems.append(
-                documents.Problem("spec.flow", f'no Flow "{run.spec.flow}"', f"FlowRun {run.metadata.name}")
+                documents.Problem(
+                    "spec.flow", f'no Flow "{run.spec.flow}"', f"FlowRun {run.metadata.name}"
+                )
             )
     return problems
 
@@ -92,7 +96,9 @@ def pick_flow(loaded: documents.LoadResult, name: str | None) -> flow_api.Flow:
         for candidate in flows:
             if candidate.metadata.name == name:
                 return candidate  # type: ignore[no-any-return]
-        raise UsageError(f'no Flow "{name}" in the files (have: {graph.names(f.metadata.name for f in flows)})')
+        raise UsageError(
+            f'no Flow "{name}" in the files (have: {graph.names(f.metadata.name for f in flows)})'
+        )
     if len(flows) != 1:
         raise UsageError(
             f"the files hold {len(flows)} Flows; choose one with --flow "
@@ -130,7 +136,9 @@ def new_run_name(flow_name: str) -> str:
     return f"{flow_name}-{secrets.token_hex(3)}"
 
 
-def models_used(spec: flow_api.FlowSpec, resolver: capabilities.Resolver, seen: set[str] | None = None) -> list[agent_api.ModelSpec]:
+def models_used(
+    spec: flow_api.FlowSpec, resolver: capabilities.Resolver, seen: set[str] | None = None
+) -> list[agent_api.ModelSpec]:
     """Every model a flow may call, through its nodes, agents, sub-agents and sub-flows."""
     seen = seen if seen is not None else set()
     models: list[agent_api.ModelSpec] = []

@@ -97,11 +97,16 @@ async def execute(execution: run_mod._Execution, node: graph.CompiledNode) -> Ph
         run.add_usage(result.usage)
         run.emit("waiting", key, node.kind, waiting)
         return Phase.WAITING
+    # a turn resumed after a pause: its record keeps the whole turn's usage (the part before
+    # the pause is already in the run total, so only result.usage is added to that below)
+    whole = result.usage
+    if previous is not None and previous.phase == Phase.WAITING and previous.usage is not None:
+        whole = previous.usage.add(result.usage)
     done = record.model_copy(
         update={
             "phase": Phase.SUCCEEDED,
             "output": result.output,
-            "usage": result.usage if _has_usage(result.usage) else None,
+            "usage": whole if _has_usage(whole) else None,
             "detail": result.detail,
             "finished_at": run_mod.timestamp(),
         }

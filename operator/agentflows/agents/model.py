@@ -1,0 +1,231 @@
+"""The model client: one chat completion through litellm, with usage and cost.
+
+Called by :mod:`agentflows.agents.turn` (every step of an agent turn) and by
+:mod:`agentflows.agents.host` (``llm`` nodes). Everything a :class:`~agentflows.api.agent.ModelSpec`
+says is passed to ``litellm.acompletion``: model string, apiBase, the API key, temperature, topP,
+maxTokens and timeoutSeconds. ``retries`` is applied here, to errors where another try may help
+(timeouts, connection errors, 408/409/425/429 and 5xx), with exponential backoff; a 400 or 401
+fails at once.
+
+The API key comes from, in order: the spec's ``apiKey.secretKeyRef`` (the env variable named by
+:func:`agentflows.agents.secrets.secret_env_name`); the provider's usual variable in the host's
+environment (:data:`PROVIDER_KEY_ENV`); for an OpenAI-compatible ``apiBase`` with neither, a
+placeholder, because local servers (vLLM, Ollama) need no key but the OpenAI client insists on one.
+
+litellm takes seconds to import, so it is imported on the first call, never at module import:
+``agentflows --help`` and the dry run stay fast. Costs come from litellm's bundled price table
+(``LITELLM_LOCAL_MODEL_COST_MAP``, no network); a model missing from it costs 0 and the reply says
+``cost_known = False``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from agentflows.agents import secrets
+from agentflows.api import agent as agent_api
+from agentflows.api import common
+from agentflows.engine import capabilities
+
+#: The variable each provider's API key is usually found in. A model name without a provider
+#: prefix is an OpenAI model, as in litellm.
+PROVIDER_KEY_ENV: dict[str, str] = {
+    "openai": "OPENAI_API_KEY",
+    "anthropic": "ANTHROPIC_API_KEY",
+    "gemini": "GEMINI_API_KEY",
+    "mistral": "MISTRAL_API_KEY",
+    "groq": "GROQ_API_KEY",
+    "azure": "AZURE_API_KEY",
+    "bedrock": "AWS_ACCESS_KEY_ID",
+}
+#: Providers whose variable above is the API key itself (Bedrock signs with AWS credentials).
+_KEY_IS_API_KEY = frozenset({"openai", "anthropic", "gemini", "mistral", "groq", "azure"})
+#: Sent to OpenAI-compatible endpoints that need no key (see module docstring).
+PLACEHOLDER_API_KEY = "not-needed"
+#: Errors quoted from providers are cut to this length.
+_MAX_ERROR_CHARS = 2000
+#: First wait before retrying a failed model call; it doubles with each retry, up to the cap.
+RETRY_BACKOFF_SECONDS = 0.5
+MAX_BACKOFF_SECONDS = 8.0
+#: HTTP statuses after which trying again later may succeed.
+_RETRYABLE_STATUS = frozenset({408, 409, 425, 429})
+
+_litellm: Any = None
+
+
+def _import_litellm() -> Any:
+    """Import litellm once, configured for offline costs and quiet errors."""
+    global _litellm
+    if _litellm is None:
+        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+        import litellm
+
+        # litellm otherwise prints a "Give Feedback / Get Help" banner on every error.
+        litellm.suppress_debug_info = True
+        _litellm = litellm
+    return _litellm
+
+
+@dataclasses.dataclass(frozen=True)
+class ToolCallRequest:
+    """A tool call the model asked for; ``arguments`` is the model's JSON text, unparsed."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclasses.dataclass
+class ModelReply:
+    """The assistant message of one completion, with its usage."""
+
+    content: str
+    tool_calls: list[ToolCallRequest]
+    usage: common.Usage
+    cost_known: bool
+    finish_reason: str | None
+    #: The provider's reply as JSON (for the envelope's ``raw``).
+    raw: dict[str, Any]
+
+    def assistant_message(self) -> dict[str, Any]:
+        """Return the message to append to the conversation before the tool results."""
+        message: dict[str, Any] = {"role": "assistant", "content": self.content or None}
+        if self.tool_calls:
+            message["tool_calls"] = [
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": call.arguments},
+                }
+                for call in self.tool_calls
+            ]
+        return message
+
+
+def provider_of(model_name: str) -> str:
+    """Return the litellm provider prefix of a model string (``openai`` when there is none)."""
+    prefix, slash, _ = model_name.partition("/")
+    return prefix.lower() if slash else "openai"
+
+
+def api_key_for(
+    model: agent_api.ModelSpec, env: Mapping[str, str], redactor: secrets.Redactor
+) -> str | None:
+    """Return the API key to send, or None to let litellm look for one (see module doc)."""
+    if model.api_key is not None:
+        return redactor.add(secrets.resolve(model.api_key, env, field="model.apiKey"))
+    provider = provider_of(model.name)
+    variable = PROVIDER_KEY_ENV.get(provider)
+    if variable and provider in _KEY_IS_API_KEY and env.get(variable):
+        return redactor.add(env[variable])
+    if model.api_base and provider == "openai":
+        return PLACEHOLDER_API_KEY
+    return None
+
+
+async def complete(
+    model: agent_api.ModelSpec,
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    env: Mapping[str, str],
+    redactor: secrets.Redactor,
+    tools: Sequence[Mapping[str, Any]] = (),
+) -> ModelReply:
+    """Make one chat completion; raise CapabilityError (retryable when it may help) on failure."""
+    api_key = api_key_for(model, env, redactor)
+    litellm = _import_litellm()
+    kwargs: dict[str, Any] = {
+        "model": model.name,
+        "messages": [dict(message) for message in messages],
+        "timeout": model.timeout_seconds,
+        # Retries are ours (below): litellm's would retry a 400 or a 401 as well.
+        "num_retries": 0,
+    }
+    optional = {
+        "api_base": model.api_base,
+        "api_key": api_key,
+        "temperature": model.temperature,
+        "top_p": model.top_p,
+        "max_tokens": model.max_tokens,
+    }
+    kwargs.update({key: value for key, value in optional.items() if value is not None})
+    if tools:
+        kwargs["tools"] = [dict(tool) for tool in tools]
+    attempt = 0
+    while True:
+        try:
+            response = await litellm.acompletion(**kwargs)
+        except Exception as exc:
+            error = _model_error(model.name, exc, redactor, attempt + 1)
+            if not error.retryable or attempt >= model.retries:
+                raise error from None
+            await asyncio.sleep(min(RETRY_BACKOFF_SECONDS * 2**attempt, MAX_BACKOFF_SECONDS))
+            attempt += 1
+            continue
+        return _reply(litellm, response)
+
+
+def _reply(litellm: Any, response: Any) -> ModelReply:
+    choice = response.choices[0]
+    message = choice.message
+    calls = [
+        ToolCallRequest(
+            id=str(call.id),
+            name=str(call.function.name),
+            arguments=str(call.function.arguments or "{}"),
+        )
+        for call in (getattr(message, "tool_calls", None) or [])
+    ]
+    usage = getattr(response, "usage", None)
+    cost, known = _cost(litellm, response)
+    return ModelReply(
+        content=str(message.content or ""),
+        tool_calls=calls,
+        usage=common.Usage(
+            prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+            completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+            cost_usd=cost,
+            llm_calls=1,
+        ),
+        cost_known=known,
+        finish_reason=getattr(choice, "finish_reason", None),
+        raw=response.model_dump(mode="json"),
+    )
+
+
+def _cost(litellm: Any, response: Any) -> tuple[float, bool]:
+    """Cost from litellm's table; (0, False) for a model the table does not know."""
+    try:
+        cost = litellm.completion_cost(completion_response=response)
+    except Exception:
+        return 0.0, False
+    return max(float(cost or 0.0), 0.0), True
+
+
+def _model_error(
+    model_name: str, exc: Exception, redactor: secrets.Redactor, attempts: int
+) -> capabilities.CapabilityError:
+    litellm = _import_litellm()
+    status = getattr(exc, "status_code", None)
+    transient = (
+        litellm.Timeout,
+        litellm.APIConnectionError,
+        litellm.RateLimitError,
+        litellm.ServiceUnavailableError,
+        litellm.InternalServerError,
+    )
+    retryable = isinstance(exc, transient) or (
+        isinstance(status, int) and (status in _RETRYABLE_STATUS or status >= 500)
+    )
+    text = redactor(str(exc)).strip() or type(exc).__name__
+    if len(text) > _MAX_ERROR_CHARS:
+        text = text[:_MAX_ERROR_CHARS] + "..."
+    where = f" (HTTP {status})" if isinstance(status, int) else ""
+    tries = f" after {attempts} attempts" if attempts > 1 else ""
+    return capabilities.CapabilityError(
+        f"model {model_name} failed{where}{tries}: {text}", retryable=retryable
+    )

@@ -1,0 +1,94 @@
+"""Tool providers for what a spec declares: ``http`` and ``python`` tools, and skill scripts.
+
+Built by :mod:`agentflows.agents.host` for each agent turn and each ``tool`` node. Templates are
+compiled here, so a bad one fails the node before the model is called. MCP tools are served by
+their own provider and are skipped here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from agentflows.agents import python_tool, secrets, tools
+from agentflows.api import agent as agent_api
+from agentflows.engine import capabilities
+
+if TYPE_CHECKING:
+    from agentflows.agents import http_tool
+
+
+class SpecToolProvider:
+    """The ``http`` and ``python`` tools declared in a spec (an Agent's, or a tool node's)."""
+
+    def __init__(
+        self, declared: Iterable[agent_api.Tool], env: Mapping[str, str], redactor: secrets.Redactor
+    ) -> None:
+        self._defs: dict[str, tools.ToolDef] = {}
+        self._runners: dict[str, http_tool.HttpToolRunner | python_tool.PythonToolRunner] = {}
+        for tool in declared:
+            if tool.http is not None:
+                from agentflows.agents import http_tool  # httpx loads only when used
+
+                self._runners[tool.name] = http_tool.HttpToolRunner(
+                    tool.name, tool.http, env, redactor
+                )
+            elif tool.python is not None:
+                self._runners[tool.name] = python_tool.PythonToolRunner(
+                    tool.name, tool.python.script, tool.python.timeout_seconds, env
+                )
+            else:
+                # MCP tools come from their own provider; they are not this provider's.
+                continue
+            self._defs[tool.name] = tools.ToolDef(
+                name=tool.name,
+                description=tool.description or f"The {tool.kind} tool {tool.name}.",
+                parameters=tool.parameters if isinstance(tool.parameters, dict) else None,
+                read_only=tool.read_only,
+            )
+
+    async def list_tools(self) -> list[tools.ToolDef]:
+        """Return the declared http and python tools."""
+        return list(self._defs.values())
+
+    async def call(self, name: str, args: Any, ctx: capabilities.NodeContext) -> tools.ToolOutcome:
+        """Run the declared tool ``name``."""
+        runner = self._runners.get(name)
+        if runner is None:
+            return tools.ToolOutcome.failure(f"no tool named {name!r}")
+        return await runner.run(args)
+
+
+class SkillToolProvider:
+    """The scripts of an Agent's skills, each offered as tool ``skill_<name>``.
+
+    A skill's content goes into the system prompt (:func:`agentflows.agents.turn.build_messages`);
+    its script, when it has one, runs like a ``python`` tool. Scripts are not read-only.
+    """
+
+    def __init__(self, skills: Iterable[agent_api.Skill], env: Mapping[str, str]) -> None:
+        self._defs: dict[str, tools.ToolDef] = {}
+        self._runners: dict[str, python_tool.PythonToolRunner] = {}
+        for skill in skills:
+            if skill.script is None:
+                continue
+            name = f"skill_{skill.name}"
+            self._runners[name] = python_tool.PythonToolRunner(
+                name, skill.script, skill.timeout_seconds, env
+            )
+            self._defs[name] = tools.ToolDef(
+                name=name,
+                description=f"Run the script of the {skill.name} skill (see its instructions).",
+                parameters=skill.parameters if isinstance(skill.parameters, dict) else None,
+            )
+
+    async def list_tools(self) -> list[tools.ToolDef]:
+        """Return one tool per skill with a script."""
+        return list(self._defs.values())
+
+    async def call(self, name: str, args: Any, ctx: capabilities.NodeContext) -> tools.ToolOutcome:
+        """Run the script of skill tool ``name``."""
+        runner = self._runners.get(name)
+        if runner is None:
+            return tools.ToolOutcome.failure(f"no tool named {name!r}")
+        return await runner.run(args)

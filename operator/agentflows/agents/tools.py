@@ -1,0 +1,176 @@
+"""The tool registry: what an agent may call, from several providers, behind one interface.
+
+A :class:`ToolProvider` offers tools (:meth:`~ToolProvider.list_tools`) and runs them
+(:meth:`~ToolProvider.call`). The :class:`ToolRegistry` merges the providers of one agent turn,
+refuses duplicate names, builds the function schemas litellm sends to the model, checks the
+model's arguments against each tool's JSON Schema, and dispatches. Today's providers are the
+Agent's ``http`` and ``python`` tools (:mod:`agentflows.agents.spec_tools`); MCP servers, sub-agents
+(``call_sub_agent``), sub-flows (``call_sub_flow``) and skills (``skill_<name>``) are further
+providers of the same protocol.
+
+A tool that fails returns an error :class:`ToolOutcome`; the turn sends it to the model as the
+tool's result and goes on. Only a bad tool *definition* (a template that does not compile) is a
+:class:`~agentflows.engine.capabilities.CapabilityError`, raised before the model is called.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, Protocol
+
+from agentflows.api import flow as flow_api
+from agentflows.engine import capabilities
+
+#: What the model is told a tool accepts when its definition gives no schema.
+ANY_OBJECT: dict[str, Any] = {"type": "object", "additionalProperties": True}
+#: Longest tool result sent back to the model, in characters.
+MAX_RESULT_CHARS = 64_000
+
+Status = Literal["success", "error", "timeout"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ToolDef:
+    """A tool as the model sees it."""
+
+    name: str
+    description: str
+    #: JSON Schema of the arguments; None accepts anything (the model is told: an object).
+    parameters: Mapping[str, Any] | None = None
+    #: Changes nothing; allowed under autonomy readonly, never needs approval.
+    read_only: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class ToolOutcome:
+    """What a tool call produced: a JSON-able value, or an error message for the model."""
+
+    status: Status
+    value: Any = None
+    error: str | None = None
+
+    @classmethod
+    def success(cls, value: Any) -> ToolOutcome:
+        """Return a successful outcome with ``value``."""
+        return cls("success", value=value)
+
+    @classmethod
+    def failure(cls, error: str, *, timeout: bool = False) -> ToolOutcome:
+        """Return a failed outcome; the model sees ``error``."""
+        return cls("timeout" if timeout else "error", error=error)
+
+    def content(self) -> str:
+        """Return the tool message content sent to the model (bounded)."""
+        if self.status == "success":
+            text = self.value if isinstance(self.value, str) else _dumps(self.value)
+        else:
+            text = _dumps({"error": self.error, "status": self.status})
+        if len(text) > MAX_RESULT_CHARS:
+            dropped = len(text) - MAX_RESULT_CHARS
+            text = f"{text[:MAX_RESULT_CHARS]}\n[... {dropped} more characters not shown]"
+        return text
+
+
+class ToolProvider(Protocol):
+    """A source of tools: an Agent's http/python tools, an MCP server, sub-agents, skills."""
+
+    async def list_tools(self) -> list[ToolDef]:
+        """Return the tools this provider offers."""
+        ...
+
+    async def call(self, name: str, args: Any, ctx: capabilities.NodeContext) -> ToolOutcome:
+        """Run tool ``name`` with parsed, schema-checked ``args``."""
+        ...
+
+
+class ToolRegistry:
+    """The tools of one agent turn, merged from providers; build with :meth:`build`."""
+
+    def __init__(self, entries: Mapping[str, tuple[ToolDef, ToolProvider]]) -> None:
+        self._entries = dict(entries)
+
+    @classmethod
+    async def build(
+        cls, providers: Sequence[ToolProvider], autonomy: flow_api.Autonomy
+    ) -> ToolRegistry:
+        """Merge the providers' tools; under autonomy readonly only read-only tools are offered.
+
+        Two providers offering the same name is a permanent error: the model could not tell
+        them apart.
+        """
+        entries: dict[str, tuple[ToolDef, ToolProvider]] = {}
+        for provider in providers:
+            for tool in await provider.list_tools():
+                if tool.name in entries:
+                    raise capabilities.CapabilityError(
+                        f"two tools are named {tool.name!r}; tool names must be unique"
+                    )
+                if autonomy == flow_api.Autonomy.READONLY and not tool.read_only:
+                    continue
+                entries[tool.name] = (tool, provider)
+        return cls(entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, name: str) -> ToolDef | None:
+        """Return the definition of tool ``name``, or None."""
+        entry = self._entries.get(name)
+        return entry[0] if entry else None
+
+    def schemas(self) -> list[dict[str, Any]]:
+        """Return the tools in the OpenAI function-calling format litellm expects."""
+        return [
+            {
+                "type": "function",
+                "function": {
+                    "name": tool.name,
+                    "description": tool.description,
+                    "parameters": dict(tool.parameters or ANY_OBJECT),
+                },
+            }
+            for tool, _ in self._entries.values()
+        ]
+
+    def parse_arguments(self, name: str, arguments: str) -> tuple[Any, ToolOutcome | None]:
+        """Parse and check the model's arguments; the outcome is set when they are unusable."""
+        entry = self._entries.get(name)
+        if entry is None:
+            offered = ", ".join(sorted(self._entries)) or "none"
+            return None, ToolOutcome.failure(f"no tool named {name!r} (tools: {offered})")
+        try:
+            args = json.loads(arguments) if arguments.strip() else {}
+        except ValueError as exc:
+            return None, ToolOutcome.failure(f"arguments of {name} are not valid JSON: {exc}")
+        if entry[0].parameters is None:
+            return args, None
+        import jsonschema  # loaded only when a tool with a schema is called
+
+        try:
+            jsonschema.validate(args, dict(entry[0].parameters))
+        except jsonschema.ValidationError as exc:
+            where = "/".join(str(part) for part in exc.absolute_path) or "(root)"
+            return None, ToolOutcome.failure(
+                f"arguments of {name} do not match its schema at {where}: {exc.message}"
+            )
+        except jsonschema.SchemaError as exc:
+            return None, ToolOutcome.failure(f"tool {name} has an invalid schema: {exc.message}")
+        return args, None
+
+    async def call(self, name: str, args: Any, ctx: capabilities.NodeContext) -> ToolOutcome:
+        """Run tool ``name`` with parsed ``args``; a provider's exception becomes an error."""
+        entry = self._entries.get(name)
+        if entry is None:
+            return ToolOutcome.failure(f"no tool named {name!r}")
+        try:
+            return await entry[1].call(name, args, ctx)
+        except capabilities.CapabilityError as exc:
+            return ToolOutcome.failure(str(exc))
+        except Exception as exc:
+            return ToolOutcome.failure(f"{type(exc).__name__}: {exc}")
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)

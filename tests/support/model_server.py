@@ -1,0 +1,269 @@
+"""A scripted OpenAI-compatible model server on loopback, for tests of the agents layer.
+
+litellm makes real HTTP calls to it (model ``openai/<anything>``, ``api_base`` = :attr:`url`),
+so the tests exercise the same request building and response parsing as production. Each test
+scripts the replies as a queue::
+
+    server.script(
+        Reply.tool_calls(ToolCall("get_weather", {"city": "Oslo"})),
+        Reply.text("It is sunny."),
+    )
+
+Every request body is recorded in :attr:`ScriptedModelServer.requests` so tests can assert on
+what the model was sent (system prompt, merged history, tool results). When the queue is empty
+the server answers 500 with a message saying so, which fails the test loudly.
+
+The server is a threaded stdlib HTTP server: it runs in its own threads, independent of the
+event loop of the test, so a blocked loop cannot deadlock it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import sys
+import threading
+import time
+from collections import deque
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from agentflows.agents import secrets
+from agentflows.api import agent as agent_api
+from agentflows.api import common
+
+#: The API key the fixture's model spec resolves to; the server records what it receives.
+API_KEY = "sk-scripted-test-key-0123456789"
+_KEY_REF = common.SecretKeyRef(
+    secret_key_ref=common.SecretKeySelector(name="scripted-model", key="api-key")
+)
+
+
+@dataclasses.dataclass
+class ToolCall:
+    """One tool call in a scripted reply."""
+
+    name: str
+    arguments: Any = dataclasses.field(default_factory=dict)
+    #: Defaults to call_<n>, unique per server.
+    id: str | None = None
+    #: Send these exact argument bytes instead of JSON of ``arguments`` (to script bad JSON).
+    raw_arguments: str | None = None
+
+
+@dataclasses.dataclass
+class Reply:
+    """One scripted response: text, tool calls, or an HTTP error; optionally delayed."""
+
+    content: str | None = None
+    tool_calls: list[ToolCall] = dataclasses.field(default_factory=list)
+    status: int = 200
+    error_message: str = ""
+    delay: float = 0.0
+    prompt_tokens: int = 11
+    completion_tokens: int = 7
+
+    @classmethod
+    def text(cls, content: str, **kwargs: Any) -> Reply:
+        """A final text answer."""
+        return cls(content=content, **kwargs)
+
+    @classmethod
+    def calls(cls, *calls: ToolCall, **kwargs: Any) -> Reply:
+        """An assistant turn asking for one or several tool calls."""
+        return cls(tool_calls=list(calls), **kwargs)
+
+    @classmethod
+    def error(cls, status: int, message: str = "scripted error", **kwargs: Any) -> Reply:
+        """An HTTP error with an OpenAI-style error body."""
+        return cls(status=status, error_message=message, **kwargs)
+
+
+@dataclasses.dataclass
+class RecordedRequest:
+    """One request the server received."""
+
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The chat messages sent."""
+        return list(self.body.get("messages", []))
+
+
+class ScriptedModelServer:
+    """An OpenAI-compatible chat-completions server answering from a script."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self._replies: deque[Reply] = deque()
+        self._lock = threading.Lock()
+        self._call_ids = itertools.count(1)
+        self.requests: list[RecordedRequest] = []
+        self._httpd = QuietHTTPServer((host, port), self._handler_class())
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="scripted-model-server",
+            daemon=True,
+        )
+
+    @property
+    def url(self) -> str:
+        """Base URL to use as ``api_base`` (ends in ``/v1``)."""
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host!s}:{port}/v1"
+
+    def start(self) -> ScriptedModelServer:
+        """Start serving in a background thread."""
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and close the socket."""
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=5)
+
+    def script(self, *replies: Reply) -> None:
+        """Queue replies; each chat-completions request takes the next one."""
+        with self._lock:
+            self._replies.extend(replies)
+
+    @property
+    def pending(self) -> int:
+        """Scripted replies not consumed yet."""
+        with self._lock:
+            return len(self._replies)
+
+    def model_spec(self, **overrides: Any) -> agent_api.ModelSpec:
+        """A ModelSpec pointing at this server, with an apiKey secret ref (see :attr:`env`)."""
+        fields: dict[str, Any] = {
+            "name": "openai/scripted-model",
+            "api_base": self.url,
+            "api_key": _KEY_REF,
+            "retries": 0,
+            "timeout_seconds": 10,
+        }
+        fields.update(overrides)
+        return agent_api.ModelSpec(**fields)
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The environment under which :meth:`model_spec`'s apiKey resolves."""
+        return {secrets.secret_env_name(_KEY_REF): API_KEY}
+
+    # -- serving ---------------------------------------------------------------------------
+
+    def _next_reply(self) -> Reply | None:
+        with self._lock:
+            return self._replies.popleft() if self._replies else None
+
+    def _completion(self, request: RecordedRequest) -> tuple[int, dict[str, Any]]:
+        reply = self._next_reply()
+        if reply is None:
+            return 500, _error_body("the scripted model server has no reply left for this request")
+        if reply.delay:
+            time.sleep(reply.delay)
+        if reply.status != 200:
+            return reply.status, _error_body(reply.error_message)
+        message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+        if reply.tool_calls:
+            message["tool_calls"] = [
+                {
+                    "id": call.id or f"call_{next(self._call_ids)}",
+                    "type": "function",
+                    "function": {
+                        "name": call.name,
+                        "arguments": call.raw_arguments
+                        if call.raw_arguments is not None
+                        else json.dumps(call.arguments),
+                    },
+                }
+                for call in reply.tool_calls
+            ]
+        body = {
+            "id": f"chatcmpl-{len(self.requests)}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": str(request.body.get("model", "scripted")),
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "finish_reason": "tool_calls" if reply.tool_calls else "stop",
+                }
+            ],
+            "usage": {
+                "prompt_tokens": reply.prompt_tokens,
+                "completion_tokens": reply.completion_tokens,
+                "total_tokens": reply.prompt_tokens + reply.completion_tokens,
+            },
+        }
+        return 200, body
+
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def _send(self, status: int, body: dict[str, Any]) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                if self.path.rstrip("/").endswith("/models"):
+                    self._send(
+                        200,
+                        {"object": "list", "data": [{"id": "scripted-model", "object": "model"}]},
+                    )
+                else:
+                    self._send(404, _error_body(f"no route {self.path}"))
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b"{}"
+                try:
+                    body = json.loads(raw)
+                except ValueError:
+                    self._send(400, _error_body("request body is not JSON"))
+                    return
+                recorded = RecordedRequest(
+                    self.path, {k.lower(): v for k, v in self.headers.items()}, body
+                )
+                with server._lock:
+                    server.requests.append(recorded)
+                if not self.path.rstrip("/").endswith("/chat/completions"):
+                    self._send(404, _error_body(f"no route {self.path}"))
+                    return
+                if body.get("stream"):
+                    self._send(400, _error_body("the scripted server does not stream"))
+                    return
+                status, reply = server._completion(recorded)
+                self._send(status, reply)
+
+        return Handler
+
+
+class QuietHTTPServer(ThreadingHTTPServer):
+    """A threaded HTTP server that does not print clients hanging up (timeouts in tests)."""
+
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
+def _error_body(message: str) -> dict[str, Any]:
+    return {"error": {"message": message, "type": "scripted_error", "code": None}}

@@ -1,0 +1,61 @@
+"""The model client: lazy litellm import, retries of transient errors only, timeouts."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from agentflows.agents import host
+from agentflows.engine import capabilities
+from tests.support.model_server import Reply, ScriptedModelServer
+
+
+def test_importing_the_agents_layer_does_not_import_litellm() -> None:
+    code = (
+        "import sys\n"
+        "from agentflows.agents import host, mock, turn, tools, model\n"
+        "print('litellm' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+async def test_retries_from_the_model_spec_recover_from_a_transient_error(
+    model_server: ScriptedModelServer, ctx: capabilities.NodeContext
+) -> None:
+    model_server.script(Reply.error(500, "flaky"), Reply.text("recovered"))
+    caps = host.LiveCapabilities(env=model_server.env)
+    task = capabilities.LlmTask(model=model_server.model_spec(retries=1), system="", prompt="hi")
+    result = await caps.complete(task, ctx)
+    assert result.output["text"] == "recovered"
+    assert len(model_server.requests) == 2
+
+
+async def test_slow_model_times_out_with_a_retryable_error(
+    model_server: ScriptedModelServer, ctx: capabilities.NodeContext
+) -> None:
+    model_server.script(Reply.text("late", delay=2))
+    caps = host.LiveCapabilities(env=model_server.env)
+    task = capabilities.LlmTask(
+        model=model_server.model_spec(timeout_seconds=0.3), system="", prompt="hi"
+    )
+    started = time.monotonic()
+    with pytest.raises(capabilities.CapabilityError, match="scripted-model") as failure:
+        await caps.complete(task, ctx)
+    assert failure.value.retryable
+    assert time.monotonic() - started < 1.8
+
+
+async def test_errors_that_a_retry_cannot_fix_are_not_retried(
+    model_server: ScriptedModelServer, ctx: capabilities.NodeContext
+) -> None:
+    model_server.script(Reply.error(401, "invalid key"), Reply.text("unreachable"))
+    caps = host.LiveCapabilities(env=model_server.env)
+    task = capabilities.LlmTask(model=model_server.model_spec(retries=3), system="", prompt="hi")
+    with pytest.raises(capabilities.CapabilityError, match=r"HTTP 401.*invalid key") as failure:
+        await caps.complete(task, ctx)
+    assert not failure.value.retryable
+    assert len(model_server.requests) == 1

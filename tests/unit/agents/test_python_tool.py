@@ -1,0 +1,87 @@
+"""The python tool: JSON in on stdin, JSON out on stdout, errors and timeouts."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from agentflows.agents import host
+from agentflows.api import agent as agent_api
+from agentflows.engine import capabilities
+
+
+async def call(
+    ctx: capabilities.NodeContext,
+    script: str,
+    args: Any = None,
+    env: dict[str, str] | None = None,
+    timeout_seconds: float = 10,
+) -> capabilities.NodeResult:
+    tool = agent_api.Tool(
+        name="script", python=agent_api.PythonTool(script=script, timeout_seconds=timeout_seconds)
+    )
+    caps = host.LiveCapabilities(env=env if env is not None else {"PATH": "/usr/bin:/bin"})
+    result = await caps.call_tool(capabilities.ToolTask(tool, "script", args), ctx)
+    assert isinstance(result, capabilities.NodeResult)
+    return result
+
+
+async def test_script_reads_json_arguments_and_prints_a_json_result(
+    ctx: capabilities.NodeContext,
+) -> None:
+    script = "import json, sys\nargs = json.load(sys.stdin)\nprint(json.dumps([args['x'] * 2]))"
+    result = await call(ctx, script, {"x": 21})
+    assert result.output["json"] == [42]
+    assert result.usage.tool_calls == 1
+
+
+async def test_non_json_output_is_returned_as_text(ctx: capabilities.NodeContext) -> None:
+    result = await call(ctx, "print('hello there')")
+    assert result.output["json"] == "hello there"
+
+
+async def test_nonzero_exit_fails_with_the_end_of_stderr(ctx: capabilities.NodeContext) -> None:
+    with pytest.raises(
+        capabilities.CapabilityError, match=r"(?s)exited with status 1.*ZeroDivisionError"
+    ):
+        await call(ctx, "1 / 0")
+
+
+async def test_script_running_past_its_timeout_is_killed(ctx: capabilities.NodeContext) -> None:
+    started = time.monotonic()
+    with pytest.raises(
+        capabilities.CapabilityError, match=r"killed after timeoutSeconds=0\.5"
+    ) as failure:
+        await call(ctx, "import time\ntime.sleep(30)", timeout_seconds=0.5)
+    assert time.monotonic() - started < 3
+    assert failure.value.retryable
+
+
+async def test_script_does_not_see_secret_env_vars(ctx: capabilities.NodeContext) -> None:
+    env = {"PATH": "/usr/bin:/bin", "AGENTFLOWS_SECRET_X_Y": "hunter22", "PLAIN": "visible"}
+    script = (
+        "import json, os\n"
+        "print(json.dumps(sorted(k for k in os.environ if k in ('PLAIN', 'AGENTFLOWS_SECRET_X_Y'))))"
+    )
+    result = await call(ctx, script, env=env)
+    assert result.output["json"] == ["PLAIN"]
+
+
+async def test_script_printing_without_end_is_killed(ctx: capabilities.NodeContext) -> None:
+    with pytest.raises(capabilities.CapabilityError, match="printed more than"):
+        await call(ctx, "import sys\nwhile True:\n    sys.stdout.write('x' * 65536)")
+
+
+async def test_timeout_also_kills_what_the_script_started(ctx: capabilities.NodeContext) -> None:
+    script = (
+        "import subprocess, sys, time\n"
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'])\n"
+        "print('x' * 300000, flush=True)\n"
+        "time.sleep(30)\n"
+    )
+    started = time.monotonic()
+    with pytest.raises(capabilities.CapabilityError, match="killed after"):
+        await call(ctx, script, timeout_seconds=1)
+    assert time.monotonic() - started < 3
