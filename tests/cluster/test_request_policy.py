@@ -15,7 +15,14 @@ import pytest
 
 from agentflows.kube import client as kube_client
 from tests.cluster.harness import REPO, Cluster, python_pod, wait_for
-from tests.cluster.kube_fixtures import create_flowrun, crds, get_flowrun, kube, patch_status, unique
+from tests.cluster.kube_fixtures import (
+    crds,
+    create_flowrun,
+    get_flowrun,
+    kube,
+    patch_status,
+    unique,
+)
 
 pytestmark = pytest.mark.cluster
 __all__ = ["crds", "kube"]
