@@ -187,6 +187,7 @@ class Client:
         content: bytes | None,
         params: dict[str, Any] | None,
         content_type: str | None,
+        accept: str = "application/json",
     ) -> httpx.Response:
         """Send one request, retrying transient failures with capped exponential backoff."""
         delay = 0.2
@@ -194,12 +195,10 @@ class Client:
         deadline = loop.time() + self.retry_seconds
         while True:
             try:
+                headers = self._headers(content_type)
+                headers["Accept"] = accept
                 response = await self._http.request(
-                    method,
-                    path,
-                    content=content,
-                    params=params,
-                    headers=self._headers(content_type),
+                    method, path, content=content, params=params, headers=headers
                 )
                 if response.status_code < 400:
                     return response
@@ -220,12 +219,13 @@ class Client:
         *,
         params: dict[str, Any] | None = None,
         content_type: str | None = None,
+        accept: str = "application/json",
     ) -> Any:
         """Send a JSON request; return the decoded JSON answer."""
         content = None if body is None else json.dumps(body).encode()
         if content is not None and content_type is None:
             content_type = "application/json"
-        response = await self._send(method, path, content, params, content_type)
+        response = await self._send(method, path, content, params, content_type, accept)
         return response.json() if response.content else None
 
     async def request_text(self, method: str, path: str, **params: Any) -> str:

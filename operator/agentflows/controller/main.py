@@ -1,0 +1,94 @@
+"""``agentflows operator``: run kopf's watches and our work queue in one event loop.
+
+Called by the ``operator`` command in :mod:`agentflows.cli.main`. Builds the API client (the
+same kubeconfig or in-cluster account kopf logs in with), the metrics server and the
+:class:`~agentflows.controller.context.Controller`, then runs ``kopf.operator`` next to the
+work queue until SIGINT/SIGTERM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import signal
+
+import kopf
+
+from agentflows.controller import (
+    agents,
+    context,
+    finishing,
+    flowruns,
+    flows,
+    settings,
+    workqueue,
+)
+from agentflows.controller import handlers as _handlers  # noqa: F401  (registers kopf handlers)
+from agentflows.controller import metrics as metrics_mod
+from agentflows.kube import client as kube
+
+log = logging.getLogger(__name__)
+
+
+def dispatch(ctl: context.Controller) -> workqueue.Reconciler:
+    """The reconcile function of the work queue: by key kind."""
+    reconcilers = {
+        workqueue.AGENT: agents.reconcile,
+        workqueue.FLOW: flows.reconcile,
+        workqueue.FLOWRUN: flowruns.reconcile,
+        workqueue.HISTORY: finishing.enforce_history,
+    }
+
+    async def reconcile(key: workqueue.Key) -> float | None:
+        return await reconcilers[key.kind](ctl, key)
+
+    return reconcile
+
+
+def quiet_libraries() -> None:
+    """Keep per-request and per-event lines of httpx and kopf out of the operator's log."""
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    # kopf.objects logs "Handler ... succeeded" for every watch event at INFO.
+    logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+
+
+async def run(config: settings.OperatorConfig, kubeconfig: str | None = None) -> None:
+    """Run the operator until stopped."""
+    quiet_libraries()
+    api = kube.Client.from_env(kubeconfig)
+    metrics = metrics_mod.Metrics()
+    if config.metrics_port:
+        metrics.serve(config.metrics_port)
+    ctl = context.Controller(api=api, config=config, metrics=metrics)
+    ctl.queue = workqueue.WorkQueue(
+        dispatch(ctl),
+        workers=config.workers,
+        on_error=lambda key, _exc: metrics.reconcile_errors.labels(key.kind).inc(),
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    memo = kopf.Memo(controller=ctl)
+    operator = asyncio.create_task(
+        kopf.operator(
+            settings=settings.kopf_settings(),
+            standalone=True,
+            clusterwide=config.clusterwide,
+            namespaces=list(config.namespaces),
+            memo=memo,
+            stop_flag=stop,
+        )
+    )
+    queue = asyncio.create_task(ctl.queue.run())
+    log.info("agentflows operator started: %s", dataclasses.asdict(config))
+    try:
+        done, _ = await asyncio.wait({operator, queue}, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            task.result()
+    finally:
+        stop.set()
+        queue.cancel()
+        await asyncio.gather(operator, queue, return_exceptions=True)
+        await api.close()

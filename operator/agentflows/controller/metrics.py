@@ -1,0 +1,167 @@
+"""Prometheus metrics of the operator (prefix ``agentflows_``), served on ``--metrics-port``.
+
+Labels are bounded: namespace, flow, phase, node type, model — never a run name. What runner pods
+do reaches the operator through FlowRun status; :meth:`Metrics.run_finished` turns a finished
+run's status into node durations, tokens and cost exactly once, at the run's terminal transition.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import prometheus_client
+
+from agentflows.api import flow as flow_api
+from agentflows.controller import conditions
+
+_DURATION_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600, 24 * 3600)
+_NODE_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 300, 1800)
+
+
+class Metrics:
+    """The operator's metrics in their own registry."""
+
+    def __init__(self, registry: prometheus_client.CollectorRegistry | None = None) -> None:
+        self.registry = registry or prometheus_client.CollectorRegistry()
+        r = self.registry
+        self.runs = prometheus_client.Gauge(
+            "agentflows_runs", "FlowRuns by phase.", ["namespace", "flow", "phase"], registry=r
+        )
+        self.run_duration = prometheus_client.Histogram(
+            "agentflows_run_duration_seconds",
+            "Time from a run's start to its end.",
+            ["namespace", "flow", "phase"],
+            buckets=_DURATION_BUCKETS,
+            registry=r,
+        )
+        self.node_duration = prometheus_client.Histogram(
+            "agentflows_node_duration_seconds",
+            "Time a node took, by node type.",
+            ["namespace", "flow", "node_type", "phase"],
+            buckets=_NODE_BUCKETS,
+            registry=r,
+        )
+        self.tokens = prometheus_client.Counter(
+            "agentflows_tokens_total",
+            "Model tokens used by finished runs.",
+            ["namespace", "flow", "model", "kind"],
+            registry=r,
+        )
+        self.cost = prometheus_client.Counter(
+            "agentflows_cost_usd_total",
+            "Model cost in US dollars of finished runs.",
+            ["namespace", "flow", "model"],
+            registry=r,
+        )
+        self.pod_attempts = prometheus_client.Counter(
+            "agentflows_pod_attempts_total",
+            "Runner pods created.",
+            ["namespace", "flow"],
+            registry=r,
+        )
+        self.reconcile_errors = prometheus_client.Counter(
+            "agentflows_reconcile_errors_total",
+            "Reconciles that raised (and were retried), by resource kind.",
+            ["kind"],
+            registry=r,
+        )
+        self.pending_requests = prometheus_client.Gauge(
+            "agentflows_pending_requests",
+            "Human requests waiting for a decision.",
+            ["namespace", "flow"],
+            registry=r,
+        )
+        self.request_wait = prometheus_client.Histogram(
+            "agentflows_request_wait_seconds",
+            "Time from a human request to its decision.",
+            ["namespace", "flow"],
+            buckets=_DURATION_BUCKETS,
+            registry=r,
+        )
+        self._phase_of: dict[tuple[str, str], tuple[str, str, str]] = {}
+        self._pending_of: dict[tuple[str, str], tuple[str, str, int]] = {}
+
+    def serve(self, port: int) -> None:
+        """Serve ``/metrics`` on ``port`` in a background thread."""
+        prometheus_client.start_http_server(port, registry=self.registry)
+
+    def observe_run(
+        self, namespace: str, name: str, flow: str, phase: str, pending_requests: int
+    ) -> None:
+        """Record a run's current phase and undecided requests (gauges)."""
+        key = (namespace, name)
+        old = self._phase_of.get(key)
+        if old != (namespace, flow, phase):
+            if old is not None:
+                self.runs.labels(*old).dec()
+            self.runs.labels(namespace, flow, phase).inc()
+            self._phase_of[key] = (namespace, flow, phase)
+        old_pending = self._pending_of.get(key)
+        if old_pending is not None:
+            self.pending_requests.labels(old_pending[0], old_pending[1]).dec(old_pending[2])
+        self.pending_requests.labels(namespace, flow).inc(pending_requests)
+        self._pending_of[key] = (namespace, flow, pending_requests)
+
+    def forget_run(self, namespace: str, name: str) -> None:
+        """A run was deleted: take it out of the gauges."""
+        old = self._phase_of.pop((namespace, name), None)
+        if old is not None:
+            self.runs.labels(*old).dec()
+        pending = self._pending_of.pop((namespace, name), None)
+        if pending is not None:
+            self.pending_requests.labels(pending[0], pending[1]).dec(pending[2])
+
+    def run_finished(
+        self,
+        namespace: str,
+        flow: str,
+        phase: str,
+        status: dict[str, Any],
+        flow_spec: flow_api.FlowSpec | None,
+        agent_models: dict[str, str],
+    ) -> None:
+        """Observe a run's duration, node durations and usage once, when it finishes."""
+        started = conditions.parse_time(status.get("startTime"))
+        ended = conditions.parse_time(status.get("completionTime")) or conditions.now()
+        if started is not None:
+            self.run_duration.labels(namespace, flow, phase).observe(
+                (ended - started).total_seconds()
+            )
+        kinds = {n.id: n.kind for n in flow_spec.nodes} if flow_spec else {}
+        models = _node_models(flow_spec, agent_models) if flow_spec else {}
+        for node_id, node in (status.get("nodes") or {}).items():
+            base = node_id.split("[", 1)[0].split("/", 1)[0]
+            node_type = kinds.get(base, "unknown")
+            begin = conditions.parse_time(node.get("startedAt"))
+            end = conditions.parse_time(node.get("finishedAt"))
+            if begin is not None and end is not None:
+                self.node_duration.labels(
+                    namespace, flow, node_type, str(node.get("phase", ""))
+                ).observe(max(0.0, (end - begin).total_seconds()))
+            usage = node.get("usage") or {}
+            model = models.get(base, "unknown")
+            for kind, field in (("prompt", "promptTokens"), ("completion", "completionTokens")):
+                if usage.get(field):
+                    self.tokens.labels(namespace, flow, model, kind).inc(usage[field])
+            if usage.get("costUSD"):
+                self.cost.labels(namespace, flow, model).inc(usage["costUSD"])
+
+    def request_decided(self, namespace: str, flow: str, request: dict[str, Any]) -> None:
+        """Observe how long a decided request waited."""
+        asked = conditions.parse_time(request.get("requestedAt"))
+        decided = conditions.parse_time(request.get("decidedAt")) or conditions.now()
+        if asked is not None:
+            self.request_wait.labels(namespace, flow).observe(
+                max(0.0, (decided - asked).total_seconds())
+            )
+
+
+def _node_models(spec: flow_api.FlowSpec, agent_models: dict[str, str]) -> dict[str, str]:
+    models: dict[str, str] = {}
+    for node in spec.nodes:
+        if node.llm is not None:
+            models[node.id] = node.llm.model.name
+        agent_call = node.agent or (node.map.agent if node.map else None)
+        if agent_call is not None:
+            models[node.id] = agent_models.get(agent_call.name, "unknown")
+    return models

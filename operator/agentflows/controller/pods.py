@@ -1,0 +1,141 @@
+"""The runner pod spec: a pure function of the run, its snapshot and the operator settings.
+
+Called by :mod:`agentflows.controller.flowruns` for each attempt. The pod runs
+``agentflows runner --namespace NS --flowrun NAME`` with a restricted security context, owned by
+the FlowRun, ``restartPolicy: Never`` (retries are the operator's attempts, each a new pod).
+Secrets reach it only as env ``secretKeyRef``s named by
+:func:`agentflows.agents.secrets.secret_env_name`; the operator never reads a value.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentflows.agents import secrets
+from agentflows.api import agent as agent_api
+from agentflows.api import common
+from agentflows.api import flow as flow_api
+from agentflows.controller import labels, resolve, settings
+
+CONTAINER = "runner"
+RUNNER_UID = 65532
+DEFAULT_RESOURCES: dict[str, dict[str, str]] = {
+    "requests": {"cpu": "100m", "memory": "256Mi"},
+    "limits": {"memory": "1Gi"},
+}
+
+
+def secret_env(
+    flows: dict[str, flow_api.FlowSpec], agents: dict[str, agent_api.AgentSpec]
+) -> list[dict[str, Any]]:
+    """One env var per distinct secret the run's Flows and Agents name (sorted by name)."""
+    refs: dict[str, common.SecretKeySelector] = {}
+    for flow_spec in flows.values():
+        for path, ref in resolve.flow_secret_refs(flow_spec):
+            if not path.startswith("spec.runner.env"):
+                refs.setdefault(secrets.secret_env_name(ref), ref)
+    for agent_spec in agents.values():
+        for _, ref in resolve.agent_secret_refs(agent_spec):
+            refs.setdefault(secrets.secret_env_name(ref), ref)
+    return [
+        {"name": name, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}
+        for name, ref in sorted(refs.items())
+    ]
+
+
+def runner_env(spec: flow_api.RunnerSpec) -> list[dict[str, Any]]:
+    """The Flow's ``runner.env`` as container env."""
+    env: list[dict[str, Any]] = []
+    for var in spec.env:
+        if var.secret_key_ref is not None:
+            ref = var.secret_key_ref
+            env.append(
+                {
+                    "name": var.name,
+                    "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}},
+                }
+            )
+        else:
+            env.append({"name": var.name, "value": var.value or ""})
+    return env
+
+
+def security_context() -> dict[str, Any]:
+    """The container security context (Pod Security Standards: restricted)."""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": RUNNER_UID,
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+        "readOnlyRootFilesystem": True,
+    }
+
+
+def runner_pod(
+    run: dict[str, Any],
+    attempt: int,
+    flow_name: str,
+    flows: dict[str, flow_api.FlowSpec],
+    agents: dict[str, agent_api.AgentSpec],
+    config: settings.OperatorConfig,
+    *,
+    deadline_seconds: int | None = None,
+) -> dict[str, Any]:
+    """The pod of ``attempt`` of ``run``; ``deadline_seconds`` is what remains of the timeout."""
+    meta = run["metadata"]
+    name, namespace = meta["name"], meta["namespace"]
+    flow_spec = flows[flow_name]
+    runner = flow_spec.runner
+    pod_labels = {**labels.of_run(name, flow_name), labels.ATTEMPT: str(attempt)}
+    env = [
+        {"name": "LITELLM_LOCAL_MODEL_COST_MAP", "value": "True"},
+        {"name": "HOME", "value": "/tmp"},
+        {"name": "TMPDIR", "value": "/tmp"},
+        {"name": "AGENTFLOWS_ATTEMPT", "value": str(attempt)},
+        *secret_env(flows, agents),
+        *runner_env(runner),
+    ]
+    resources = runner.resources.model_dump() if runner.resources else DEFAULT_RESOURCES
+    container: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": runner.image or config.runner_image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["agentflows", "runner", "--namespace", namespace, "--flowrun", name],
+        "env": env,
+        "resources": {k: v for k, v in resources.items() if v},
+        "securityContext": security_context(),
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+    }
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "serviceAccountName": runner.service_account_name or config.runner_service_account,
+        "automountServiceAccountToken": True,
+        "enableServiceLinks": False,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": RUNNER_UID,
+            "runAsGroup": RUNNER_UID,
+            "fsGroup": RUNNER_UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [container],
+        "volumes": [{"name": "tmp", "emptyDir": {}}],
+    }
+    if runner.node_selector:
+        spec["nodeSelector"] = dict(runner.node_selector)
+    if runner.tolerations:
+        spec["tolerations"] = [t.to_wire() for t in runner.tolerations]
+    if deadline_seconds is not None:
+        spec["activeDeadlineSeconds"] = max(1, deadline_seconds)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": labels.pod_name(name, attempt),
+            "namespace": namespace,
+            "labels": pod_labels,
+            "ownerReferences": [labels.owner_reference(run)],
+        },
+        "spec": spec,
+    }

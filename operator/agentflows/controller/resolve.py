@@ -1,0 +1,209 @@
+"""What a Flow or Agent refers to, read from the API: other Agents and Flows, named Secrets.
+
+Used by the Agent and Flow validators and by the FlowRun snapshot. The namespace's Agents and
+Flows are listed once per reconcile and served to :func:`agentflows.engine.graph.validate`
+through a :class:`~agentflows.engine.graph.StaticResolver`. A Secret is checked with a
+metadata-only GET (``PartialObjectMetadata``): the operator learns that it exists, never a value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pydantic
+
+from agentflows.api import agent as agent_api
+from agentflows.api import common, documents
+from agentflows.api import flow as flow_api
+from agentflows.engine import graph
+from agentflows.kube import client as kube
+
+#: Ask for metadata only, so a GET on a Secret never returns its data.
+PARTIAL_METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+
+
+@dataclasses.dataclass
+class Namespace:
+    """The Agents and Flows of one namespace that parsed, and the problems of those that did not."""
+
+    agents: dict[str, agent_api.AgentSpec]
+    flows: dict[str, flow_api.FlowSpec]
+    broken: set[str]
+
+    def resolver(self) -> graph.StaticResolver:
+        """A resolver over the parsed specs."""
+        return graph.StaticResolver(agents=self.agents, flows=self.flows)
+
+
+async def load_namespace(api: kube.Client, namespace: str) -> Namespace:
+    """List the namespace's Agents and Flows and parse their specs."""
+    agents: dict[str, agent_api.AgentSpec] = {}
+    flows: dict[str, flow_api.FlowSpec] = {}
+    broken: set[str] = set()
+    for item in (await api.get(kube.path_of("agents", namespace))).get("items", []):
+        name = item["metadata"]["name"]
+        try:
+            agents[name] = agent_api.AgentSpec.model_validate(item.get("spec") or {})
+        except pydantic.ValidationError:
+            broken.add(f"Agent/{name}")
+    for item in (await api.get(kube.path_of("flows", namespace))).get("items", []):
+        name = item["metadata"]["name"]
+        try:
+            flows[name] = flow_api.FlowSpec.model_validate(item.get("spec") or {})
+        except pydantic.ValidationError:
+            broken.add(f"Flow/{name}")
+    return Namespace(agents, flows, broken)
+
+
+def parse_spec(model: type[pydantic.BaseModel], spec: Any) -> tuple[Any, list[documents.Problem]]:
+    """Parse a spec; on failure return None and path-named problems (``spec.nodes[0]...``)."""
+    try:
+        return model.model_validate(spec or {}), []
+    except pydantic.ValidationError as exc:
+        return None, documents.validation_problems(exc, prefix="spec")
+
+
+# ----- secrets ----------------------------------------------------------------------------------
+
+
+def agent_secret_refs(spec: agent_api.AgentSpec) -> list[tuple[str, common.SecretKeySelector]]:
+    """Every secret an Agent names, with the path of the field naming it."""
+    refs: list[tuple[str, common.SecretKeySelector]] = []
+    if spec.model.api_key is not None:
+        refs.append(("spec.model.apiKey", spec.model.api_key.secret_key_ref))
+    for index, tool in enumerate(spec.tools):
+        if tool.mcp is not None:
+            for header, ref in tool.mcp.headers.items():
+                refs.append((f"spec.tools[{index}].mcp.headers.{header}", ref.secret_key_ref))
+        if tool.http is not None:
+            for header, ref in tool.http.secret_headers.items():
+                path = f"spec.tools[{index}].http.secretHeaders.{header}"
+                refs.append((path, ref.secret_key_ref))
+    return refs
+
+
+def flow_secret_refs(spec: flow_api.FlowSpec) -> list[tuple[str, common.SecretKeySelector]]:
+    """Every secret the runner needs for a Flow's own nodes and runner env (not its Agents')."""
+    refs: list[tuple[str, common.SecretKeySelector]] = []
+    for index, node in enumerate(spec.nodes):
+        path = f"spec.nodes[{index}]"
+        if node.llm is not None and node.llm.model.api_key is not None:
+            refs.append((f"{path}.llm.model.apiKey", node.llm.model.api_key.secret_key_ref))
+        for where, tool in ((f"{path}.tool", node.tool), (f"{path}.map.tool", _map_tool(node))):
+            if tool is not None and tool.http is not None:
+                for header, ref in tool.http.secret_headers.items():
+                    refs.append((f"{where}.http.secretHeaders.{header}", ref.secret_key_ref))
+    for index, env in enumerate(spec.runner.env):
+        if env.secret_key_ref is not None:
+            refs.append((f"spec.runner.env[{index}].secretKeyRef", env.secret_key_ref))
+    return refs
+
+
+def trigger_secret_refs(spec: flow_api.FlowSpec) -> list[tuple[str, common.SecretKeySelector]]:
+    """Secrets of webhook triggers (read by the webhook receiver, not the runner)."""
+    return [
+        (f"spec.triggers[{index}].webhook.secret", trigger.webhook.secret)
+        for index, trigger in enumerate(spec.triggers)
+        if trigger.webhook is not None
+    ]
+
+
+def _map_tool(node: flow_api.Node) -> flow_api.ToolCall | None:
+    return node.map.tool if node.map is not None else None
+
+
+async def secret_exists(api: kube.Client, namespace: str, name: str) -> bool | None:
+    """True/False when the Secret exists or not; None when we may not look (403).
+
+    The request asks for ``PartialObjectMetadata``, so the answer carries no data even though
+    RBAC's ``get`` on secrets would allow it.
+    """
+    try:
+        await api.request("GET", kube.path_of("secrets", namespace, name), accept=PARTIAL_METADATA)
+    except kube.ApiError as exc:
+        if exc.not_found:
+            return False
+        if exc.status == 403:
+            return None
+        raise
+    return True
+
+
+async def missing_secrets(
+    api: kube.Client, namespace: str, refs: list[tuple[str, common.SecretKeySelector]]
+) -> list[documents.Problem]:
+    """A problem for every reference whose Secret does not exist (each Secret checked once)."""
+    seen: dict[str, bool | None] = {}
+    problems: list[documents.Problem] = []
+    for path, ref in refs:
+        if ref.name not in seen:
+            seen[ref.name] = await secret_exists(api, namespace, ref.name)
+        exists = seen[ref.name]
+        if exists is False:
+            problems.append(documents.Problem(path, f'Secret "{ref.name}" does not exist'))
+        elif exists is None:
+            problems.append(
+                documents.Problem(path, f'Secret "{ref.name}" cannot be checked (forbidden)')
+            )
+    return problems
+
+
+# ----- what a Flow reaches ----------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Reach:
+    """The Flows and Agents a Flow can reach through nodes, sub-agents and sub-flows."""
+
+    flows: dict[str, flow_api.FlowSpec]
+    agents: dict[str, agent_api.AgentSpec]
+    missing: list[str]
+
+
+def _flow_refs(spec: flow_api.FlowSpec) -> tuple[set[str], set[str]]:
+    agents: set[str] = set()
+    flows: set[str] = set()
+    for node in spec.nodes:
+        for call in (node.agent, node.map.agent if node.map else None):
+            if call is not None:
+                agents.add(call.name)
+        for tool in (node.tool, _map_tool(node)):
+            if tool is not None and tool.agent is not None:
+                agents.add(tool.agent)
+        for sub in (node.flow, node.map.flow if node.map else None):
+            if sub is not None:
+                flows.add(sub.name)
+    return agents, flows
+
+
+def reach(flow_name: str, ns: Namespace) -> Reach:
+    """Walk from ``flow_name`` over every Agent and sub-flow it can call."""
+    out = Reach(flows={}, agents={}, missing=[])
+    flow_stack = [flow_name]
+    agent_stack: list[str] = []
+    while flow_stack or agent_stack:
+        if flow_stack:
+            name = flow_stack.pop()
+            if name in out.flows:
+                continue
+            flow_spec = ns.flows.get(name)
+            if flow_spec is None:
+                out.missing.append(f"Flow/{name}")
+                continue
+            out.flows[name] = flow_spec
+            agents, flows = _flow_refs(flow_spec)
+            agent_stack += sorted(agents)
+            flow_stack += sorted(flows)
+            continue
+        name = agent_stack.pop()
+        if name in out.agents:
+            continue
+        agent_spec = ns.agents.get(name)
+        if agent_spec is None:
+            out.missing.append(f"Agent/{name}")
+            continue
+        out.agents[name] = agent_spec
+        agent_stack += agent_spec.sub_agents
+        flow_stack += agent_spec.sub_flows
+    return out

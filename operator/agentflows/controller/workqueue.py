@@ -1,0 +1,133 @@
+"""A keyed work queue: de-duplicated, one worker per key at a time, delayed re-adds.
+
+The reconcilers are level-triggered: any event about an object (or about a pod it owns) just
+adds the object's :class:`Key`. A key waiting in the queue is not added twice; a key added while
+its reconcile runs is processed once more afterwards; a reconcile returns how many seconds until
+it wants to look again (a backoff, a deadline, a TTL), or None. A reconcile that raises is retried
+with a per-key exponential backoff. Kept in memory only: a restarted operator rebuilds it from
+the initial listing kopf delivers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Awaitable, Callable
+
+log = logging.getLogger(__name__)
+
+#: Kinds of keys the operator reconciles.
+AGENT = "Agent"
+FLOW = "Flow"
+FLOWRUN = "FlowRun"
+#: A Flow's finished runs, checked against its history limits.
+HISTORY = "History"
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class Key:
+    """What to reconcile: a kind, a namespace and a name."""
+
+    kind: str
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name}"
+
+
+Reconciler = Callable[[Key], Awaitable[float | None]]
+ErrorHook = Callable[[Key, BaseException], None]
+
+
+class WorkQueue:
+    """Runs ``reconcile(key)`` for added keys with a bounded number of workers."""
+
+    def __init__(
+        self,
+        reconcile: Reconciler,
+        *,
+        workers: int = 8,
+        on_error: ErrorHook | None = None,
+        max_backoff: float = 60.0,
+    ) -> None:
+        self._reconcile = reconcile
+        self._workers = workers
+        self._on_error = on_error
+        self._max_backoff = max_backoff
+        self._queue: asyncio.Queue[Key] = asyncio.Queue()
+        self._queued: set[Key] = set()
+        self._active: set[Key] = set()
+        self._dirty: set[Key] = set()
+        self._timers: dict[Key, tuple[float, asyncio.TimerHandle]] = {}
+        self._failures: dict[Key, int] = {}
+
+    def add(self, key: Key, delay: float = 0.0) -> None:
+        """Reconcile ``key`` now, or after ``delay`` seconds (the earliest request wins)."""
+        if delay > 0:
+            self._add_later(key, delay)
+            return
+        if key in self._active:
+            self._dirty.add(key)
+        elif key not in self._queued:
+            self._queued.add(key)
+            self._queue.put_nowait(key)
+
+    def _add_later(self, key: Key, delay: float) -> None:
+        loop = asyncio.get_running_loop()
+        due = loop.time() + delay
+        existing = self._timers.get(key)
+        if existing is not None:
+            if existing[0] <= due:
+                return
+            existing[1].cancel()
+        handle = loop.call_later(delay, self._fire, key)
+        self._timers[key] = (due, handle)
+
+    def _fire(self, key: Key) -> None:
+        self._timers.pop(key, None)
+        self.add(key)
+
+    def pending(self) -> int:
+        """Keys waiting or being processed (for tests and metrics)."""
+        return len(self._queued) + len(self._active)
+
+    async def run(self) -> None:
+        """Process keys until cancelled."""
+        workers = [asyncio.create_task(self._worker()) for _ in range(self._workers)]
+        try:
+            await asyncio.gather(*workers)
+        finally:
+            for worker in workers:
+                worker.cancel()
+            for _, handle in self._timers.values():
+                handle.cancel()
+
+    async def _worker(self) -> None:
+        while True:
+            key = await self._queue.get()
+            self._queued.discard(key)
+            self._active.add(key)
+            requeue: float | None
+            try:
+                requeue = await self._reconcile(key)
+                self._failures.pop(key, None)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                failures = self._failures.get(key, 0) + 1
+                self._failures[key] = failures
+                requeue = min(self._max_backoff, 0.5 * 2 ** (failures - 1))
+                log.exception(
+                    "reconciling %s failed (try %d); again in %.1fs", key, failures, requeue
+                )
+                if self._on_error is not None:
+                    self._on_error(key, exc)
+            finally:
+                self._active.discard(key)
+            if key in self._dirty:
+                self._dirty.discard(key)
+                self.add(key)
+            if requeue is not None:
+                self.add(key, max(requeue, 0.05))
