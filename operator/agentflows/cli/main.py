@@ -379,5 +379,38 @@ def operator_command(
     asyncio.run(operator_main.run(config, kubeconfig))
 
 
+@main.command("trigger")
+@click.option("--flow", "flow_ref", required=True, help="The Flow, as NAMESPACE/NAME.")
+@click.option("--trigger", "trigger_name", required=True, help="Name of its schedule trigger.")
+@click.option("--kubeconfig", help="Kubeconfig (default: $KUBECONFIG, ~/.kube/config, in-cluster).")
+def trigger_command(flow_ref: str, trigger_name: str, kubeconfig: str | None) -> None:
+    """Create the FlowRun of a schedule trigger (the command of the trigger's CronJob pod)."""
+    from agentflows.triggers import common as trigger_common
+    from agentflows.triggers import schedule
+
+    try:
+        name = asyncio.run(schedule.run_trigger_command(flow_ref, trigger_name, kubeconfig))
+    except trigger_common.TriggerError as exc:
+        _err(f"error: {exc}")
+        sys.exit(EXIT_FAILED)
+    click.echo(name)
+
+
+@main.command("webhook")
+@click.option("--host", default="0.0.0.0", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8080, show_default=True, help="Port to listen on.")
+@click.option("--kubeconfig", help="Kubeconfig (default: $KUBECONFIG, ~/.kube/config, in-cluster).")
+def webhook_command(host: str, port: int, kubeconfig: str | None) -> None:
+    """Serve the webhook receiver: signed POST /hooks/NS/FLOW/TRIGGER start FlowRuns."""
+    import logging
+
+    from agentflows.triggers import webhook
+
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    webhook.serve(host, port, kubeconfig)
+
+
 if __name__ == "__main__":
     main()
