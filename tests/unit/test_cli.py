@@ -14,7 +14,9 @@ from click.testing import CliRunner
 from agentflows.cli import main as cli
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+EXAMPLES = sorted(
+    [*(ROOT / "examples").glob("*.yaml"), *(p for p in (ROOT / "examples").iterdir() if p.is_dir())]
+)
 
 
 def invoke(*args: str) -> tuple[int, str, str]:
@@ -88,6 +90,7 @@ INPUTS = {
     "research": ["--input", "topic=kopf"],
     "onboarding": ["--input", "team=platform"],
     "triage": ["--input", "title=API latency above SLO"],
+    "cluster-doctor": ["--input", "pod=web-1", "--input", "namespace=default"],
 }
 
 
