@@ -171,3 +171,12 @@ def test_console_script_runs_the_readme_command(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["phase"] == "Succeeded"
     assert "✓ classify (llm) succeeded" in result.stderr
+
+
+def test_an_unknown_field_does_not_hide_the_graph_problems_behind_it(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(BAD_FLOW.replace('{id: lonely, transform: "=3"}', '{id: lonely, transform: "=3", colour: red}'))
+    code, out, _ = invoke("validate", str(path))
+    assert code == 2
+    assert "spec.nodes[5].colour: unknown field" in out
+    assert 'Flow bad: spec.nodes[3].branch.cases.bug: no node "fix"' in out

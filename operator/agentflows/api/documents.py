@@ -145,7 +145,37 @@ def parse_resource(document: Any, source: str = "") -> tuple[Resource | None, li
     try:
         return model.model_validate(document), []
     except pydantic.ValidationError as exc:
-        return None, [dataclasses.replace(p, source=source) for p in validation_problems(exc)]
+        problems = [dataclasses.replace(p, source=source) for p in validation_problems(exc)]
+        return _without_unknown_fields(model, document, exc), problems
+
+
+def _without_unknown_fields(
+    model: type[agent.Agent] | type[flow.Flow] | type[flowrun.FlowRun],
+    document: dict[str, Any],
+    exc: pydantic.ValidationError,
+) -> Resource | None:
+    """The resource with its unknown fields dropped, when those were its only problems.
+
+    The unknown fields are still reported (and nothing runs), but the rest of the document is
+    checked too, so one misspelled key does not hide every graph problem behind it.
+    """
+    errors = exc.errors()
+    if any(error["type"] != "extra_forbidden" for error in errors):
+        return None
+    import copy
+
+    trimmed = copy.deepcopy(document)
+    for error in errors:
+        parent: Any = trimmed
+        *path, last = error["loc"]
+        for part in path:
+            parent = parent[part]
+        if isinstance(parent, dict):
+            parent.pop(last, None)
+    try:
+        return model.model_validate(trimmed)
+    except pydantic.ValidationError:
+        return None
 
 
 def load_text(text: str, source: str = "") -> LoadResult:
