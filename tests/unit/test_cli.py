@@ -91,6 +91,7 @@ INPUTS = {
     "onboarding": ["--input", "team=platform"],
     "triage": ["--input", "title=API latency above SLO"],
     "cluster-doctor": ["--input", "pod=web-1", "--input", "namespace=default"],
+    "agents": ["--input", "topic=kopf operators"],
 }
 
 

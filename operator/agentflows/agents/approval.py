@@ -98,7 +98,7 @@ def rulings(request: flowrun_api.HumanRequest, waiting: Sequence[str]) -> dict[s
     if decision == flowrun_api.Decision.RESPOND:
         answer = request.data if request.data is not None else request.comment
         return {call_id: Ruling(outcome=tools.ToolOutcome.success(answer)) for call_id in waiting}
-    rejected = tools.ToolOutcome.failure(f"a human{who} rejected this call{said}")
+    rejected = tools.ToolOutcome("cancelled", error=f"a human{who} rejected this call{said}")
     return {call_id: Ruling(outcome=rejected) for call_id in waiting}
 
 

@@ -6,6 +6,12 @@ it to the engine, which calls it through :class:`agentflows.engine.capabilities.
     caps = host.LiveCapabilities(resolver)              # env defaults to os.environ
     caps = host.LiveCapabilities({"researcher": spec})  # or a plain name -> AgentSpec mapping
 
+An agent turn's tools come from providers (:mod:`agentflows.agents.tools`): the Agent's ``http``
+and ``python`` tools and skill scripts, one :class:`~agentflows.agents.mcp.McpToolProvider` per
+``mcp`` tool (connected for the turn and closed after it), ``call_sub_agent`` and
+``call_sub_flow`` (:mod:`agentflows.agents.delegation`) and ``request_human_review``
+(:mod:`agentflows.agents.review`). A ``tool`` node may call one server tool of an ``mcp`` tool.
+
 ``llm`` nodes with an ``outputSchema`` ask the model for JSON matching the schema, parse the
 reply (a fenced block is accepted) and validate it; a reply that is not JSON or does not match
 fails the node with a retryable error naming the problem, since another sample may succeed.
@@ -13,12 +19,13 @@ fails the node with a retryable error naming the problem, since another sample m
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Mapping
 from typing import Any
 
-from agentflows.agents import approval, secrets, spec_tools, tools, turn
+from agentflows.agents import approval, delegation, review, secrets, spec_tools, tools, turn
 from agentflows.agents import model as model_client
 from agentflows.api import agent as agent_api
 from agentflows.api import common
@@ -50,7 +57,7 @@ class MappingResolver:
 
 
 class LiveCapabilities:
-    """Runs agent turns, completions and tool calls for real (models via litellm)."""
+    """Runs agent turns, completions and tool calls for real (see module docstring)."""
 
     def __init__(
         self,
@@ -68,12 +75,34 @@ class LiveCapabilities:
         self, task: capabilities.AgentTask, ctx: capabilities.NodeContext
     ) -> capabilities.NodeResult | capabilities.Pause:
         """Run one agent turn with the Agent's tools and skills, or resume a paused one."""
-        providers: list[tools.ToolProvider] = [
-            spec_tools.SpecToolProvider(task.agent.tools, self.env, self.redactor),
-            spec_tools.SkillToolProvider(task.agent.skills, self.env),
-        ]
-        registry = await tools.ToolRegistry.build(providers, ctx.autonomy)
-        return await turn.run_turn(task, ctx, registry, env=self.env, redactor=self.redactor)
+        spec = task.agent
+        async with contextlib.AsyncExitStack() as stack:
+            providers: list[tools.ToolProvider] = [
+                spec_tools.SpecToolProvider(spec.tools, self.env, self.redactor),
+                spec_tools.SkillToolProvider(spec.skills, self.env),
+                *self._mcp_providers(spec.tools, stack),
+                delegation.SubAgentProvider(spec.sub_agents, self.resolver, self.run_agent),
+                delegation.SubFlowProvider(spec.sub_flows, self.resolver),
+                review.ReviewProvider(spec.human_review),
+            ]
+            registry = await tools.ToolRegistry.build(providers, ctx.autonomy)
+            return await turn.run_turn(task, ctx, registry, env=self.env, redactor=self.redactor)
+
+    def _mcp_providers(
+        self, declared: list[agent_api.Tool], stack: contextlib.AsyncExitStack
+    ) -> list[tools.ToolProvider]:
+        """One provider per mcp tool, each closed when ``stack`` unwinds (the turn's end)."""
+        if not any(tool.mcp is not None for tool in declared):
+            return []
+        from agentflows.agents import mcp  # the SDK loads only for agents with MCP tools
+
+        providers: list[tools.ToolProvider] = []
+        for tool in declared:
+            if tool.mcp is not None:
+                provider = mcp.McpToolProvider(tool, self.env, self.redactor)
+                stack.push_async_callback(provider.aclose)
+                providers.append(provider)
+        return providers
 
     async def complete(
         self, task: capabilities.LlmTask, ctx: capabilities.NodeContext
@@ -90,11 +119,10 @@ class LiveCapabilities:
         output = envelope.from_text(reply.content, raw=reply.raw)
         if task.output_schema is not None:
             _check_schema(output, task.output_schema, reply.content)
-        return capabilities.NodeResult(
-            output=output,
-            usage=reply.usage,
-            detail={"llmCalls": 1, "costKnown": reply.cost_known},
-        )
+        detail: dict[str, Any] = {"llmCalls": 1, "costKnown": reply.cost_known}
+        if not reply.cost_known:
+            detail["costNote"] = f"not in litellm's cost table, counted as $0: {task.model.name}"
+        return capabilities.NodeResult(output=output, usage=reply.usage, detail=detail)
 
     async def call_tool(
         self, task: capabilities.ToolTask, ctx: capabilities.NodeContext
@@ -104,15 +132,46 @@ class LiveCapabilities:
         Under autonomy ``supervised`` a tool that is not read-only first waits for a human
         (:mod:`agentflows.agents.approval`); under ``readonly`` it fails.
         """
-        name = task.tool.name
-        provider = spec_tools.SpecToolProvider([task.tool], self.env, self.redactor)
+        async with contextlib.AsyncExitStack() as stack:
+            if task.tool.mcp is not None:
+                return await self._call_mcp_tool(task, ctx, stack)
+            provider = spec_tools.SpecToolProvider([task.tool], self.env, self.redactor)
+            registry = await tools.ToolRegistry.build([provider], flow_api.Autonomy.FULL)
+            return await self._call_registered(task, ctx, registry, task.tool.name)
+
+    async def _call_mcp_tool(
+        self,
+        task: capabilities.ToolTask,
+        ctx: capabilities.NodeContext,
+        stack: contextlib.AsyncExitStack,
+    ) -> capabilities.NodeResult | capabilities.Pause:
+        """A tool node calling one server tool (by its server name or its model name)."""
+        from agentflows.agents import mcp
+
+        provider = mcp.McpToolProvider(task.tool, self.env, self.redactor)
+        stack.push_async_callback(provider.aclose)
         registry = await tools.ToolRegistry.build([provider], flow_api.Autonomy.FULL)
+        server_tool = provider.server_name(task.tool_name)
+        if server_tool is None:
+            raise capabilities.CapabilityError(
+                f"tool {task.tool_name}: the MCP server of tool {task.tool.name} offers no such "
+                "tool (or include/exclude filter it out)"
+            )
+        return await self._call_registered(
+            task, ctx, registry, mcp.model_name(task.tool.name, server_tool)
+        )
+
+    async def _call_registered(
+        self,
+        task: capabilities.ToolTask,
+        ctx: capabilities.NodeContext,
+        registry: tools.ToolRegistry,
+        name: str,
+    ) -> capabilities.NodeResult | capabilities.Pause:
+        """Call tool ``name`` of ``registry`` for a tool node, with autonomy applied."""
         definition = registry.get(name)
         if definition is None:
-            raise capabilities.CapabilityError(
-                f"tool {task.tool_name}: {task.tool.kind} tools cannot be called from a tool "
-                "node yet; use an http or python tool"
-            )
+            raise capabilities.CapabilityError(f"tool {task.tool_name} is not defined")
         if ctx.autonomy == flow_api.Autonomy.READONLY and not definition.read_only:
             raise capabilities.CapabilityError(
                 f"tool {task.tool_name} is not readOnly and the Flow's autonomy is readonly"

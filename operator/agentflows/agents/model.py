@@ -1,21 +1,29 @@
-"""The model client: one chat completion through litellm, with usage and cost.
+"""The model client: one chat completion, with usage and cost.
 
-Called by :mod:`agentflows.agents.turn` (every step of an agent turn) and by
-:mod:`agentflows.agents.host` (``llm`` nodes). Everything a :class:`~agentflows.api.agent.ModelSpec`
-says is passed to ``litellm.acompletion``: model string, apiBase, the API key, temperature, topP,
-maxTokens and timeoutSeconds. ``retries`` is applied here, to errors where another try may help
-(timeouts, connection errors, 408/409/425/429 and 5xx), with exponential backoff; a 400 or 401
-fails at once.
+Called by :mod:`agentflows.agents.turn` (every step of an agent turn), by
+:mod:`agentflows.agents.compression` (summaries) and by :mod:`agentflows.agents.host` (``llm``
+nodes). Two paths, one result:
+
+- OpenAI-compatible endpoints (``openai/...`` models, bare model names, and models with an
+  ``apiBase`` whose provider speaks the OpenAI wire format) are called directly over httpx
+  (:mod:`agentflows.agents.openai_compat`): litellm takes 3-4 s to import, which a runner pod
+  would otherwise pay before its first model call.
+- every other provider goes through ``litellm.acompletion``.
+
+Everything a :class:`~agentflows.api.agent.ModelSpec` says is sent: model string, apiBase, the
+API key, temperature, topP, maxTokens and timeoutSeconds. ``retries`` is applied here, to errors
+where another try may help (timeouts, connection errors, 408/409/425/429 and 5xx), with
+exponential backoff; a 400 or 401 fails at once.
 
 The API key comes from, in order: the spec's ``apiKey.secretKeyRef`` (the env variable named by
 :func:`agentflows.agents.secrets.secret_env_name`); the provider's usual variable in the host's
 environment (:data:`PROVIDER_KEY_ENV`); for an OpenAI-compatible ``apiBase`` with neither, a
 placeholder, because local servers (vLLM, Ollama) need no key but the OpenAI client insists on one.
 
-litellm takes seconds to import, so it is imported on the first call, never at module import:
-``agentflows --help`` and the dry run stay fast. Costs come from litellm's bundled price table
-(``LITELLM_LOCAL_MODEL_COST_MAP``, no network); a model missing from it costs 0 and the reply says
-``cost_known = False``.
+litellm is imported on the first call that needs it, never at module import: ``agentflows
+--help`` and the dry run stay fast. Costs come from litellm's bundled price table
+(:mod:`agentflows.agents.costs`; ``LITELLM_LOCAL_MODEL_COST_MAP``, no network); a model missing
+from it costs 0 and the reply says ``cost_known = False``.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agentflows.agents import secrets
+from agentflows.agents import costs, secrets
 from agentflows.api import agent as agent_api
 from agentflows.api import common
 from agentflows.engine import capabilities
@@ -57,7 +65,7 @@ _RETRYABLE_STATUS = frozenset({408, 409, 425, 429})
 _litellm: Any = None
 
 
-def _import_litellm() -> Any:
+def import_litellm() -> Any:
     """Import litellm once, configured for offline costs and quiet errors."""
     global _litellm
     if _litellm is None:
@@ -137,7 +145,9 @@ async def complete(
 ) -> ModelReply:
     """Make one chat completion; raise CapabilityError (retryable when it may help) on failure."""
     api_key = api_key_for(model, env, redactor)
-    litellm = _import_litellm()
+    if openai_compat_handles(model):
+        return await _complete_direct(model, messages, api_key, redactor, tools)
+    litellm = import_litellm()
     kwargs: dict[str, Any] = {
         "model": model.name,
         "messages": [dict(message) for message in messages],
@@ -167,6 +177,108 @@ async def complete(
             attempt += 1
             continue
         return _reply(litellm, response)
+
+
+def openai_compat_handles(model: agent_api.ModelSpec) -> bool:
+    """Tell whether ``model`` is called over the direct OpenAI-compatible path."""
+    from agentflows.agents import openai_compat
+
+    return openai_compat.handles(provider_of(model.name), model.api_base)
+
+
+async def _complete_direct(
+    model: agent_api.ModelSpec,
+    messages: Sequence[Mapping[str, Any]],
+    api_key: str | None,
+    redactor: secrets.Redactor,
+    tools: Sequence[Mapping[str, Any]],
+) -> ModelReply:
+    """One completion over :mod:`agentflows.agents.openai_compat`, retried like litellm's."""
+    from agentflows.agents import openai_compat
+
+    body = openai_compat.request_body(
+        model.name,
+        messages,
+        tools,
+        {"temperature": model.temperature, "top_p": model.top_p, "max_tokens": model.max_tokens},
+    )
+    attempt = 0
+    while True:
+        try:
+            data = await openai_compat.chat_completion(
+                api_base=model.api_base,
+                api_key=api_key,
+                body=body,
+                timeout_seconds=model.timeout_seconds,
+            )
+        except Exception as exc:
+            error = _direct_error(model.name, exc, redactor, attempt + 1)
+            if not error.retryable or attempt >= model.retries:
+                raise error from None
+            await asyncio.sleep(min(RETRY_BACKOFF_SECONDS * 2**attempt, MAX_BACKOFF_SECONDS))
+            attempt += 1
+            continue
+        return _direct_reply(model.name, data)
+
+
+def _direct_reply(model_name: str, data: dict[str, Any]) -> ModelReply:
+    choice = data["choices"][0]
+    message = choice.get("message") or {}
+    calls = [
+        ToolCallRequest(
+            id=str(call.get("id")),
+            name=str((call.get("function") or {}).get("name")),
+            arguments=str((call.get("function") or {}).get("arguments") or "{}"),
+        )
+        for call in (message.get("tool_calls") or [])
+    ]
+    usage = data.get("usage") or {}
+    prompt = int(usage.get("prompt_tokens") or 0)
+    completion = int(usage.get("completion_tokens") or 0)
+    price = costs.price(model_name, prompt, completion)
+    return ModelReply(
+        content=str(message.get("content") or ""),
+        tool_calls=calls,
+        usage=common.Usage(
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            cost_usd=price.cost_usd,
+            llm_calls=1,
+        ),
+        cost_known=price.known,
+        finish_reason=choice.get("finish_reason"),
+        raw=data,
+    )
+
+
+def _direct_error(
+    model_name: str, exc: Exception, redactor: secrets.Redactor, attempts: int
+) -> capabilities.CapabilityError:
+    import httpx
+
+    from agentflows.agents import openai_compat
+
+    status = exc.status_code if isinstance(exc, openai_compat.ModelHttpError) else None
+    retryable = isinstance(exc, httpx.TimeoutException | httpx.TransportError) or (
+        status is not None and (status in _RETRYABLE_STATUS or status >= 500)
+    )
+    if isinstance(exc, httpx.TimeoutException):
+        text = f"no reply within the model's timeoutSeconds ({type(exc).__name__})"
+    else:
+        text = redactor(str(exc)).strip() or type(exc).__name__
+    return _error(model_name, text, status, attempts, retryable)
+
+
+def _error(
+    model_name: str, text: str, status: int | None, attempts: int, retryable: bool
+) -> capabilities.CapabilityError:
+    if len(text) > _MAX_ERROR_CHARS:
+        text = text[:_MAX_ERROR_CHARS] + "..."
+    where = f" (HTTP {status})" if status is not None else ""
+    tries = f" after {attempts} attempts" if attempts > 1 else ""
+    return capabilities.CapabilityError(
+        f"model {model_name} failed{where}{tries}: {text}", retryable=retryable
+    )
 
 
 def _reply(litellm: Any, response: Any) -> ModelReply:
@@ -209,7 +321,7 @@ def _cost(litellm: Any, response: Any) -> tuple[float, bool]:
 def _model_error(
     model_name: str, exc: Exception, redactor: secrets.Redactor, attempts: int
 ) -> capabilities.CapabilityError:
-    litellm = _import_litellm()
+    litellm = import_litellm()
     status = getattr(exc, "status_code", None)
     transient = (
         litellm.Timeout,
@@ -222,10 +334,6 @@ def _model_error(
         isinstance(status, int) and (status in _RETRYABLE_STATUS or status >= 500)
     )
     text = redactor(str(exc)).strip() or type(exc).__name__
-    if len(text) > _MAX_ERROR_CHARS:
-        text = text[:_MAX_ERROR_CHARS] + "..."
-    where = f" (HTTP {status})" if isinstance(status, int) else ""
-    tries = f" after {attempts} attempts" if attempts > 1 else ""
-    return capabilities.CapabilityError(
-        f"model {model_name} failed{where}{tries}: {text}", retryable=retryable
+    return _error(
+        model_name, text, status if isinstance(status, int) else None, attempts, retryable
     )

@@ -92,3 +92,22 @@ class SkillToolProvider:
         if runner is None:
             return tools.ToolOutcome.failure(f"no tool named {name!r}")
         return await runner.run(args)
+
+
+def declared_tool_names(spec: agent_api.AgentSpec) -> list[str]:
+    """The names the model is offered that need no connection: everything but MCP tools.
+
+    For the operator's Agent status, next to
+    :func:`agentflows.agents.mcp.discover_tools` for each ``mcp`` tool: ``http`` and ``python``
+    tools, ``skill_<name>`` per skill with a script, ``call_sub_agent``, ``call_sub_flow`` and
+    ``request_human_review`` when the Agent enables them.
+    """
+    names = [tool.name for tool in spec.tools if tool.mcp is None]
+    names += [f"skill_{skill.name}" for skill in spec.skills if skill.script is not None]
+    if spec.sub_agents:
+        names.append("call_sub_agent")
+    if spec.sub_flows:
+        names.append("call_sub_flow")
+    if spec.human_review is not None and spec.human_review.enabled:
+        names.append("request_human_review")
+    return names

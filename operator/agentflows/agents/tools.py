@@ -3,13 +3,16 @@
 A :class:`ToolProvider` offers tools (:meth:`~ToolProvider.list_tools`) and runs them
 (:meth:`~ToolProvider.call`). The :class:`ToolRegistry` merges the providers of one agent turn,
 refuses duplicate names, builds the function schemas litellm sends to the model, checks the
-model's arguments against each tool's JSON Schema, and dispatches. Today's providers are the
-Agent's ``http`` and ``python`` tools (:mod:`agentflows.agents.spec_tools`); MCP servers, sub-agents
-(``call_sub_agent``), sub-flows (``call_sub_flow``) and skills (``skill_<name>``) are further
-providers of the same protocol.
+model's arguments against each tool's JSON Schema, and dispatches. The providers: the Agent's
+``http`` and ``python`` tools and its skills' scripts (:mod:`agentflows.agents.spec_tools`), its
+MCP servers (:mod:`agentflows.agents.mcp`), sub-agents and sub-flows
+(:mod:`agentflows.agents.delegation`) and ``request_human_review``
+(:mod:`agentflows.agents.review`). A provider holding a connection (MCP) also has ``aclose``.
 
 A tool that fails returns an error :class:`ToolOutcome`; the turn sends it to the model as the
-tool's result and goes on. Only a bad tool *definition* (a template that does not compile) is a
+tool's result and goes on. The one exception that passes through is the engine's
+:class:`~agentflows.engine.run.RunStopped` (a sub-flow hit the run's token or cost limit): the
+whole run stops. Only a bad tool *definition* (a template that does not compile) is a
 :class:`~agentflows.engine.capabilities.CapabilityError`, raised before the model is called.
 """
 
@@ -20,15 +23,19 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Protocol
 
+from agentflows.api import common
 from agentflows.api import flow as flow_api
 from agentflows.engine import capabilities
+from agentflows.engine import run as run_mod
 
 #: What the model is told a tool accepts when its definition gives no schema.
 ANY_OBJECT: dict[str, Any] = {"type": "object", "additionalProperties": True}
 #: Longest tool result sent back to the model, in characters.
 MAX_RESULT_CHARS = 64_000
 
-Status = Literal["success", "error", "timeout"]
+#: How a call ended: ``cancelled`` was not run (a human rejected it, or the turn ended first);
+#: ``pending`` waits for a human's decision.
+Status = Literal["success", "error", "timeout", "cancelled", "pending"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +57,8 @@ class ToolOutcome:
     status: Status
     value: Any = None
     error: str | None = None
+    #: Model usage spent by the tool itself (a sub-agent's turn), added to the node's.
+    usage: common.Usage | None = None
 
     @classmethod
     def success(cls, value: Any) -> ToolOutcome:
@@ -166,6 +175,8 @@ class ToolRegistry:
             return ToolOutcome.failure(f"no tool named {name!r}")
         try:
             return await entry[1].call(name, args, ctx)
+        except run_mod.RunStopped:
+            raise
         except capabilities.CapabilityError as exc:
             return ToolOutcome.failure(str(exc))
         except Exception as exc:

@@ -1,24 +1,28 @@
 """An agent turn: the conversation with the model, and the tool-calling loop.
 
 Called by :class:`agentflows.agents.host.LiveCapabilities` for ``agent`` nodes (and ``map`` items
-running an agent). The conversation sent first is: the system prompt (skills' content, then the
-Agent's ``systemPrompt``), the Agent's scripted ``history`` and the rendered prompt as a user
-turn, with consecutive turns of one role merged into one (joined by a blank line) — several
-providers reject two user turns in a row.
+running an agent). The conversation sent first is: the system prompt (each skill's content,
+then the Agent's ``systemPrompt``, joined by ``---`` lines), the Agent's scripted ``history`` and
+the rendered prompt as a user turn, with consecutive turns of one role merged into one (joined by
+a blank line) — several providers reject two user turns in a row.
 
 Then the loop: while the model asks for tools, the calls of one reply run concurrently, their
 results are appended in the order the model asked for them, and the model is called again. A
 reply with tool calls beyond ``maxToolIterations`` rounds fails the node. A tool that fails is
 reported to the model as an error result and the turn goes on. Under ``autonomy: supervised`` a
 reply calling a tool that is not read-only pauses the turn for a human
-(:mod:`agentflows.agents.approval`); the conversation is saved in the pause's state and the turn
+(:mod:`agentflows.agents.approval`), and so does a call to ``request_human_review``
+(:mod:`agentflows.agents.review`); the conversation is saved in the pause's state and the turn
 continues from it when called again with the decision. Before each model call the turn checks
-the run's remaining token and cost budget.
+the run's remaining token and cost budget and compresses the conversation when it nears the
+context window (:mod:`agentflows.agents.compression`).
 
-The result's ``detail`` records each tool call (bounded) and the number of model calls; its
-usage sums the model and tool calls made since the turn started or last resumed (the engine has
-already counted what came before a pause). Secret values never appear in results, details or
-errors: every text that leaves passes through the host's
+Each tool call gets a context whose ``node_key`` is ``<node>/<call id>``, so a sub-flow it runs
+is recorded under that prefix. The result's ``detail`` records each tool call (id, name, status,
+start, end, duration, error; bounded in number and size), each compression and the number of
+model calls; its usage sums the model calls, tool calls and sub-agent turns made since the turn
+started or last resumed (the engine has already counted what came before a pause). Secret values
+never appear in results, details or errors: every text that leaves passes through the host's
 :class:`~agentflows.agents.secrets.Redactor`.
 """
 
@@ -27,11 +31,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime
+import re
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agentflows.agents import approval, secrets, tools
+from agentflows.agents import approval, compression, review, secrets, tools
 from agentflows.agents import model as model_client
 from agentflows.api import agent as agent_api
 from agentflows.api import common
@@ -41,11 +46,16 @@ from agentflows.engine import capabilities, envelope
 MAX_RECORDED_TOOL_CALLS = 200
 #: Longest error text kept in a tool call record.
 MAX_RECORDED_ERROR_CHARS = 500
+#: Compression records kept in a node's detail.
+MAX_RECORDED_COMPRESSIONS = 50
+#: Separates the skills' contents and the system prompt.
+SKILL_SEPARATOR = "\n\n---\n\n"
+_NOT_KEY_SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
 def build_messages(spec: agent_api.AgentSpec, prompt: str) -> list[dict[str, Any]]:
     """Return the conversation an agent turn starts with (see module docstring)."""
-    system = "\n\n".join(
+    system = SKILL_SEPARATOR.join(
         part for part in [*(skill.content for skill in spec.skills), spec.system_prompt] if part
     )
     turns: list[tuple[str, str]] = []
@@ -81,28 +91,45 @@ class TurnLog:
     tool_calls: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     tool_calls_not_recorded: int = 0
     cost_known: bool = True
+    #: Models whose cost is unknown to litellm's table (counted as $0).
+    unpriced: list[str] = dataclasses.field(default_factory=list)
+    compressions: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
-    def add_reply(self, reply: model_client.ModelReply) -> None:
+    def add_reply(self, reply: model_client.ModelReply, model_name: str) -> None:
         """Count one model call."""
         self.usage = self.usage.add(reply.usage)
         self.llm_calls += 1
         self.cost_known = self.cost_known and reply.cost_known
+        if not reply.cost_known and model_name not in self.unpriced:
+            self.unpriced.append(model_name)
 
-    def add_tool_call(self, record: dict[str, Any]) -> None:
-        """Count one tool call, keeping its record while there is room."""
+    def add_tool_call(self, record: dict[str, Any], usage: common.Usage | None = None) -> None:
+        """Count one tool call (and the model usage it spent), keeping its record if room."""
         self.usage = self.usage.add(common.Usage(tool_calls=1))
+        if usage is not None:
+            self.usage = self.usage.add(usage)
         if len(self.tool_calls) < MAX_RECORDED_TOOL_CALLS:
             self.tool_calls.append(record)
         else:
             self.tool_calls_not_recorded += 1
 
-    def detail(self) -> dict[str, Any]:
-        """Return the node detail: tool call records and the number of model calls."""
+    def add_compression(self, record: dict[str, Any]) -> None:
+        """Keep one compression record (the oldest go first when there are too many)."""
+        self.compressions = [*self.compressions, record][-MAX_RECORDED_COMPRESSIONS:]
+
+    def detail(self, pending: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+        """The node detail: tool call records (plus ``pending`` ones), compressions, counts."""
         detail: dict[str, Any] = {
-            "toolCalls": self.tool_calls,
+            "toolCalls": [*self.tool_calls, *pending],
             "llmCalls": self.llm_calls,
             "costKnown": self.cost_known,
         }
+        if self.unpriced:
+            detail["costNote"] = (
+                f"not in litellm's cost table, counted as $0: {', '.join(self.unpriced)}"
+            )
+        if self.compressions:
+            detail["compressions"] = self.compressions
         if self.tool_calls_not_recorded:
             detail["toolCallsNotRecorded"] = self.tool_calls_not_recorded
         return detail
@@ -114,9 +141,10 @@ class TurnLog:
             return cls()
         return cls(
             llm_calls=int(detail.get("llmCalls", 0)),
-            tool_calls=list(detail.get("toolCalls", [])),
+            tool_calls=[r for r in detail.get("toolCalls", []) if r.get("status") != "pending"],
             tool_calls_not_recorded=int(detail.get("toolCallsNotRecorded", 0)),
             cost_known=bool(detail.get("costKnown", True)),
+            compressions=list(detail.get("compressions", [])),
         )
 
 
@@ -131,6 +159,8 @@ class TurnState:
     pending: list[model_client.ToolCallRequest] = dataclasses.field(default_factory=list)
     #: Ids of the pending calls that need the decision (the others are read-only).
     waiting: list[str] = dataclasses.field(default_factory=list)
+    #: Id of the request_human_review call waiting for its review, if that is the wait.
+    review: str | None = None
 
     def to_json(self, log: TurnLog) -> dict[str, Any]:
         """Return the state (with the log's detail) as saved by the engine."""
@@ -139,6 +169,7 @@ class TurnState:
             "rounds": self.rounds,
             "pending": [dataclasses.asdict(call) for call in self.pending],
             "waiting": self.waiting,
+            "review": self.review,
             "log": log.detail(),
         }
 
@@ -152,6 +183,7 @@ class TurnState:
                     rounds=int(state["rounds"]),
                     pending=[model_client.ToolCallRequest(**call) for call in state["pending"]],
                     waiting=[str(call_id) for call_id in state["waiting"]],
+                    review=state.get("review"),
                 ),
                 TurnLog.from_detail(state.get("log")),
             )
@@ -169,21 +201,27 @@ async def run_turn(
     env: Mapping[str, str],
     redactor: secrets.Redactor,
 ) -> capabilities.NodeResult | capabilities.Pause:
-    """Run the agent's turn to its final answer, or pause it for a tool approval."""
+    """Run the agent's turn to its final answer, or pause it for a human."""
     spec = task.agent
     if ctx.resume is not None:
         state, log = TurnState.from_json(ctx.resume.state)
-        decided = approval.rulings(ctx.resume.request, state.waiting)
-        await _run_round(state, log, registry, ctx, redactor, decided)
+        if state.review is not None:
+            ended = await _after_review(state, log, registry, ctx, redactor)
+            if ended is not None:
+                return ended
+        else:
+            decided = approval.rulings(ctx.resume.request, state.waiting)
+            await _run_round(state, log, registry, ctx, redactor, decided)
     else:
         state, log = TurnState(build_messages(spec, task.prompt)), TurnLog()
     schemas = registry.schemas()
     while True:
         _check_budget(ctx, log.usage)
+        await _compress(spec, state, log, env, redactor)
         reply = await model_client.complete(
             spec.model, state.messages, env=env, redactor=redactor, tools=schemas
         )
-        log.add_reply(reply)
+        log.add_reply(reply, spec.model.name)
         if not reply.tool_calls:
             return capabilities.NodeResult(
                 output=envelope.from_text(reply.content, raw=reply.raw),
@@ -198,20 +236,147 @@ async def run_turn(
             )
         state.messages.append(reply.assistant_message())
         state.pending = list(reply.tool_calls)
-        waiting = [
-            call
-            for call in reply.tool_calls
-            if approval.needs_approval(registry, call.name, ctx.autonomy)
-        ]
-        if waiting:
-            state.waiting = [call.id for call in waiting]
-            request = approval.request_for_calls(
-                ctx.node_key, task.agent_name, waiting, reply.content, spec.human_review
-            )
-            return capabilities.Pause(
-                request=request, state=state.to_json(log), usage=log.usage, detail=log.detail()
-            )
+        pause = _pause_for_review(task, ctx, registry, state, log, reply) or _pause_for_approval(
+            task, ctx, registry, state, log, reply
+        )
+        if pause is not None:
+            return pause
         await _run_round(state, log, registry, ctx, redactor, {})
+
+
+async def _compress(
+    spec: agent_api.AgentSpec,
+    state: TurnState,
+    log: TurnLog,
+    env: Mapping[str, str],
+    redactor: secrets.Redactor,
+) -> None:
+    """Compress the conversation before a model call when it nears the context window."""
+    result = await compression.compress(spec, state.messages, env=env, redactor=redactor)
+    if result.reply is not None:
+        log.add_reply(result.reply, spec.model.name)
+    if result.record is not None:
+        log.add_compression(result.record)
+    state.messages = result.messages
+
+
+def _pause_for_approval(
+    task: capabilities.AgentTask,
+    ctx: capabilities.NodeContext,
+    registry: tools.ToolRegistry,
+    state: TurnState,
+    log: TurnLog,
+    reply: model_client.ModelReply,
+) -> capabilities.Pause | None:
+    """Under supervised autonomy, pause when the reply calls tools that are not read-only."""
+    waiting = [
+        call
+        for call in reply.tool_calls
+        if approval.needs_approval(registry, call.name, ctx.autonomy)
+    ]
+    if not waiting:
+        return None
+    state.waiting = [call.id for call in waiting]
+    request = approval.request_for_calls(
+        ctx.node_key, task.agent_name, waiting, reply.content, task.agent.human_review
+    )
+    return capabilities.Pause(
+        request=request,
+        state=state.to_json(log),
+        usage=log.usage,
+        detail=log.detail(_pending_records(waiting)),
+    )
+
+
+def _pause_for_review(
+    task: capabilities.AgentTask,
+    ctx: capabilities.NodeContext,
+    registry: tools.ToolRegistry,
+    state: TurnState,
+    log: TurnLog,
+    reply: model_client.ModelReply,
+) -> capabilities.Pause | None:
+    """Pause for a human when the reply calls request_human_review with usable arguments."""
+    if registry.get(review.REVIEW_TOOL) is None:
+        return None
+    for call in reply.tool_calls:
+        if call.name != review.REVIEW_TOOL:
+            continue
+        args, refusal = registry.parse_arguments(call.name, call.arguments)
+        if refusal is not None:
+            return None  # the round runs, and the model is told what was wrong
+        state.review = call.id
+        state.waiting = [call.id]
+        request = review.request(
+            ctx.node_key, task.agent_name, args, reply.content, task.agent.human_review
+        )
+        return capabilities.Pause(
+            request=request,
+            state=state.to_json(log),
+            usage=log.usage,
+            detail=log.detail(_pending_records([call])),
+        )
+    return None
+
+
+async def _after_review(
+    state: TurnState,
+    log: TurnLog,
+    registry: tools.ToolRegistry,
+    ctx: capabilities.NodeContext,
+    redactor: secrets.Redactor,
+) -> capabilities.NodeResult | None:
+    """Answer the review call as the human decided; a rejection ends the turn with its result."""
+    assert ctx.resume is not None and state.review is not None
+    verdict = review.verdict(ctx.resume.request)
+    answer: Any = verdict.answer
+    review_call = next(call for call in state.pending if call.id == state.review)
+    if verdict.action is not None:
+        tool_name, args = verdict.action
+        action = model_client.ToolCallRequest(
+            id=f"{review_call.id}.action", name=tool_name, arguments=_json(args)
+        )
+        if tool_name == review.REVIEW_TOOL or registry.get(tool_name) is None:
+            outcome = tools.ToolOutcome.failure(f"no tool named {tool_name!r} to run")
+            record = _record(action, outcome, _now(), time.monotonic(), redactor)
+        else:
+            outcome, record = await _call_tool(registry, action, ctx, redactor, None)
+        log.add_tool_call(record, outcome.usage)
+        if outcome.status == "success":
+            answer = {**verdict.answer, "result": outcome.value}
+        else:
+            answer = {**verdict.answer, "error": outcome.error, "status": outcome.status}
+    elif verdict.ends_turn and ctx.resume.request.proposal:
+        proposal = ctx.resume.request.proposal
+        action = model_client.ToolCallRequest(
+            id=f"{review_call.id}.action", name=str(proposal.get("tool")), arguments="{}"
+        )
+        cancelled = tools.ToolOutcome("cancelled", error="rejected in review")
+        log.add_tool_call(_record(action, cancelled, _now(), time.monotonic(), redactor))
+    rulings = {
+        call.id: approval.Ruling(
+            outcome=tools.ToolOutcome.success(answer)
+            if call.id == state.review
+            else review.not_run()
+        )
+        for call in state.pending
+    }
+    await _run_round(state, log, registry, ctx, redactor, rulings)
+    state.review = None
+    if not verdict.ends_turn:
+        return None
+    return capabilities.NodeResult(
+        output=envelope.from_value(answer), usage=log.usage, detail=log.detail()
+    )
+
+
+def _pending_records(calls: Sequence[model_client.ToolCallRequest]) -> list[dict[str, Any]]:
+    """Records of calls waiting for a human (shown while the run waits)."""
+    now = _now()
+    return [
+        {"id": call.id[:128], "name": call.name[:128], "status": "pending", "startedAt": now}
+        for call in calls
+    ]
 
 
 async def _run_round(
@@ -227,7 +392,7 @@ async def _run_round(
         *(_call_tool(registry, call, ctx, redactor, decided.get(call.id)) for call in state.pending)
     )
     for call, (outcome, record) in zip(state.pending, results, strict=True):
-        log.add_tool_call(record)
+        log.add_tool_call(record, outcome.usage)
         state.messages.append(
             {
                 "role": "tool",
@@ -270,7 +435,24 @@ async def _call_tool(
     else:
         arguments = ruling.arguments if ruling and ruling.arguments is not None else call.arguments
         args, refusal = registry.parse_arguments(call.name, arguments)
-        outcome = refusal or await registry.call(call.name, args, ctx)
+        call_ctx = dataclasses.replace(ctx, node_key=f"{ctx.node_key}/{call_key(call.id)}")
+        outcome = refusal or await registry.call(call.name, args, call_ctx)
+    return outcome, _record(call, outcome, started_at, started, redactor)
+
+
+def call_key(call_id: str) -> str:
+    """The status key segment of a tool call (sub-flows it runs are recorded under it)."""
+    return _NOT_KEY_SAFE.sub("_", call_id)[:64] or "call"
+
+
+def _record(
+    call: model_client.ToolCallRequest,
+    outcome: tools.ToolOutcome,
+    started_at: str,
+    started: float,
+    redactor: secrets.Redactor,
+) -> dict[str, Any]:
+    """The bounded, redacted record of one tool call for the node's detail."""
     record: dict[str, Any] = {
         "id": call.id[:128],
         "name": call.name[:128],
@@ -281,7 +463,15 @@ async def _call_tool(
     }
     if outcome.error is not None:
         record["error"] = _truncate(redactor(outcome.error), MAX_RECORDED_ERROR_CHARS)
-    return outcome, record
+    if outcome.usage is not None and outcome.usage != common.Usage():
+        record["usage"] = outcome.usage.to_wire()
+    return record
+
+
+def _json(value: Any) -> str:
+    import json
+
+    return json.dumps(value, ensure_ascii=False, default=str)
 
 
 def _now() -> str:

@@ -117,7 +117,11 @@ class HttpTool(common.ApiModel):
     )
     allow_hosts: list[str] = Field(
         default_factory=list,
-        description="Host names the URL may resolve to after templating (empty: the URL's host).",
+        description=(
+            "Host names the URL may have after templating (empty: the URL's own host; *.domain"
+            " matches subdomains). Private and loopback addresses are reached only through a"
+            " host named exactly here; link-local and cloud-metadata addresses never."
+        ),
     )
     timeout_seconds: float = Field(default=30, gt=0, le=600, description="Request timeout.")
     max_response_bytes: int = Field(

@@ -135,3 +135,89 @@ async def test_slow_endpoint_times_out_and_may_be_retried(
 async def test_bad_template_is_reported_before_any_request(ctx: capabilities.NodeContext) -> None:
     with pytest.raises(capabilities.CapabilityError, match="tool api: http: jq syntax error"):
         await call(ctx, {}, url="http://127.0.0.1/{{ .args[ }}")
+
+
+async def test_cloud_metadata_address_is_refused_even_when_written_in_the_url(
+    ctx: capabilities.NodeContext,
+) -> None:
+    with pytest.raises(capabilities.CapabilityError, match="link-local or cloud metadata"):
+        await call(ctx, {}, url="http://169.254.169.254/latest/meta-data/", timeout_seconds=2)
+
+
+async def test_private_address_allowed_only_by_a_wildcard_is_refused(
+    endpoint: Any, ctx: capabilities.NodeContext
+) -> None:
+    with pytest.raises(capabilities.CapabilityError, match="private or loopback address"):
+        await call(ctx, {}, url=endpoint.url + "/text", allow_hosts=["*.0.0.1"])
+    assert endpoint.requests == []
+
+
+async def test_host_named_exactly_connects_to_the_checked_address_with_its_host_header(
+    endpoint: Any, ctx: capabilities.NodeContext
+) -> None:
+    url = endpoint.url.replace("127.0.0.1", "localhost")
+    result = await call(ctx, {}, url=url + "/echo", method="POST", allow_hosts=["localhost"])
+    assert result.output["json"]["headers"]["host"] == url.removeprefix("http://")
+
+
+async def test_redirect_to_a_metadata_address_is_refused(
+    endpoint: Any, ctx: capabilities.NodeContext
+) -> None:
+    with pytest.raises(capabilities.CapabilityError, match="cloud metadata"):
+        await call(
+            ctx,
+            {"to": "http://169.254.169.254/latest/"},
+            url=endpoint.url + "/redirect",
+            allow_hosts=["127.0.0.1", "169.254.169.254"],
+        )
+
+
+@pytest.mark.parametrize(
+    ("address", "explicit", "refused"),
+    [
+        ("8.8.8.8", False, None),
+        ("10.1.2.3", False, "private"),
+        ("10.1.2.3", True, None),
+        ("127.0.0.1", True, None),
+        ("100.64.0.1", False, "private"),
+        ("169.254.169.254", True, "metadata"),
+        ("::ffff:169.254.169.254", True, "metadata"),
+        ("fe80::1", True, "link-local"),
+        ("fd00:ec2::254", True, "metadata"),
+        ("224.0.0.1", True, "multicast"),
+        ("0.0.0.0", True, "unspecified"),
+    ],
+)
+def test_address_rules(address: str, explicit: bool, refused: str | None) -> None:
+    import ipaddress
+
+    from agentflows.agents import http_tool
+
+    refusal = http_tool.address_refusal(ipaddress.ip_address(address), explicit=explicit)
+    assert (refusal is None) == (refused is None)
+    if refused is not None:
+        assert refusal is not None and refused in refusal
+
+
+async def test_secret_headers_are_not_sent_to_another_host_after_a_redirect(
+    endpoint: Any, ctx: capabilities.NodeContext
+) -> None:
+    elsewhere = endpoint.url.replace("127.0.0.1", "localhost") + "/echo"
+    await call(
+        ctx,
+        {"to": elsewhere},
+        env={secrets.secret_env_name(SECRET): TOKEN},
+        url=endpoint.url + "/redirect",
+        allow_hosts=["127.0.0.1", "localhost"],
+        secret_headers={"Authorization": SECRET},
+    )
+    first, second = endpoint.requests
+    assert first["headers"]["authorization"] == TOKEN
+    assert second["path"] == "/echo" and "authorization" not in second["headers"]
+
+
+async def test_redirect_target_gets_its_own_query_not_the_arguments_again(
+    endpoint: Any, ctx: capabilities.NodeContext
+) -> None:
+    result = await call(ctx, {"to": "/echo?page=2"}, url=endpoint.url + "/redirect")
+    assert result.output["json"]["query"] == {"page": "2"}

@@ -59,3 +59,44 @@ async def test_errors_that_a_retry_cannot_fix_are_not_retried(
         await caps.complete(task, ctx)
     assert not failure.value.retryable
     assert len(model_server.requests) == 1
+
+
+def test_openai_compatible_endpoint_is_called_without_importing_litellm(
+    model_server: ScriptedModelServer,
+) -> None:
+    model_server.script(Reply.text("direct"))
+    code = (
+        "import asyncio, sys\n"
+        "from agentflows.agents import host\n"
+        "from agentflows.api import agent\n"
+        "from agentflows.engine import capabilities\n"
+        "from agentflows.api import flow\n"
+        f"m = agent.ModelSpec(name='openai/scripted-model', apiBase={model_server.url!r})\n"
+        "ctx = capabilities.NodeContext('r', 'n', 0, flow.Autonomy.FULL)\n"
+        "task = capabilities.LlmTask(model=m, system='', prompt='hi')\n"
+        "result = asyncio.run(host.LiveCapabilities(env={}).complete(task, ctx))\n"
+        "print(result.output['text'], 'litellm' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["direct", "False"]
+    assert model_server.requests[0].body["model"] == "scripted-model"
+
+
+def test_which_models_take_the_direct_path() -> None:
+    from agentflows.agents import openai_compat
+
+    assert openai_compat.handles("openai", None)
+    assert openai_compat.handles("hosted_vllm", "http://vllm:8000/v1")
+    assert not openai_compat.handles("hosted_vllm", None)
+    assert not openai_compat.handles("anthropic", "http://proxy/v1")
+
+
+async def test_other_providers_go_through_litellm(
+    model_server: ScriptedModelServer, ctx: capabilities.NodeContext
+) -> None:
+    caps = host.LiveCapabilities(env={"ANTHROPIC_API_KEY": "sk-ant-test-0000"})
+    model = model_server.model_spec(name="anthropic/claude-test", api_key=None)
+    with pytest.raises(capabilities.CapabilityError, match="anthropic/claude-test"):
+        await caps.complete(capabilities.LlmTask(model=model, system="", prompt="hi"), ctx)
+    # litellm spoke Anthropic's wire format: POST /v1/messages, not /chat/completions.
+    assert model_server.requests[0].path.endswith("/messages")

@@ -253,17 +253,21 @@ async def test_model_http_errors_fail_the_node_and_say_whether_a_retry_may_help(
     assert not bad.value.retryable
 
 
-async def test_skill_content_leads_the_system_prompt_and_its_script_is_a_tool(
+async def test_skill_contents_lead_the_system_prompt_joined_by_rules_and_scripts_are_tools(
     model_server: ScriptedModelServer, ctx: capabilities.NodeContext
 ) -> None:
     skill = agent_api.Skill(
         name="dates", content="Dates are ISO 8601.", script="print('\"2026-01-01\"')"
     )
+    tone = agent_api.Skill(name="tone", content="Be brief.")
     model_server.script(Reply.calls(ToolCall("skill_dates", {})), Reply.text("ok"))
-    spec = agent_spec(model_server, system_prompt="You plan.", skills=[skill])
+    spec = agent_spec(model_server, system_prompt="You plan.", skills=[skill, tone])
     await run(model_server, spec, ctx)
     first = model_server.requests[0]
-    assert first.messages[0] == {"role": "system", "content": "Dates are ISO 8601.\n\nYou plan."}
+    assert first.messages[0] == {
+        "role": "system",
+        "content": "Dates are ISO 8601.\n\n---\n\nBe brief.\n\n---\n\nYou plan.",
+    }
     assert [t["function"]["name"] for t in first.body["tools"]] == ["skill_dates"]
     assert model_server.requests[1].messages[-1]["content"] == "2026-01-01"
 

@@ -1,0 +1,164 @@
+"""Review inside an agent turn on a real control plane: pause, a human's patch, a new runner.
+
+The FlowRun and its snapshot ConfigMap are created by hand (as the operator would), and
+``agentflows runner`` runs as a process with the admin kubeconfig. The agent's model is the
+scripted OpenAI-compatible server on loopback, which the runner process reaches directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from asyncio.subprocess import PIPE
+from typing import Any
+
+import pytest
+
+from agentflows.kube import client as kube_client
+from tests.cluster.harness import Cluster
+from tests.cluster.kube_fixtures import (  # noqa: F401  (fixtures)
+    crds,
+    create_flowrun,
+    get_flowrun,
+    kube,
+    kube_namespace,
+    patch_status,
+    unique,
+)
+from tests.support.model_server import Reply, ScriptedModelServer, ToolCall
+
+pytestmark = pytest.mark.cluster
+
+DEPLOY = "import json, sys\nprint(json.dumps({'deployed': json.load(sys.stdin)['version']}))"
+
+
+def _agent(server: ScriptedModelServer) -> dict[str, Any]:
+    return {
+        "model": {"name": "openai/scripted-model", "apiBase": server.url, "retries": 0},
+        "systemPrompt": "You ship releases.",
+        "tools": [{"name": "deploy", "python": {"script": DEPLOY}}],
+        "humanReview": {"guidelines": "Ask before deploying.", "approvers": {"users": ["alice"]}},
+    }
+
+
+async def _create(api: kube_client.Client, namespace: str, snapshot: dict[str, Any]) -> str:
+    name = unique("review")
+    obj = await create_flowrun(api, namespace, name, flow="ship")
+    owner = {
+        "apiVersion": "agentflows.io/v1alpha1",
+        "kind": "FlowRun",
+        "name": name,
+        "uid": obj["metadata"]["uid"],
+    }
+    await api.create(
+        kube_client.path_of("configmaps", namespace),
+        {
+            "metadata": {"name": f"{name}-snapshot", "ownerReferences": [owner]},
+            "data": {"snapshot.json": json.dumps(snapshot)},
+        },
+    )
+    await patch_status(api, namespace, name, {"attempt": 1})
+    return name
+
+
+async def _runner(
+    cluster: Cluster, namespace: str, name: str, server: ScriptedModelServer
+) -> tuple[int, str, float | None]:
+    """Run the runner to its end: exit status, stderr, seconds to its first model request."""
+    seen = len(server.requests)
+    started = time.monotonic()
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "agentflows.cli.main",
+        "runner",
+        "--namespace",
+        namespace,
+        "--flowrun",
+        name,
+        env={**os.environ, "KUBECONFIG": str(cluster.kubeconfig())},
+        stdout=PIPE,
+        stderr=PIPE,
+    )
+    communicate = asyncio.ensure_future(process.communicate())
+    first_request = None
+    while not communicate.done():
+        if first_request is None and len(server.requests) > seen:
+            first_request = time.monotonic() - started
+        await asyncio.sleep(0.005)
+    _, stderr = await asyncio.wait_for(communicate, 300)
+    assert process.returncode is not None
+    return process.returncode, stderr.decode(), first_request
+
+
+async def test_review_pauses_the_run_and_a_new_runner_continues_the_same_turn_after_an_edit(
+    control_plane: Cluster,
+    kube: kube_client.Client,  # noqa: F811
+    kube_namespace: str,  # noqa: F811
+    model_server: ScriptedModelServer,
+) -> None:
+    snapshot = {
+        "flow": "ship",
+        "flows": {
+            "ship": {"nodes": [{"id": "ship", "agent": {"name": "shipper", "prompt": "v2"}}]}
+        },
+        "agents": {"shipper": _agent(model_server)},
+    }
+    name = await _create(kube, kube_namespace, snapshot)
+    model_server.script(
+        Reply.calls(
+            ToolCall(
+                "request_human_review",
+                {"message": "Deploy v2?", "tool": "deploy", "args": {"version": "v2"}},
+                id="r1",
+            ),
+            content="Checks passed.",
+        )
+    )
+
+    code, stderr, first_request = await _runner(control_plane, kube_namespace, name, model_server)
+    assert code == 3, stderr
+    # Cold start of a runner process to its first model request (the pod's start aside).
+    assert first_request is not None and first_request < 5, first_request
+    print(f"runner cold start -> first model request: {first_request:.2f} s")
+    status = (await get_flowrun(kube, kube_namespace, name))["status"]
+    request = status["requests"]["ship"]
+    assert (request["kind"], request["message"], request["node"]) == (
+        "review",
+        "Deploy v2?",
+        "ship",
+    )
+    assert request["proposal"] == {"tool": "deploy", "args": {"version": "v2"}}
+    assert request["approvers"]["users"] == ["alice"]
+    node = status["nodes"]["ship"]
+    assert node["phase"] == "Waiting"
+    saved = node["detail"]["state"]["messages"]
+    assert [m["role"] for m in saved] == ["system", "user", "assistant"]
+    assert node["detail"]["record"]["toolCalls"][0]["status"] == "pending"
+
+    # A human edits the proposed arguments, as `kubectl patch ... --subresource=status` does.
+    decision = {"decision": "edit", "edits": {"version": "v1"}, "decidedBy": "alice"}
+    await patch_status(kube, kube_namespace, name, {"requests": {"ship": decision}})
+    await patch_status(kube, kube_namespace, name, {"attempt": 2})
+    model_server.script(Reply.text("Deployed v1 instead of v2."))
+
+    code, stderr, _ = await _runner(control_plane, kube_namespace, name, model_server)
+    assert code == 0, stderr
+    status = (await get_flowrun(kube, kube_namespace, name))["status"]
+    assert status["result"]["phase"] == "Succeeded"
+    node = status["nodes"]["ship"]
+    assert node["output"]["text"] == "Deployed v1 instead of v2."
+    assert [(c["name"], c["status"]) for c in node["detail"]["toolCalls"]] == [
+        ("deploy", "success"),
+        ("request_human_review", "success"),
+    ]
+    assert node["usage"]["llmCalls"] == 2
+    assert status["usage"]["llmCalls"] == 2
+    # The second pod continued the saved conversation: same system and user turns, then the
+    # review's result holding the edited action's result.
+    resumed = model_server.requests[1].messages
+    assert resumed[:3] == saved
+    assert json.loads(resumed[-1]["content"])["result"] == {"deployed": "v1"}
