@@ -1,4 +1,8 @@
-"""Click commands that work on a cluster: start, get, watch, logs.
+"""Click commands that work on a cluster: start, get, watch, logs, and the human requests.
+
+``requests`` lists pending requests; ``approve``, ``reject`` and ``respond`` decide one
+(``RUN [ID]``) or, for approve and reject, every pending request of a Flow's runs
+(``--all --flow NAME``), as the caller (:mod:`agentflows.cli.requests`).
 
 Registered on the ``agentflows`` group by :mod:`agentflows.cli.main`; the HTTP client and the
 kube modules are imported when a command runs, not when the CLI starts.
@@ -172,6 +176,45 @@ def logs(run_name: str, attempt: int | None, namespace: str | None, kubeconfig: 
 COMMANDS = [start, get, watch, logs]
 
 
+#: Longest message or summary shown in a cell of the ``requests`` table.
+_CELL_CHARS = 60
+
+
+def _cell(text: Any) -> str:
+    """One line of at most ``_CELL_CHARS`` characters."""
+    line = " ".join(str(text or "").split())
+    return line if len(line) <= _CELL_CHARS else line[: _CELL_CHARS - 3] + "..."
+
+
+def _request_rows(runs: list[dict[str, Any]]) -> list[tuple[str, ...]]:
+    from agentflows.cli import requests as requests_mod
+
+    rows = []
+    for run in runs:
+        for rid, request in requests_mod.pending_requests(run).items():
+            rows.append(
+                (
+                    run["metadata"]["namespace"],
+                    run["spec"]["flow"],
+                    run["metadata"]["name"],
+                    rid,
+                    str(request.get("kind", "")),
+                    _cell(request.get("message")),
+                    _cell(request.get("summary")),
+                    requests_mod.age(request.get("requestedAt")),
+                )
+            )
+    return sorted(rows)
+
+
+def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    return "\n".join(
+        "   ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip()
+        for row in [header, *rows]
+    )
+
+
 @click.command()
 @click.option("-A", "--all-namespaces", is_flag=True, help="Requests in every namespace.")
 @click.option("--flow", help="Only runs of this Flow.")
@@ -180,7 +223,7 @@ COMMANDS = [start, get, watch, logs]
 def requests(
     all_namespaces: bool, flow: str | None, namespace: str | None, kubeconfig: str | None
 ) -> None:
-    """List pending human requests: namespace, run, flow, request, kind, message, age."""
+    """List pending human requests: flow, run, request, kind, message, summary and age."""
     from agentflows.cli import cluster
     from agentflows.cli import requests as requests_mod
     from agentflows.kube import client as kube
@@ -194,29 +237,16 @@ def requests(
                 runs = await requests_mod.list_runs(api, ns, flow)
             except kube.ApiError as exc:
                 _fail(exc)
-            rows = []
-            for run in runs:
-                for rid, request in requests_mod.pending_requests(run).items():
-                    summary = request.get("summary") or ""
-                    rows.append(
-                        (
-                            run["metadata"]["namespace"],
-                            run["metadata"]["name"],
-                            run["spec"]["flow"],
-                            rid,
-                            request.get("kind", ""),
-                            request.get("message", "") + (f" ({summary})" if summary else ""),
-                            requests_mod.age(request.get("requestedAt")),
-                        )
-                    )
-            header = ("NAMESPACE", "RUN", "FLOW", "REQUEST", "KIND", "MESSAGE", "AGE")
-            widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(6)]
-            for row in [header, *rows]:
-                click.echo(
-                    "  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=False))
-                    + "  "
-                    + row[6]
-                )
+            rows = _request_rows(runs)
+            if not rows:
+                where = "any namespace" if ns is None else f"namespace {ns}"
+                click.echo(f"No pending requests in {where}.", err=True)
+                return
+            header = ("FLOW", "RUN", "REQUEST", "KIND", "MESSAGE", "SUMMARY", "AGE")
+            if ns is None:
+                click.echo(_table(("NAMESPACE", *header), rows))
+            else:
+                click.echo(_table(header, [row[1:] for row in rows]))
 
     cluster.run_async(go())
 
@@ -328,8 +358,8 @@ def _decide_command(decision: str) -> click.Command:
         if all_runs == (run_name is not None) or (all_runs and not flow):
             _fail(local.UsageError("give RUN [ID], or --all --flow NAME"))
         parsed = _json_options(edits, data)
-        if decision == "respond" and "data" not in parsed:
-            _fail(local.UsageError("respond needs --data JSON"))
+        if decision == "respond" and ("data" not in parsed or all_runs):
+            _fail(local.UsageError("respond needs RUN ID and --data JSON (no --all)"))
         chosen = "edit" if decision == "approve" and "edits" in parsed else decision
         api = _client(kubeconfig)
 

@@ -13,6 +13,7 @@ import datetime as dt
 from typing import Any
 
 from agentflows.kube import client as kube
+from agentflows.kube import status_store
 
 SELF_REVIEW = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
 
@@ -84,15 +85,15 @@ async def decide(
 async def list_runs(
     api: kube.Client, namespace: str | None, flow: str | None
 ) -> list[dict[str, Any]]:
-    """FlowRuns in a namespace (None: all), optionally of one Flow."""
+    """FlowRuns in a namespace (None: all), optionally of one Flow (``spec.flow``, exactly)."""
     params: dict[str, Any] = {}
     if flow:
-        params["labelSelector"] = f"agentflows.io/flow={flow}"
+        # the operator labels runs with their Flow (shortened when the name is too long for a
+        # label value); the label narrows the listing, spec.flow decides
+        params["labelSelector"] = f"agentflows.io/flow={status_store.label_value(flow)}"
     listed = await api.get(kube.path_of("flowruns", namespace), **params)
     items: list[dict[str, Any]] = listed.get("items", [])
-    if flow:
-        items = [r for r in items if r.get("spec", {}).get("flow") == flow] or items
-    return items
+    return [r for r in items if not flow or (r.get("spec") or {}).get("flow") == flow]
 
 
 def age(timestamp: str | None) -> str:

@@ -8,8 +8,11 @@ pods. Each reconcile reads the run, decides from what it sees, and writes operat
 - no attempt yet -> :func:`admission.start` (snapshot, concurrency policy, attempt 1);
 - past ``limits.timeoutSeconds`` since startTime (waiting included) -> delete the pod, Failed
   with reason Timeout;
+- human requests: new ones and new decisions are announced and checked (:mod:`requests`);
 - the runner's ``status.result`` for the current attempt -> Succeeded / Failed / Waiting; a
-  Waiting run whose request got a decision (the request's node still waits) -> next attempt;
+  Waiting run whose request got an accepted decision, or whose approval or input request
+  passed its ``expiresAt`` (the engine applies ``onTimeout``) -> next attempt; else it looks
+  again at the first ``expiresAt``;
 - the attempt's pod Pending / Running -> that phase; gone, or ended without a result -> lost:
   the next attempt after ``retry.backoffSeconds`` (doubling per attempt) up to
   ``retry.maxAttempts``, then Failed with reason RetriesExhausted.
@@ -30,6 +33,7 @@ from agentflows.controller import (
     events,
     finishing,
     labels,
+    requests,
     runstate,
     snapshots,
     workqueue,
@@ -72,6 +76,8 @@ async def reconcile(ctl: context.Controller, key: workqueue.Key) -> float | None
             ctl, run, RunPhase.FAILED, "SnapshotMissing", message, delete_pod=True
         )
     flow_spec = snapshots.specs(snapshot)[0]
+    if run.status.get("requests"):
+        await requests.review(ctl, run)
     remaining = attempts.remaining_seconds(run, flow_spec)
     if remaining is not None and remaining <= 0:
         message = f"the run exceeded limits.timeoutSeconds={flow_spec.limits.timeout_seconds}"
@@ -173,24 +179,26 @@ async def _on_result(
     if phase == RunPhase.FAILED.value:
         reason = result.get("reason") or "RunFailed"
         return await finishing.finish(ctl, run, RunPhase.FAILED, reason, message or "failed")
-    requests: dict[str, Any] = run.status.get("requests") or {}
-    nodes: dict[str, Any] = run.status.get("nodes") or {}
-    decided = [
-        rid
-        for rid, request in requests.items()
-        if request.get("decision")
-        and not request.get("error")
-        and (nodes.get(request.get("node", "")) or {}).get("phase", "Waiting") == "Waiting"
-    ]
+    return await _on_waiting(ctl, run, snapshot, message)
+
+
+async def _on_waiting(
+    ctl: context.Controller, run: runstate.RunContext, snapshot: dict[str, Any], message: str
+) -> float | None:
+    """The attempt paused: resume once a request is decided or expired, else wait (Waiting)."""
+    decided = requests.resumable(run)
     if decided:
-        for rid in decided:
-            ctl.metrics.request_decided(run.namespace, run.flow, requests[rid])
-        why = f"request(s) {', '.join(sorted(decided))} decided"
+        why = f"request(s) {', '.join(decided)} decided"
         return await attempts.start_next(ctl, run, snapshot, why)
-    undecided = sorted(rid for rid, request in requests.items() if not request.get("decision"))
+    expired = requests.expired(run.status)
+    if expired:
+        requests.mark_expired(ctl, run, expired)
+        why = f"request(s) {', '.join(expired)} expired"
+        return await attempts.start_next(ctl, run, snapshot, why)
+    undecided = sorted(requests.pending(run.status))
     text = f"waiting for a decision on request(s) {', '.join(undecided) or '(none)'}"
     run.set_phase(RunPhase.WAITING, "Waiting", message or text)
-    return None
+    return requests.seconds_to_expiry(run.status)
 
 
 async def _lost(

@@ -65,30 +65,32 @@ class Metrics:
             ["kind"],
             registry=r,
         )
-        self.pending_requests = prometheus_client.Gauge(
-            "agentflows_pending_requests",
-            "Human requests waiting for a decision.",
-            ["namespace", "flow"],
+        self.requests_pending = prometheus_client.Gauge(
+            "agentflows_requests_pending",
+            "Human requests waiting for a decision, by request kind.",
+            ["namespace", "flow", "kind"],
             registry=r,
         )
         self.request_wait = prometheus_client.Histogram(
             "agentflows_request_wait_seconds",
-            "Time from a human request to its decision.",
-            ["namespace", "flow"],
+            "Time from a human request to its decision (decision: approve, reject, edit, respond,"
+            " or expired).",
+            ["namespace", "flow", "kind", "decision"],
             buckets=_DURATION_BUCKETS,
             registry=r,
         )
         self._phase_of: dict[tuple[str, str], tuple[str, str, str]] = {}
-        self._pending_of: dict[tuple[str, str], tuple[str, str, int]] = {}
+        #: run -> the (namespace, flow, kind) gauge children it counts in, and how many
+        self._pending_of: dict[tuple[str, str], dict[tuple[str, str, str], int]] = {}
 
     def serve(self, port: int) -> None:
         """Serve ``/metrics`` on ``port`` in a background thread."""
         prometheus_client.start_http_server(port, registry=self.registry)
 
     def observe_run(
-        self, namespace: str, name: str, flow: str, phase: str, pending_requests: int
+        self, namespace: str, name: str, flow: str, phase: str, pending: dict[str, int]
     ) -> None:
-        """Record a run's current phase and undecided requests (gauges)."""
+        """Record a run's current phase and its pending requests by kind (gauges)."""
         key = (namespace, name)
         old = self._phase_of.get(key)
         if old != (namespace, flow, phase):
@@ -96,20 +98,22 @@ class Metrics:
                 self.runs.labels(*old).dec()
             self.runs.labels(namespace, flow, phase).inc()
             self._phase_of[key] = (namespace, flow, phase)
-        old_pending = self._pending_of.get(key)
-        if old_pending is not None:
-            self.pending_requests.labels(old_pending[0], old_pending[1]).dec(old_pending[2])
-        self.pending_requests.labels(namespace, flow).inc(pending_requests)
-        self._pending_of[key] = (namespace, flow, pending_requests)
+        counts = {(namespace, flow, kind): n for kind, n in pending.items() if n}
+        old_counts = self._pending_of.pop(key, {})
+        for labels in old_counts.keys() | counts.keys():
+            delta = counts.get(labels, 0) - old_counts.get(labels, 0)
+            if delta:
+                self.requests_pending.labels(*labels).inc(delta)
+        if counts:
+            self._pending_of[key] = counts
 
     def forget_run(self, namespace: str, name: str) -> None:
         """A run was deleted: take it out of the gauges."""
         old = self._phase_of.pop((namespace, name), None)
         if old is not None:
             self.runs.labels(*old).dec()
-        pending = self._pending_of.pop((namespace, name), None)
-        if pending is not None:
-            self.pending_requests.labels(pending[0], pending[1]).dec(pending[2])
+        for labels, count in self._pending_of.pop((namespace, name), {}).items():
+            self.requests_pending.labels(*labels).dec(count)
 
     def run_finished(
         self,
@@ -146,14 +150,17 @@ class Metrics:
             if usage.get("costUSD"):
                 self.cost.labels(namespace, flow, model).inc(usage["costUSD"])
 
-    def request_decided(self, namespace: str, flow: str, request: dict[str, Any]) -> None:
-        """Observe how long a decided request waited."""
+    def request_waited(
+        self, namespace: str, flow: str, request: dict[str, Any], decision: str
+    ) -> None:
+        """Observe how long a request waited for its decision (or its expiry), once."""
         asked = conditions.parse_time(request.get("requestedAt"))
-        decided = conditions.parse_time(request.get("decidedAt")) or conditions.now()
+        field = "expiresAt" if decision == "expired" else "decidedAt"
+        answered = conditions.parse_time(request.get(field)) or conditions.now()
         if asked is not None:
-            self.request_wait.labels(namespace, flow).observe(
-                max(0.0, (decided - asked).total_seconds())
-            )
+            self.request_wait.labels(
+                namespace, flow, str(request.get("kind", "")), decision
+            ).observe(max(0.0, (answered - asked).total_seconds()))
 
 
 def _node_models(spec: flow_api.FlowSpec, agent_models: dict[str, str]) -> dict[str, str]:

@@ -13,7 +13,7 @@ import dataclasses
 from typing import Any
 
 from agentflows.api.flowrun import RunPhase
-from agentflows.controller import conditions, context, events, labels, workqueue
+from agentflows.controller import conditions, context, events, labels, requests, workqueue
 from agentflows.kube import client as kube
 
 #: Event type of a phase change: a failure is a warning.
@@ -156,7 +156,8 @@ class RunContext:
 
     def observe(self, ctl: context.Controller) -> None:
         """Update the run gauges from the current status."""
-        requests = self.status.get("requests") or {}
-        undecided = sum(1 for r in requests.values() if not r.get("decision"))
         phase = self.phase.value if self.phase else RunPhase.PENDING.value
-        ctl.metrics.observe_run(self.namespace, self.name, self.flow, phase, undecided)
+        pending = (
+            {} if self.phase and self.phase.terminal else requests.pending_by_kind(self.status)
+        )
+        ctl.metrics.observe_run(self.namespace, self.name, self.flow, phase, pending)

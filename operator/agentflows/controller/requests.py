@@ -1,0 +1,269 @@
+"""Human requests as the operator sees them: announce, check decisions, time out, count.
+
+Called by :mod:`agentflows.controller.flowruns` on every reconcile of an unfinished run that has
+requests. The runner writes a request's question and exits; a human (or ``agentflows approve``)
+writes the decision fields; the admission policy (``config/policies/request-decisions.yaml``)
+has already checked *who* decided. This module checks *what* was decided:
+
+- a decision must be one the request's kind takes (:data:`ALLOWED`), ``edit`` needs ``edits``,
+  ``respond`` needs ``data``, and an input request's ``data`` must match its JSON Schema;
+- a decision that fails is taken back: the operator (exempt from the policy) removes the
+  decision fields with one JSON patch guarded by a ``test`` of the decision, writes ``error`` on
+  the request and posts a Warning Event, and the run keeps waiting for a new answer;
+- a decision that passes gets a ``RequestDecided`` Event (who and what; data and edits only by
+  their size), its wait time observed, and any ``error`` of an earlier answer removed.
+
+What has been announced is kept in the annotation ``agentflows.io/requests`` (request id ->
+``created`` | ``decided``), so a restarted operator never posts an Event twice. Expiry is the
+engine's job (the node's ``onTimeout``); the operator only starts an attempt once ``expiresAt``
+has passed (:func:`expired`, :func:`seconds_to_expiry`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import jsonschema
+
+from agentflows.api.flowrun import Decision, RequestKind
+from agentflows.controller import conditions, context, events
+from agentflows.kube import status_store
+
+if TYPE_CHECKING:  # runstate counts pending requests with this module's helpers
+    from agentflows.controller import runstate
+
+#: Annotation on a FlowRun: JSON of request id -> "created" | "decided" (Events posted).
+ANNOTATION = "agentflows.io/requests"
+CREATED = "created"
+DECIDED = "decided"
+
+#: Decisions each kind of request takes.
+ALLOWED: dict[str, frozenset[str]] = {
+    RequestKind.APPROVAL: frozenset({Decision.APPROVE, Decision.REJECT, Decision.EDIT}),
+    RequestKind.INPUT: frozenset({Decision.RESPOND, Decision.REJECT}),
+    RequestKind.REVIEW: frozenset(Decision),
+    RequestKind.TOOL: frozenset(Decision),
+}
+#: Kinds whose expiry the engine applies on the next attempt (approval and input nodes).
+EXPIRING_KINDS = frozenset({RequestKind.APPROVAL, RequestKind.INPUT})
+#: The fields a human writes; all of them are removed when a decision is taken back.
+DECISION_FIELDS = ("decision", "decidedBy", "decidedAt", "comment", "edits", "data")
+#: Longest comment quoted in an Event.
+_COMMENT_CHARS = 200
+_VERBS: dict[str, str] = {
+    Decision.APPROVE: "approved",
+    Decision.REJECT: "rejected",
+    Decision.EDIT: "approved with edits",
+    Decision.RESPOND: "answered",
+}
+
+
+def _node_waits(status: dict[str, Any], request: dict[str, Any]) -> bool:
+    """Whether the request's node still waits (a request written before its node: yes)."""
+    node = (status.get("nodes") or {}).get(request.get("node", "")) or {}
+    return bool(node.get("phase", "Waiting") == "Waiting")
+
+
+def pending(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Requests waiting for a decision: undecided, and their node still waits."""
+    return {
+        rid: request
+        for rid, request in (status.get("requests") or {}).items()
+        if not request.get("decision") and _node_waits(status, request)
+    }
+
+
+def pending_by_kind(status: dict[str, Any]) -> dict[str, int]:
+    """The number of pending requests per kind (the pending-requests gauge)."""
+    counts: dict[str, int] = {}
+    for request in pending(status).values():
+        kind = str(request.get("kind", ""))
+        counts[kind] = counts.get(kind, 0) + 1
+    return counts
+
+
+def resumable(run: runstate.RunContext) -> list[str]:
+    """Requests whose accepted decision the next attempt consumes (their node still waits).
+
+    Accepted: :func:`review` checked it (a decision that appeared since waits for that).
+    """
+    seen = _seen(run)
+    return sorted(
+        rid
+        for rid, request in (run.status.get("requests") or {}).items()
+        if request.get("decision")
+        and seen.get(rid) == DECIDED
+        and not request.get("error")
+        and _node_waits(run.status, request)
+    )
+
+
+def _expiry(request: dict[str, Any]) -> float | None:
+    """Seconds until the request expires (negative: past), if it expires and the engine acts."""
+    expires = conditions.parse_time(request.get("expiresAt"))
+    if expires is None or request.get("kind") not in EXPIRING_KINDS:
+        return None
+    return (expires - conditions.now()).total_seconds()
+
+
+def expired(status: dict[str, Any]) -> list[str]:
+    """Pending approval and input requests past their ``expiresAt``."""
+    return sorted(
+        rid
+        for rid, request in pending(status).items()
+        if (left := _expiry(request)) is not None and left <= 0
+    )
+
+
+def seconds_to_expiry(status: dict[str, Any]) -> float | None:
+    """Seconds until the first pending request expires, if any will."""
+    lefts = [left for r in pending(status).values() if (left := _expiry(r)) is not None]
+    return max(0.0, min(lefts)) if lefts else None
+
+
+def _seen(run: runstate.RunContext) -> dict[str, str]:
+    annotations = run.obj["metadata"].get("annotations") or {}
+    try:
+        seen = json.loads(annotations.get(ANNOTATION) or "{}")
+    except ValueError:
+        return {}
+    return {str(k): str(v) for k, v in seen.items()} if isinstance(seen, dict) else {}
+
+
+def _pointer(*parts: str) -> str:
+    return "/" + "/".join(p.replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+async def _schema(
+    ctl: context.Controller, run: runstate.RunContext, request: dict[str, Any]
+) -> Any:
+    """The request's JSON Schema, read back from ConfigMaps when it was offloaded."""
+    schema = request.get("schema")
+    if isinstance(schema, dict) and set(schema) == {status_store.OFFLOADED}:
+        return await status_store.read_output(
+            ctl.api, run.namespace, str(schema[status_store.OFFLOADED])
+        )
+    return schema
+
+
+async def problem(
+    ctl: context.Controller, run: runstate.RunContext, request: dict[str, Any]
+) -> str | None:
+    """Why the request's decision cannot be accepted, or None when it can."""
+    decision = request.get("decision")
+    kind = str(request.get("kind", ""))
+    allowed = ALLOWED.get(kind, frozenset(Decision))
+    if decision not in allowed:
+        valid = ", ".join(sorted(allowed))
+        article = "an" if kind[:1] in ("a", "i") else "a"
+        return f"decision {decision!r} is not valid for {article} {kind} request (valid: {valid})"
+    if decision == Decision.EDIT and "edits" not in request:
+        return "decision 'edit' needs edits (the replacement arguments)"
+    if decision == Decision.RESPOND:
+        if "data" not in request:
+            return "decision 'respond' needs data (the answer)"
+        schema = await _schema(ctl, run, request)
+        if kind == RequestKind.INPUT and schema is not None:
+            validator = jsonschema.Draft202012Validator(schema)
+            error = jsonschema.exceptions.best_match(validator.iter_errors(request["data"]))
+            if error is not None:
+                where = "data" + "".join(f"[{p!r}]" for p in error.absolute_path)
+                return f"{where} does not match the request's schema: {error.message}"[:1024]
+    return None
+
+
+async def _take_back(
+    ctl: context.Controller, run: runstate.RunContext, rid: str, request: dict[str, Any], why: str
+) -> None:
+    """Remove the decision fields and write ``error``, so the human can answer again."""
+    base = ("status", "requests", rid)
+    ops: list[dict[str, Any]] = [
+        {"op": "test", "path": _pointer(*base, "decision"), "value": request["decision"]}
+    ]
+    ops += [{"op": "remove", "path": _pointer(*base, f)} for f in DECISION_FIELDS if f in request]
+    ops.append({"op": "add", "path": _pointer(*base, "error"), "value": why})
+    run.refresh(await ctl.api.json_patch(run.path + "/status", ops))
+
+
+def _describe(rid: str, request: dict[str, Any]) -> str:
+    """``alice approved request review: "lgtm"`` (data and edits only by their size)."""
+    decision = str(request.get("decision"))
+    text = f"{request.get('decidedBy') or 'someone'} {_VERBS.get(decision, decision)} request {rid}"
+    for field in ("edits", "data"):
+        if field in request:
+            size = len(json.dumps(request[field], separators=(",", ":")))
+            text += f" ({field}: {size} bytes of JSON)"
+    comment = str(request.get("comment") or "")
+    if comment:
+        quoted = comment if len(comment) <= _COMMENT_CHARS else comment[:_COMMENT_CHARS] + "..."
+        text += f": {json.dumps(quoted, ensure_ascii=False)}"
+    return text
+
+
+async def _check_decision(
+    ctl: context.Controller, run: runstate.RunContext, rid: str, request: dict[str, Any]
+) -> bool:
+    """Accept or take back a new decision; True when accepted."""
+    why = await problem(ctl, run, request)
+    if why is not None:
+        await _take_back(ctl, run, rid, request, why)
+        who = request.get("decidedBy") or "someone"
+        run.event(events.WARNING, "RequestDecisionInvalid", f"request {rid} by {who}: {why}")
+        return False
+    if request.get("error"):
+        path = _pointer("status", "requests", rid, "error")
+        run.refresh(
+            await ctl.api.json_patch(run.path + "/status", [{"op": "remove", "path": path}])
+        )
+    run.event(events.NORMAL, "RequestDecided", _describe(rid, request))
+    ctl.metrics.request_waited(run.namespace, run.flow, request, str(request["decision"]))
+    return True
+
+
+def _created_message(rid: str, request: dict[str, Any]) -> str:
+    message = str(request.get("message") or "")[:200]
+    text = f"{request.get('kind')} request {rid} from node {request.get('node')}: {message}"
+    approvers = request.get("approvers") or {}
+    names = [
+        *(approvers.get("users") or []),
+        *(f"group {g}" for g in approvers.get("groups") or []),
+    ]
+    if names:
+        text += f" (approvers: {', '.join(names)})"
+    if request.get("expiresAt"):
+        text += f"; expires at {request['expiresAt']}"
+    return text
+
+
+async def review(ctl: context.Controller, run: runstate.RunContext) -> None:
+    """Announce new requests and check new decisions (Events after the run's next save)."""
+    requests: dict[str, Any] = run.status.get("requests") or {}
+    seen = _seen(run)
+    before = dict(seen)
+    for rid, request in sorted(requests.items()):
+        if rid not in seen:
+            run.event(events.NORMAL, "RequestCreated", _created_message(rid, request))
+            seen[rid] = CREATED
+        new_decision = bool(request.get("decision")) and seen[rid] != DECIDED
+        if new_decision and await _check_decision(ctl, run, rid, request):
+            seen[rid] = DECIDED
+    if seen != before:
+        value = json.dumps(seen, separators=(",", ":"), sort_keys=True)
+        run.refresh(
+            await ctl.api.merge_patch(run.path, {"metadata": {"annotations": {ANNOTATION: value}}})
+        )
+
+
+def mark_expired(ctl: context.Controller, run: runstate.RunContext, rids: list[str]) -> None:
+    """Post ``RequestExpired`` and observe the wait for requests the next attempt times out."""
+    requests: dict[str, Any] = run.status.get("requests") or {}
+    for rid in rids:
+        request = requests[rid]
+        action = request.get("onTimeout") or "reject"
+        run.event(
+            events.WARNING,
+            "RequestExpired",
+            f"request {rid} expired at {request.get('expiresAt')}; onTimeout: {action}",
+        )
+        ctl.metrics.request_waited(run.namespace, run.flow, request, "expired")
