@@ -55,8 +55,10 @@ def test_validate_explains_every_problem_one_line_each_and_exits_2(tmp_path: Pat
     assert 'Flow bad: spec.nodes[3].branch.cases.bug: no node "fix"' in lines
     assert 'Flow bad: spec.nodes[1].agent.name: no Agent "ghost"' in lines
     assert 'Flow bad: spec.nodes[4].id: duplicate node id "start" (first at spec.nodes[0])' in lines
-    assert any(line.startswith("Flow bad: spec.nodes[2].transform: jq syntax error") for line in lines)
-    assert any("node \"lonely\" is unreachable" in line for line in lines)
+    assert any(
+        line.startswith("Flow bad: spec.nodes[2].transform: jq syntax error") for line in lines
+    )
+    assert any('node "lonely" is unreachable' in line for line in lines)
 
 
 def test_validate_reports_malformed_yaml_and_unknown_fields(tmp_path: Path) -> None:
@@ -116,13 +118,26 @@ def test_every_example_runs_with_dry_run_to_the_end(example: Path, tmp_path: Pat
 def test_research_pauses_for_approval_and_reject_routes_to_done(tmp_path: Path) -> None:
     state = str(tmp_path)
     research = str(ROOT / "examples" / "research.yaml")
-    code, out, err = invoke("run", research, "--dry-run", "--state-dir", state, "--name", "r", "--input", "topic=kopf")
+    code, out, err = invoke(
+        "run", research, "--dry-run", "--state-dir", state, "--name", "r", "--input", "topic=kopf"
+    )
     assert code == 3
     waiting = json.loads(out)
     assert waiting["phase"] == "Waiting"
     assert waiting["requests"]["review"]["message"] == "Publish findings on kopf?"
     assert "agentflows resume r --request review" in err
-    code, out, _ = invoke("resume", "r", "--state-dir", state, "--decision", "reject", "--comment", "not now", "--by", "carol")
+    code, out, _ = invoke(
+        "resume",
+        "r",
+        "--state-dir",
+        state,
+        "--decision",
+        "reject",
+        "--comment",
+        "not now",
+        "--by",
+        "carol",
+    )
     done = json.loads(out)
     assert code == 0
     assert done["output"] == {"topic": "kopf", "published": False}
@@ -135,22 +150,42 @@ def test_research_pauses_for_approval_and_reject_routes_to_done(tmp_path: Path) 
 def test_resume_rejects_data_that_does_not_match_the_schema(tmp_path: Path) -> None:
     state = str(tmp_path)
     onboarding = str(ROOT / "examples" / "onboarding.yaml")
-    code, _, _ = invoke("run", onboarding, "--dry-run", "--state-dir", state, "--name", "o", "--input", "team=x")
+    code, _, _ = invoke(
+        "run", onboarding, "--dry-run", "--state-dir", state, "--name", "o", "--input", "team=x"
+    )
     assert code == 3
-    code, _, err = invoke("resume", "o", "--state-dir", state, "--data", '{"owner": "alice", "slack": "general"}')
+    code, _, err = invoke(
+        "resume", "o", "--state-dir", state, "--data", '{"owner": "alice", "slack": "general"}'
+    )
     assert code == 2
     assert "--data does not match the request's schema: 'general' does not match '^#'" in err
 
 
 def test_invalid_input_fails_the_run_with_the_field_named(tmp_path: Path) -> None:
-    code, out, _ = invoke("run", str(ROOT / "examples" / "hello.yaml"), "--state-dir", str(tmp_path), "--input", "name=3")
+    code, out, _ = invoke(
+        "run",
+        str(ROOT / "examples" / "hello.yaml"),
+        "--state-dir",
+        str(tmp_path),
+        "--input",
+        "name=3",
+    )
     assert code == 1
     assert "input.name: 3 is not of type 'string'" in json.loads(out)["message"]
 
 
-def test_without_credentials_the_run_uses_the_mock_and_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_credentials_the_run_uses_the_mock_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    code, _out, err = invoke("run", str(ROOT / "examples" / "triage.yaml"), "--state-dir", str(tmp_path), "--input", "title=db down")
+    code, _out, err = invoke(
+        "run",
+        str(ROOT / "examples" / "triage.yaml"),
+        "--state-dir",
+        str(tmp_path),
+        "--input",
+        "title=db down",
+    )
     assert code == 0
     assert "using the embedded mock model" in err
 
@@ -164,10 +199,21 @@ def test_crds_prints_three_custom_resource_definitions() -> None:
 
 def test_console_script_runs_the_readme_command(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-c", "from agentflows.cli.main import main; main()",
-         "run", str(ROOT / "examples" / "triage.yaml"), "--input", "title=API latency above SLO",
-         "--state-dir", str(tmp_path)],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        [
+            sys.executable,
+            "-c",
+            "from agentflows.cli.main import main; main()",
+            "run",
+            str(ROOT / "examples" / "triage.yaml"),
+            "--input",
+            "title=API latency above SLO",
+            "--state-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["phase"] == "Succeeded"
@@ -176,7 +222,11 @@ def test_console_script_runs_the_readme_command(tmp_path: Path) -> None:
 
 def test_an_unknown_field_does_not_hide_the_graph_problems_behind_it(tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
-    path.write_text(BAD_FLOW.replace('{id: lonely, transform: "=3"}', '{id: lonely, transform: "=3", colour: red}'))
+    path.write_text(
+        BAD_FLOW.replace(
+            '{id: lonely, transform: "=3"}', '{id: lonely, transform: "=3", colour: red}'
+        )
+    )
     code, out, _ = invoke("validate", str(path))
     assert code == 2
     assert "spec.nodes[5].colour: unknown field" in out

@@ -13,25 +13,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from agentflows.agents import spec_tools
 from agentflows.api import agent as agent_api
 from agentflows.api import documents
-from agentflows.controller import conditions, context, resolve, workqueue
+from agentflows.controller import conditions, context, resolve, tooldiscovery, workqueue
 from agentflows.kube import client as kube
 
 log = logging.getLogger(__name__)
-
-
-def tool_names(spec: agent_api.AgentSpec) -> list[str]:
-    """Tool names the model is offered (MCP servers: their prefix, known only at run time)."""
-    names = [tool.name for tool in spec.tools]
-    names += [f"skill_{skill.name}" for skill in spec.skills if skill.script]
-    if spec.sub_agents:
-        names.append("call_sub_agent")
-    if spec.sub_flows:
-        names.append("call_sub_flow")
-    if spec.human_review is not None and spec.human_review.enabled:
-        names.append("request_human_review")
-    return names
 
 
 async def problems_of(
@@ -80,22 +68,63 @@ async def reconcile(ctl: context.Controller, key: workqueue.Key) -> float | None
         obj = await ctl.api.get(path)
     except kube.ApiError as exc:
         if exc.not_found:
+            ctl.tools.forget(key.namespace, key.name)
             _revalidate_flows(ctl, key.namespace, await _flow_names(ctl, key.namespace))
             return None
         raise
     spec, problems = resolve.parse_spec(agent_api.AgentSpec, obj.get("spec"))
     ns = await resolve.load_namespace(ctl.api, key.namespace)
     extra: dict[str, Any] = {}
+    discovered: tooldiscovery.Discovered | None = None
     if spec is not None:
         problems = await problems_of(ctl, key.namespace, spec, ns)
-        extra["tools"] = tool_names(spec)
+        discovered = _discover(ctl, obj, spec)
+        if discovered is not None:
+            extra["tools"] = spec_tools.declared_tool_names(spec) + discovered.names
     status = ready_status(obj, problems, extra)
+    if spec is not None:
+        status["conditions"] = conditions.set_condition(
+            status["conditions"],
+            tooldiscovery.TOOLS_DISCOVERED,
+            *_discovery_condition(spec, discovered),
+            generation=status["observedGeneration"],
+        )
     if not unchanged(obj, status):
         await ctl.api.merge_patch(path + "/status", context.status_patch(status))
         log.info("Agent %s/%s Ready=%s", key.namespace, key.name, not problems)
     if (obj.get("status") or {}).get("observedGeneration") != status["observedGeneration"]:
         _revalidate_flows(ctl, key.namespace, list(ns.flows) + _broken_flows(ns))
-    return ctl.config.not_ready_recheck_seconds if problems else None
+    if problems or (discovered is not None and discovered.errors):
+        return ctl.config.not_ready_recheck_seconds
+    return None
+
+
+def _discover(
+    ctl: context.Controller, obj: dict[str, Any], spec: agent_api.AgentSpec
+) -> tooldiscovery.Discovered | None:
+    """The HTTP MCP servers' tool names for this generation; None while they are asked."""
+    servers = tooldiscovery.http_servers(spec)
+    if not servers:
+        return tooldiscovery.Discovered([], [], 0.0)
+    meta = obj["metadata"]
+    version = f"{meta.get('uid')}/{meta.get('generation')}"
+    return ctl.tools.lookup(meta["namespace"], meta["name"], version, servers)
+
+
+def _discovery_condition(
+    spec: agent_api.AgentSpec, discovered: tooldiscovery.Discovered | None
+) -> tuple[str, str, str]:
+    """``ToolsDiscovered``: (status, reason, message)."""
+    if discovered is None:
+        names = ", ".join(t.name for t in tooldiscovery.http_servers(spec))
+        return "Unknown", "Discovering", f"listing the tools of MCP servers: {names}"
+    if discovered.errors:
+        return "False", "McpUnavailable", "; ".join(discovered.errors)
+    stdio = [t.name for t in tooldiscovery.stdio_servers(spec)]
+    if stdio:
+        note = f"stdio MCP servers are listed when a run starts them: {', '.join(stdio)}"
+        return "True", "Discovered", note
+    return "True", "Discovered", ""
 
 
 def _broken_flows(ns: resolve.Namespace) -> list[str]:

@@ -12,8 +12,8 @@ import asyncio
 import dataclasses
 from typing import Any
 
+from agentflows.controller import flowtriggers, settings, tooldiscovery, workqueue
 from agentflows.controller import metrics as metrics_mod
-from agentflows.controller import settings, workqueue
 from agentflows.kube import client as kube
 
 
@@ -25,6 +25,10 @@ class Controller:
     config: settings.OperatorConfig
     metrics: metrics_mod.Metrics
     queue: workqueue.WorkQueue = dataclasses.field(init=False)
+    #: The Flows' CronJobs and kubernetes watches (one WatchManager for the operator's life).
+    triggers: flowtriggers.FlowTriggers = dataclasses.field(init=False)
+    #: Background MCP tool discovery for Agent status.
+    tools: tooldiscovery.ToolDiscovery = dataclasses.field(init=False)
     #: One admission at a time per (namespace, flow), so concurrency policies see each other.
     _flow_locks: dict[tuple[str, str], asyncio.Lock] = dataclasses.field(default_factory=dict)
     #: When an attempt was first seen lost (monotonic seconds), for its backoff.

@@ -7,6 +7,11 @@ with one path-named message per problem, joined by ``; ``. A bad Flow is a statu
 exception: the operator keeps running whatever users apply. Agents re-enqueue the Flows of their
 namespace when they change, and a Flow that appears or disappears re-enqueues its neighbours
 (sub-flow and ``subFlows`` references).
+
+Triggers (:mod:`agentflows.controller.flowtriggers`): a trigger whose ``input`` or jq ``filter``
+does not compile is a Ready problem (``spec.triggers[i].input`` / ``.kubernetes.filter``). A
+Ready Flow gets its schedule CronJobs and kubernetes watches synced; ``TriggersReady`` reports
+how that went.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from typing import Any
 
 from agentflows.api import flow as flow_api
 from agentflows.api.flowrun import RunPhase
-from agentflows.controller import agents, context, resolve, workqueue
+from agentflows.controller import agents, conditions, context, flowtriggers, resolve, workqueue
 from agentflows.engine import graph
 from agentflows.kube import client as kube
 
@@ -53,6 +58,7 @@ async def reconcile(ctl: context.Controller, key: workqueue.Key) -> float | None
         obj = await ctl.api.get(path)
     except kube.ApiError as exc:
         if exc.not_found:
+            await ctl.triggers.forget(key.namespace, key.name)
             await _enqueue_neighbours(ctl, key)
             return None
         raise
@@ -60,15 +66,33 @@ async def reconcile(ctl: context.Controller, key: workqueue.Key) -> float | None
     if spec is not None:
         ns = await resolve.load_namespace(ctl.api, key.namespace)
         problems = graph.validate(spec, ns.resolver())
+        problems += flowtriggers.expression_problems(spec)
         refs = resolve.flow_secret_refs(spec) + resolve.trigger_secret_refs(spec)
         problems += await resolve.missing_secrets(ctl.api, key.namespace, refs)
     status = agents.ready_status(obj, problems, await run_summary(ctl, key.namespace, key.name))
+    if problems:
+        has_triggers = bool((obj.get("spec") or {}).get("triggers"))
+        outcome = await ctl.triggers.suspend(key.namespace, key.name, has_triggers=has_triggers)
+    else:
+        outcome = await ctl.triggers.sync(ctl.api, obj)
+    status["conditions"] = conditions.set_condition(
+        status["conditions"],
+        flowtriggers.TRIGGERS_READY,
+        outcome.status,
+        outcome.reason,
+        outcome.message,
+        generation=status["observedGeneration"],
+    )
     if not agents.unchanged(obj, status):
         await ctl.api.merge_patch(path + "/status", context.status_patch(status))
         log.info("Flow %s/%s Ready=%s", key.namespace, key.name, not problems)
     if (obj.get("status") or {}).get("observedGeneration") is None:
         await _enqueue_neighbours(ctl, key)
-    return ctl.config.not_ready_recheck_seconds if problems else None
+    if outcome.retry is not None:
+        raise outcome.retry
+    if problems or outcome.status != "True":
+        return ctl.config.not_ready_recheck_seconds
+    return None
 
 
 async def _enqueue_neighbours(ctl: context.Controller, key: workqueue.Key) -> None:

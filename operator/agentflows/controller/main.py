@@ -2,8 +2,11 @@
 
 Called by the ``operator`` command in :mod:`agentflows.cli.main`. Builds the API client (the
 same kubeconfig or in-cluster account kopf logs in with), the metrics server and the
-:class:`~agentflows.controller.context.Controller`, then runs ``kopf.operator`` next to the
-work queue until SIGINT/SIGTERM.
+:class:`~agentflows.controller.context.Controller` with the operator's one
+:class:`~agentflows.triggers.kubernetes.WatchManager` and its MCP tool discovery, then runs
+``kopf.operator`` next to the work queue until SIGINT/SIGTERM, and stops the watches and
+discoveries on the way out. Trigger CronJobs use ``$AGENTFLOWS_TRIGGER_IMAGE``, else the
+runner image (:meth:`agentflows.triggers.schedule.Settings.from_env`).
 """
 
 from __future__ import annotations
@@ -21,12 +24,15 @@ from agentflows.controller import (
     finishing,
     flowruns,
     flows,
+    flowtriggers,
     settings,
+    tooldiscovery,
     workqueue,
 )
 from agentflows.controller import handlers as _handlers  # noqa: F401  (registers kopf handlers)
 from agentflows.controller import metrics as metrics_mod
 from agentflows.kube import client as kube
+from agentflows.triggers import kubernetes, schedule
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +72,14 @@ async def run(config: settings.OperatorConfig, kubeconfig: str | None = None) ->
         workers=config.workers,
         on_error=lambda key, _exc: metrics.reconcile_errors.labels(key.kind).inc(),
     )
+    ctl.triggers = flowtriggers.FlowTriggers(
+        kubernetes.WatchManager(api), schedule.Settings.from_env()
+    )
+    metrics.watch_triggers(ctl.triggers.manager.watches)
+    ctl.tools = tooldiscovery.ToolDiscovery(
+        lambda namespace, name: ctl.enqueue(workqueue.AGENT, namespace, name),
+        retry_seconds=config.not_ready_recheck_seconds,
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -86,9 +100,13 @@ async def run(config: settings.OperatorConfig, kubeconfig: str | None = None) ->
     try:
         done, _ = await asyncio.wait({operator, queue}, return_when=asyncio.FIRST_COMPLETED)
         for task in done:
-            task.result()
+            # kopf cancels the tasks started after it (our queue) when it stops: not an error.
+            if not task.cancelled():
+                task.result()
     finally:
         stop.set()
         queue.cancel()
         await asyncio.gather(operator, queue, return_exceptions=True)
+        await ctl.triggers.close()
+        await ctl.tools.close()
         await api.close()

@@ -7,9 +7,11 @@ run's status into node durations, tokens and cost exactly once, at the run's ter
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import prometheus_client
+from prometheus_client import metrics_core
 
 from agentflows.api import flow as flow_api
 from agentflows.controller import conditions
@@ -82,6 +84,10 @@ class Metrics:
         self._phase_of: dict[tuple[str, str], tuple[str, str, str]] = {}
         #: run -> the (namespace, flow, kind) gauge children it counts in, and how many
         self._pending_of: dict[tuple[str, str], dict[tuple[str, str, str], int]] = {}
+
+    def watch_triggers(self, watches: Callable[[], Mapping[tuple[str, str], bool]]) -> None:
+        """Export ``agentflows_trigger_watches{api_version,kind}`` (1: established) per scrape."""
+        self.registry.register(_TriggerWatches(watches))
 
     def serve(self, port: int) -> None:
         """Serve ``/metrics`` on ``port`` in a background thread."""
@@ -161,6 +167,28 @@ class Metrics:
             self.request_wait.labels(
                 namespace, flow, str(request.get("kind", "")), decision
             ).observe(max(0.0, (answered - asked).total_seconds()))
+
+
+class _TriggerWatches:
+    """The kubernetes-trigger watches the operator runs, read when /metrics is scraped."""
+
+    def __init__(self, watches: Callable[[], Mapping[tuple[str, str], bool]]) -> None:
+        self._watches = watches
+
+    def collect(self) -> Iterator[metrics_core.Metric]:
+        family = metrics_core.GaugeMetricFamily(
+            "agentflows_trigger_watches",
+            "Watches of kubernetes triggers (1: established, 0: starting or retrying).",
+            labels=["api_version", "kind"],
+        )
+        try:
+            # Scrapes run in the metrics thread while the event loop may change the watches.
+            watches = dict(self._watches())
+        except RuntimeError:
+            watches = {}
+        for (api_version, kind), established in sorted(watches.items()):
+            family.add_metric([api_version, kind], 1.0 if established else 0.0)
+        yield family
 
 
 def _node_models(spec: flow_api.FlowSpec, agent_models: dict[str, str]) -> dict[str, str]:

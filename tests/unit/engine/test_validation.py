@@ -145,7 +145,10 @@ nodes:
   - {id: b, transform: "=2"}
   - {id: c, transform: "=3"}
 """)
-    assert spec.nodes[0].branch is not None and spec.nodes[0].branch.cases == {"1": "b", "true": "c"}
+    assert spec.nodes[0].branch is not None and spec.nodes[0].branch.cases == {
+        "1": "b",
+        "true": "c",
+    }
 
 
 def test_a_bare_on_key_gets_a_hint_about_yaml_booleans() -> None:
@@ -158,7 +161,10 @@ spec:
     - {id: a, branch: {on: "=1", cases: {}}}
 """)
     found = [str(p) for p in result.problems]
-    assert "spec.nodes[0].branch.true: unknown field (YAML reads an unquoted on, off, yes, no, y or n as a boolean)" in found
+    assert (
+        "spec.nodes[0].branch.true: unknown field (YAML reads an unquoted on, off, yes, no, y or n as a boolean)"
+        in found
+    )
 
 
 @pytest.mark.parametrize("schema_text", ["{type: objekt}"])
