@@ -58,8 +58,8 @@ async def decide(
     limit = spec.concurrency.max
     items = [
         item
-        for item in (await ctl.api.get(kube.path_of("flowruns", run.namespace))).get("items", [])
-        if (item.get("spec") or {}).get("flow") == run.flow and item["metadata"]["name"] != run.name
+        for item in await flows.runs_of(ctl, run.namespace, run.flow)
+        if item["metadata"]["name"] != run.name
     ]
     active = sorted((item for item in items if flows.is_active(item)), key=_age)
     if policy is flow_api.ConcurrencyPolicy.FORBID:
@@ -87,17 +87,22 @@ async def start(ctl: context_mod.Controller, run: runstate.RunContext) -> float 
             raise
         message = f'Flow "{run.flow}" does not exist in namespace {run.namespace}'
         return await finishing.finish(ctl, run, RunPhase.FAILED, "FlowNotFound", message)
+    ns = await resolve.load_namespace(ctl.api, run.namespace)
+    spec = ns.flows.get(run.flow)
+    if spec is None:
+        message = f'Flow "{run.flow}" does not parse; see its Ready condition'
+        return await finishing.finish(ctl, run, RunPhase.FAILED, "FlowInvalid", message)
+    problems = [str(p) for p in graph.validate(spec, ns.resolver())]
+    problems += [f"{name} does not exist" for name in resolve.reach(run.flow, ns).missing]
+    if problems:
+        message = "; ".join(problems)
+        return await finishing.finish(ctl, run, RunPhase.FAILED, "FlowInvalid", message)
+    if spec.concurrency.policy is flow_api.ConcurrencyPolicy.ALLOW:
+        # nothing to count: runs of an Allow Flow never wait on each other's admission
+        return await _begin(ctl, run, ns)
+    # the lock covers counting active runs through saving this run's decision, so two runs of
+    # a Forbid/Queue/Replace Flow cannot both take the last slot
     async with ctl.flow_lock(run.namespace, run.flow):
-        ns = await resolve.load_namespace(ctl.api, run.namespace)
-        spec = ns.flows.get(run.flow)
-        if spec is None:
-            message = f'Flow "{run.flow}" does not parse; see its Ready condition'
-            return await finishing.finish(ctl, run, RunPhase.FAILED, "FlowInvalid", message)
-        problems = [str(p) for p in graph.validate(spec, ns.resolver())]
-        problems += [f"{name} does not exist" for name in resolve.reach(run.flow, ns).missing]
-        if problems:
-            message = "; ".join(problems)
-            return await finishing.finish(ctl, run, RunPhase.FAILED, "FlowInvalid", message)
         admission = await decide(ctl, run, spec)
         if admission is Admission.FORBID:
             message = (
@@ -112,8 +117,15 @@ async def start(ctl: context_mod.Controller, run: runstate.RunContext) -> float 
             run.set_phase(RunPhase.QUEUED, "Queued", message)
             await run.save(ctl)
             return ctl.config.resync_seconds
-        snapshot = await snapshots.ensure(ctl.api, run.obj, snapshots.document(run.flow, ns))
-        run.reserve_attempt(1)
-        run.set_phase(RunPhase.PENDING, "AttemptStarted", "attempt 1: starting the runner pod")
-        await run.save(ctl)
+        return await _begin(ctl, run, ns)
+
+
+async def _begin(
+    ctl: context_mod.Controller, run: runstate.RunContext, ns: resolve.Namespace
+) -> float | None:
+    """Snapshot the Flow and its Agents as they are now, then start attempt 1."""
+    snapshot = await snapshots.ensure(ctl.api, run.obj, snapshots.document(run.flow, ns))
+    run.reserve_attempt(1)
+    run.set_phase(RunPhase.PENDING, "AttemptStarted", "attempt 1: starting the runner pod")
+    await run.save(ctl)
     return await attempts.create_pod(ctl, run, snapshot)

@@ -16,7 +16,15 @@ import pydantic
 
 from agentflows.api import flow as flow_api
 from agentflows.api.flowrun import RunPhase
-from agentflows.controller import attempts, conditions, context, runstate, snapshots, workqueue
+from agentflows.controller import (
+    attempts,
+    conditions,
+    context,
+    flows,
+    runstate,
+    snapshots,
+    workqueue,
+)
 from agentflows.kube import client as kube
 
 log = logging.getLogger(__name__)
@@ -43,16 +51,17 @@ async def finish(
         flow_spec, _, agent_specs = snapshots.specs(snapshot)
         models = attempts.agent_models(agent_specs)
     ctl.metrics.run_finished(run.namespace, run.flow, phase.value, run.status, flow_spec, models)
-    await wake_queued(ctl, run.namespace, run.flow)
+    if flow_spec is None or flow_spec.concurrency.policy is flow_api.ConcurrencyPolicy.QUEUE:
+        await wake_queued(ctl, run.namespace, run.flow)
     ctl.enqueue(workqueue.HISTORY, run.namespace, run.flow)
     return await after_finished(ctl, run)
 
 
 async def wake_queued(ctl: context.Controller, namespace: str, flow: str) -> None:
     """Enqueue the Flow's runs that have not started, so a freed slot is taken."""
-    for item in (await ctl.api.get(kube.path_of("flowruns", namespace))).get("items", []):
+    for item in await flows.runs_of(ctl, namespace, flow):
         status = item.get("status") or {}
-        if (item.get("spec") or {}).get("flow") == flow and not status.get("attempt"):
+        if not status.get("attempt"):
             ctl.enqueue(workqueue.FLOWRUN, namespace, item["metadata"]["name"])
 
 
@@ -98,9 +107,9 @@ async def enforce_history(ctl: context.Controller, key: workqueue.Key) -> float 
     if spec is None:
         return None
     finished: dict[bool, list[dict[str, Any]]] = {True: [], False: []}
-    for item in (await ctl.api.get(kube.path_of("flowruns", key.namespace))).get("items", []):
+    for item in await flows.runs_of(ctl, key.namespace, key.name):
         phase = (item.get("status") or {}).get("phase")
-        if (item.get("spec") or {}).get("flow") != key.name or not phase:
+        if not phase:
             continue
         if RunPhase(phase).terminal:
             finished[phase == RunPhase.SUCCEEDED.value].append(item)

@@ -21,7 +21,15 @@ from typing import Any
 
 from agentflows.api import flow as flow_api
 from agentflows.api.flowrun import RunPhase
-from agentflows.controller import agents, conditions, context, flowtriggers, resolve, workqueue
+from agentflows.controller import (
+    agents,
+    conditions,
+    context,
+    flowtriggers,
+    labels,
+    resolve,
+    workqueue,
+)
 from agentflows.engine import graph
 from agentflows.kube import client as kube
 
@@ -35,13 +43,22 @@ def is_active(run: dict[str, Any]) -> bool:
     return bool(status.get("attempt")) and not (phase and RunPhase(phase).terminal)
 
 
+async def runs_of(ctl: context.Controller, namespace: str, flow: str) -> list[dict[str, Any]]:
+    """The FlowRuns of one Flow, listed by label so the cost does not grow with other Flows' runs.
+
+    Every run is labelled ``agentflows.io/flow`` before it is admitted (flowruns.py), so a run
+    without the label has not been admitted yet and cannot be active; ``spec.flow`` is checked
+    too, in case someone set the label by hand.
+    """
+    listed = await ctl.api.get(
+        kube.path_of("flowruns", namespace), labelSelector=f"{labels.FLOW}={flow}"
+    )
+    return [r for r in listed.get("items", []) if (r.get("spec") or {}).get("flow") == flow]
+
+
 async def run_summary(ctl: context.Controller, namespace: str, flow: str) -> dict[str, Any]:
     """``lastRun`` and ``activeRuns`` of a Flow."""
-    runs = [
-        r
-        for r in (await ctl.api.get(kube.path_of("flowruns", namespace))).get("items", [])
-        if (r.get("spec") or {}).get("flow") == flow
-    ]
+    runs = await runs_of(ctl, namespace, flow)
     summary: dict[str, Any] = {"activeRuns": sum(1 for r in runs if is_active(r))}
     if runs:
         newest = max(
