@@ -1,0 +1,201 @@
+"""The ``agentflows`` cluster commands (start, get, watch, logs) against the running operator.
+
+Each command runs as a subprocess with the admin kubeconfig, as a user would type it; the
+operator runs as in ``test_operator.py``. ``kubectl get flowruns`` is checked for the printer
+columns of the CRD.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.cluster.harness import Cluster, wait_for
+from tests.cluster.operator_fixtures import *  # noqa: F403
+from tests.cluster.operator_fixtures import FlowRuns, python_tool
+
+pytestmark = pytest.mark.cluster
+
+SHOUT = """
+import json, sys
+args = json.load(sys.stdin)
+print(json.dumps({"text": args["text"].upper()}))
+"""
+
+HOLD = """
+import json, os, sys, time
+args = json.load(sys.stdin)
+deadline = time.time() + 150
+while not os.path.exists(args["release"]) and time.time() < deadline:
+    time.sleep(0.1)
+print(json.dumps({"released": os.path.exists(args["release"])}))
+"""
+
+
+def cli_argv(cluster: Cluster, namespace: str, *args: str) -> list[str]:
+    """The command line of ``agentflows ARGS`` as admin in ``namespace``."""
+    return [
+        sys.executable, "-m", "agentflows.cli.main", *args,
+        "-n", namespace, "--kubeconfig", str(cluster.kubeconfig()),
+    ]  # fmt: skip
+
+
+def run_cli(cluster: Cluster, namespace: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        cli_argv(cluster, namespace, *args),
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+
+
+def shout_flow() -> dict[str, Any]:
+    return {
+        "kind": "Flow",
+        "metadata": {"name": "shout"},
+        "spec": {
+            "input": {
+                "type": "object",
+                "properties": {"name": {"type": "string"}},
+                "required": ["name"],
+            },
+            "nodes": [
+                {"id": "greet", "transform": '="hello " + .run.input.name'},
+                {"id": "loud", "tool": python_tool(SHOUT, {"text": "=.nodes.greet.json"})},
+            ],
+            "output": "=.nodes.loud.json",
+        },
+    }
+
+
+def held_flow(release: Path) -> dict[str, Any]:
+    return {
+        "kind": "Flow",
+        "metadata": {"name": "held"},
+        "spec": {
+            "nodes": [
+                {"id": "first", "transform": "=1"},
+                {"id": "hold", "tool": python_tool(HOLD, {"release": str(release)}, timeout=200)},
+                {"id": "last", "transform": "={released: .nodes.hold.json.released}"},
+            ],
+            "output": "=.nodes.last.json",
+        },
+    }
+
+
+def test_start_with_wait_prints_the_run_name_and_the_final_json(
+    control_plane: Cluster, runs: FlowRuns
+) -> None:
+    runs.apply(shout_flow())
+    wait_for(
+        lambda: (c := runs.condition("flows", "shout", "Ready")) and c["status"] == "True",
+        60,
+        "Flow Ready",
+    )
+    done = run_cli(control_plane, runs.namespace, "start", "shout", "--input", "name=ada", "--wait")
+    assert done.returncode == 0, done.stderr
+    name, _, rest = done.stdout.partition("\n")
+    assert name.startswith("shout-")
+    final = json.loads(rest)
+    assert final["name"] == name
+    assert final["phase"] == "Succeeded"
+    assert final["output"] == {"text": "HELLO ADA"}
+    assert {k: v["phase"] for k, v in final["nodes"].items()} == {
+        "greet": "Succeeded",
+        "loud": "Succeeded",
+    }
+    assert runs.run(name)["spec"]["trigger"] == {"type": "manual"}
+
+    table = run_cli(control_plane, runs.namespace, "get", name)
+    assert table.returncode == 0, table.stderr
+    first, *rest_lines = table.stdout.splitlines()
+    assert first.startswith(f"{runs.namespace}/{name}  flow shout  phase Succeeded  attempt 1")
+    assert any(line.split()[:2] == ["Succeeded", "greet"] for line in rest_lines)
+    assert any(line.split()[:2] == ["Succeeded", "loud"] for line in rest_lines)
+    assert 'output: {"text": "HELLO ADA"}' in table.stdout
+
+    as_json = run_cli(control_plane, runs.namespace, "get", name, "-o", "json")
+    assert as_json.returncode == 0, as_json.stderr
+    info = json.loads(as_json.stdout)
+    assert (info["flow"], info["phase"], info["attempt"]) == ("shout", "Succeeded", 1)
+    assert info["output"] == {"text": "HELLO ADA"}
+    assert info["nodes"]["loud"]["output"]["json"] == {"text": "HELLO ADA"}
+
+    missing = run_cli(control_plane, runs.namespace, "get", "no-such-run")
+    assert missing.returncode == 2 and "error:" in missing.stderr
+
+
+def test_watch_prints_node_lines_until_the_run_ends_and_logs_show_the_runner(
+    control_plane: Cluster, runs: FlowRuns, tmp_path: Path
+) -> None:
+    release = tmp_path / "release"
+    runs.apply(held_flow(release))
+    started = run_cli(control_plane, runs.namespace, "start", "held", "--name", "held-1")
+    assert started.returncode == 0, started.stderr
+    assert started.stdout.strip() == "held-1"
+
+    watcher = subprocess.Popen(
+        cli_argv(control_plane, runs.namespace, "watch", "held-1", "--timeout", "200"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        status = runs.wait_node("held-1", "first", "Succeeded")
+        assert status["phase"] == "Running"
+        # kubectl shows the node being run once the runner wrote currentNode.
+        row = wait_for(
+            lambda: (
+                (r := _kubectl_row(control_plane, runs.namespace, "held-1"))
+                and r.get("NODE") == "hold"
+                and r
+            ),
+            60,
+            "kubectl's NODE column showing hold",
+        )
+        assert (row["FLOW"], row["PHASE"], row["ATTEMPT"]) == ("held", "Running", "1")
+        release.touch()
+        out, err = watcher.communicate(timeout=200)
+    finally:
+        if watcher.poll() is None:
+            watcher.kill()
+            watcher.wait()
+    assert watcher.returncode == 0, err
+    lines = out.splitlines()
+    assert lines[-1] == "run held-1 Succeeded"
+    node_lines = [line.split() for line in lines if line.startswith("  ")]
+    assert ["Succeeded", "hold"] in node_lines
+    assert ["Succeeded", "last"] in node_lines
+    assert node_lines.index(["Succeeded", "hold"]) < node_lines.index(["Succeeded", "last"])
+
+    logs = run_cli(control_plane, runs.namespace, "logs", "held-1")
+    assert logs.returncode == 0, logs.stderr
+    assert f"run {runs.namespace}/held-1 attempt 1" in logs.stdout
+    assert any("node hold (tool)" in line for line in logs.stdout.splitlines())
+    assert logs.stdout.rstrip().endswith("run Succeeded")
+
+    row = _kubectl_row(control_plane, runs.namespace, "held-1")
+    assert row is not None
+    assert (row["FLOW"], row["PHASE"], row["ATTEMPT"]) == ("held", "Succeeded", "1")
+    assert row["DURATION"] and row["DURATION"] != "<none>"
+
+
+def _kubectl_row(cluster: Cluster, namespace: str, name: str) -> dict[str, str] | None:
+    """One FlowRun's row of ``kubectl get flowruns``, keyed by the column headers."""
+    text = cluster.kubectl("get", "flowruns", "-n", namespace).stdout
+    header, *rows = text.splitlines()
+    assert header.split() == ["NAME", "FLOW", "PHASE", "NODE", "ATTEMPT", "DURATION", "AGE"]
+    starts = [header.index(column) for column in header.split()]
+    for row in rows:
+        cells = [
+            row[start:end].strip() for start, end in zip(starts, [*starts[1:], None], strict=True)
+        ]
+        if cells[0] == name:
+            return dict(zip(header.split(), cells, strict=True))
+    return None
