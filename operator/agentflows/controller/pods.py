@@ -16,9 +16,9 @@ from agentflows.api import agent as agent_api
 from agentflows.api import common
 from agentflows.api import flow as flow_api
 from agentflows.controller import labels, resolve, settings
+from agentflows.kube import podsecurity
 
 CONTAINER = "runner"
-RUNNER_UID = 65532
 DEFAULT_RESOURCES: dict[str, dict[str, str]] = {
     "requests": {"cpu": "100m", "memory": "256Mi"},
     "limits": {"memory": "1Gi"},
@@ -60,18 +60,6 @@ def runner_env(spec: flow_api.RunnerSpec) -> list[dict[str, Any]]:
     return env
 
 
-def security_context() -> dict[str, Any]:
-    """The container security context (Pod Security Standards: restricted)."""
-    return {
-        "runAsNonRoot": True,
-        "runAsUser": RUNNER_UID,
-        "allowPrivilegeEscalation": False,
-        "capabilities": {"drop": ["ALL"]},
-        "seccompProfile": {"type": "RuntimeDefault"},
-        "readOnlyRootFilesystem": True,
-    }
-
-
 def runner_pod(
     run: dict[str, Any],
     attempt: int,
@@ -104,7 +92,7 @@ def runner_pod(
         "command": ["agentflows", "runner", "--namespace", namespace, "--flowrun", name],
         "env": env,
         "resources": {k: v for k, v in resources.items() if v},
-        "securityContext": security_context(),
+        "securityContext": podsecurity.container_security_context(),
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
     }
     spec: dict[str, Any] = {
@@ -112,13 +100,7 @@ def runner_pod(
         "serviceAccountName": runner.service_account_name or config.runner_service_account,
         "automountServiceAccountToken": True,
         "enableServiceLinks": False,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": RUNNER_UID,
-            "runAsGroup": RUNNER_UID,
-            "fsGroup": RUNNER_UID,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": podsecurity.pod_security_context(fs_group=True),
         "containers": [container],
         "volumes": [{"name": "tmp", "emptyDir": {}}],
     }

@@ -31,12 +31,12 @@ from typing import Any
 
 from agentflows.api import flow as flow_api
 from agentflows.kube import client as kube
+from agentflows.kube import podsecurity
 from agentflows.triggers import common
 
 #: CronJob names are at most 52 characters: the controller appends "-" and 11 digits for Jobs.
 MAX_CRONJOB_NAME = 52
 SERVICE_ACCOUNT = "agentflows-trigger"
-TRIGGER_UID = 65532
 JOB_NAME_ENV = "AGENTFLOWS_JOB_NAME"
 CRONJOB_ENV = "AGENTFLOWS_CRONJOB"
 SPEC_HASH_ANNOTATION = "agentflows.io/spec-hash"
@@ -105,14 +105,7 @@ def _pod_spec(namespace: str, flow: str, trigger: str, settings: Settings) -> di
             "requests": {"cpu": "10m", "memory": "64Mi"},
             "limits": {"memory": "256Mi"},
         },
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": TRIGGER_UID,
-            "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"]},
-            "seccompProfile": {"type": "RuntimeDefault"},
-            "readOnlyRootFilesystem": True,
-        },
+        "securityContext": podsecurity.container_security_context(),
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
     }
     return {
@@ -120,12 +113,7 @@ def _pod_spec(namespace: str, flow: str, trigger: str, settings: Settings) -> di
         "serviceAccountName": settings.service_account,
         "automountServiceAccountToken": True,
         "enableServiceLinks": False,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": TRIGGER_UID,
-            "runAsGroup": TRIGGER_UID,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": podsecurity.pod_security_context(),
         "containers": [container],
         "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "16Mi"}}],
     }
