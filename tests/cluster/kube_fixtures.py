@@ -100,3 +100,37 @@ async def get_flowrun(api: kube_client.Client, namespace: str, name: str) -> dic
     """Read a FlowRun."""
     obj: dict[str, Any] = await api.get(kube_client.path_of("flowruns", namespace, name))
     return obj
+
+
+def grant_deciders(cluster: Cluster, namespace: str) -> None:
+    """Let alice and bob patch FlowRun status in ``namespace`` (what an approver role grants)."""
+    cluster.apply(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": "deciders", "namespace": namespace},
+            "rules": [
+                {
+                    "apiGroups": ["agentflows.io"],
+                    "resources": ["flowruns/status"],
+                    "verbs": ["get", "patch"],
+                }
+            ],
+        }
+    )
+    cluster.apply(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "deciders", "namespace": namespace},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": "deciders",
+            },
+            "subjects": [
+                {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}
+                for user in ("alice", "bob")
+            ],
+        }
+    )

@@ -176,7 +176,14 @@ def operator(
 
 @pytest.fixture
 def flow_namespace(control_plane: Cluster, namespace: str, operator: OperatorProcess) -> str:
-    """A namespace that can run flows: the runner account from config/rbac/runner."""
+    """A namespace that can run flows: the runner account from config/rbac/runner.
+
+    The API server enforces the restricted Pod Security Standard there, so every runner pod
+    the operator creates is checked against it for real.
+    """
+    control_plane.kubectl(
+        "label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted"
+    )
     directory = REPO / "config/rbac/runner"
     for name in ("service_account.yaml", "role.yaml", "role_binding.yaml"):
         document = yaml.safe_load((directory / name).read_text())

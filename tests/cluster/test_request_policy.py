@@ -96,6 +96,12 @@ async def waiting_run(
                     "approvers": {"groups": ["editors"]},
                 },
                 "open": {"node": "open", "kind": "approval", "message": "anyone?"},
+                "legal": {
+                    "node": "legal",
+                    "kind": "approval",
+                    "message": "legal ok?",
+                    "approvers": {"users": ["alice"]},
+                },
             },
         },
     )
@@ -274,7 +280,7 @@ def test_the_cli_approves_as_the_caller(
             "from agentflows.cli.main import main; main()",
             "approve",
             waiting_run,
-            "open",
+            "legal",
             "-n",
             namespace,
             "--kubeconfig",
@@ -284,7 +290,9 @@ def test_the_cli_approves_as_the_caller(
         text=True,
         timeout=60,
     )
+    # refused by RBAC, or by the policy when another test granted mallory status patches
     assert denied.returncode != 0
+    assert "forbidden" in denied.stderr.lower() or "not an approver" in denied.stderr
 
 
 async def test_a_runner_pod_token_cannot_decide(

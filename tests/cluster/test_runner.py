@@ -27,6 +27,7 @@ from tests.cluster.kube_fixtures import (  # noqa: F401  (fixtures)
     crds,
     create_flowrun,
     get_flowrun,
+    grant_deciders,
     kube,
     kube_namespace,
     patch_status,
@@ -206,12 +207,17 @@ async def test_approval_waits_then_a_second_runner_finishes_without_rerunning_no
     assert status["nodes"]["before"]["phase"] == "Succeeded"
     assert status["nodes"]["gate"]["phase"] == "Waiting"
 
-    await patch_status(
-        runs.api,
-        runs.namespace,
-        name,
-        {"requests": {"gate": {"decision": "approve", "decidedBy": "alice"}}},
-    )
+    # alice (group editors) decides with her own credentials, as the decision policy requires
+    grant_deciders(runs.cluster, runs.namespace)
+    async with kube_client.Client.from_env(
+        str(runs.cluster.kubeconfig("alice")), retry_seconds=10
+    ) as alice:
+        await patch_status(
+            alice,
+            runs.namespace,
+            name,
+            {"requests": {"gate": {"decision": "approve", "decidedBy": "alice"}}},
+        )
     await runs.attempt(name, 2)
     second = await runs.run(name)
     assert second.returncode == 0, second.stderr

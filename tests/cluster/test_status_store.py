@@ -18,6 +18,7 @@ from tests.cluster.kube_fixtures import (  # noqa: F401  (fixtures)
     crds,
     create_flowrun,
     get_flowrun,
+    grant_deciders,
     kube,
     kube_namespace,
     patch_status,
@@ -35,31 +36,47 @@ MAX_FLOWRUN_BYTES = 256 * 1024
 class StatusBackend:
     """The contract's backend: every new store is a new runner over the same FlowRun."""
 
-    def __init__(self, api: kube_client.Client, namespace: str, name: str) -> None:
+    def __init__(
+        self, api: kube_client.Client, namespace: str, name: str, cluster: Cluster
+    ) -> None:
         self.api = api
         self.namespace = namespace
         self.name = name
+        self.cluster = cluster
 
     def new_store(self) -> status_store.StatusStore:
         return status_store.StatusStore(self.api, self.namespace, self.name)
 
     async def decide(self, st: Any, request_id: str, **fields: Any) -> None:
-        """What ``kubectl patch --subresource=status --type=merge`` does for a human."""
+        """What ``kubectl patch --subresource=status --type=merge`` does for a human.
+
+        The human is the user named in ``decided_by`` (alice and bob are real users of the
+        control plane), patching with their own credentials, as the decision policy requires.
+        """
         wire = {}
         for field, value in fields.items():
             alias = flowrun_api.HumanRequest.model_fields[field].alias or field
             wire[alias] = getattr(value, "value", value)
-        await patch_status(self.api, self.namespace, self.name, {"requests": {request_id: wire}})
+        user = str(fields.get("decided_by", "admin"))
+        kubeconfig = str(self.cluster.kubeconfig(user))
+        async with kube_client.Client.from_env(kubeconfig, retry_seconds=10) as as_user:
+            await patch_status(as_user, self.namespace, self.name, {"requests": {request_id: wire}})
 
 
 class TestStatusStore(StoreContract):
     @pytest.fixture
-    async def backend(self, kube: kube_client.Client, kube_namespace: str) -> StatusBackend:  # noqa: F811
+    async def backend(
+        self,
+        kube: kube_client.Client,  # noqa: F811
+        kube_namespace: str,  # noqa: F811
+        control_plane: Cluster,
+    ) -> StatusBackend:
+        grant_deciders(control_plane, kube_namespace)
         name = unique("contract")
         await create_flowrun(
             kube, kube_namespace, name, input_value={"topic": "x"}, trigger={"type": "manual"}
         )
-        return StatusBackend(kube, kube_namespace, name)
+        return StatusBackend(kube, kube_namespace, name, control_plane)
 
 
 async def _new_run(api: kube_client.Client, namespace: str) -> status_store.StatusStore:
