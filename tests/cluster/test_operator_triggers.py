@@ -70,11 +70,18 @@ def sleeping_pod(cluster: Cluster, namespace: str, name: str) -> Any:
         "metadata": {"name": name},
         "spec": {
             "restartPolicy": "Never",
+            # the namespace enforces the restricted Pod Security Standard
+            "securityContext": {"runAsNonRoot": True, "runAsUser": 65532},
             "containers": [
                 {
                     "name": "main",
                     "image": "app",
                     "command": ["python", "-c", "import time; time.sleep(300)"],
+                    "securityContext": {
+                        "allowPrivilegeEscalation": False,
+                        "capabilities": {"drop": ["ALL"]},
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
                 }
             ],
         },
