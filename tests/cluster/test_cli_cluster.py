@@ -184,13 +184,23 @@ def test_watch_prints_node_lines_until_the_run_ends_and_logs_show_the_runner(
     assert row is not None
     assert (row["FLOW"], row["PHASE"], row["ATTEMPT"]) == ("held", "Succeeded", "1")
     assert row["DURATION"] and row["DURATION"] != "<none>"
+    assert row["TRIGGER"] == "manual"  # agentflows start makes a manual run
 
 
 def _kubectl_row(cluster: Cluster, namespace: str, name: str) -> dict[str, str] | None:
     """One FlowRun's row of ``kubectl get flowruns``, keyed by the column headers."""
     text = cluster.kubectl("get", "flowruns", "-n", namespace).stdout
     header, *rows = text.splitlines()
-    assert header.split() == ["NAME", "FLOW", "PHASE", "NODE", "ATTEMPT", "DURATION", "AGE"]
+    assert header.split() == [
+        "NAME",
+        "FLOW",
+        "PHASE",
+        "NODE",
+        "ATTEMPT",
+        "DURATION",
+        "TRIGGER",
+        "AGE",
+    ]
     starts = [header.index(column) for column in header.split()]
     for row in rows:
         cells = [

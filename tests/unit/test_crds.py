@@ -149,6 +149,7 @@ READY = '.status.conditions[?(@.type=="Ready")].status'
                 "Node": ".status.currentNode",
                 "Attempt": ".status.attempt",
                 "Duration": ".status.duration",
+                "Trigger": ".spec.trigger.type",
             },
         ),
     ],

@@ -153,6 +153,9 @@ RESOURCES: tuple[Resource, ...] = (
             _column("Node", ".status.currentNode", "string", "A node that is running now."),
             _column("Attempt", ".status.attempt", "integer", "Runner attempt number."),
             _column("Duration", ".status.duration", "string", "Run time so far or in total."),
+            _column(
+                "Trigger", ".spec.trigger.type", "string", "What started the run (manual, ...)."
+            ),
             _AGE,
         ),
     ),
