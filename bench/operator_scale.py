@@ -1,6 +1,6 @@
 """Operator benchmarks on loopback: pod-start and finish latencies, status patches, memory.
 
-Run ``python bench/operator.py`` (about 4 minutes on 2 cores) or ``--quick``. It uses the
+Run ``python bench/operator_scale.py`` (about 4 minutes on 2 cores) or ``--quick``. It uses the
 cluster in ``--kubeconfig`` (admin), else starts a private control plane the way the cluster
 tests do (hack/devcluster) and stops it afterwards. It installs crds/ and config/ as they ship,
 runs ``agentflows operator`` as a subprocess with its ServiceAccount's token (exactly the RBAC of
