@@ -7,58 +7,29 @@ first problem: a user fixing a file sees them all at once.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import pydantic
-import yaml
 
-from agentflows.api import agent, flow, flowrun
+from agentflows.api import agent, common, flow, flowrun, kubeyaml
 
-MAX_DOCUMENT_BYTES = 4 * 1024 * 1024
-
-
-def _key_text(key: Any) -> str:
-    if isinstance(key, bool):
-        return "true" if key else "false"
-    if key is None:
-        return "null"
-    return str(key)
-
-
-class _KubectlLoader(yaml.SafeLoader):
-    """SafeLoader whose mapping keys are strings, converted as kubectl's YAML reader does.
-
-    Converting while constructing matters: ``{1: a, yes: b}`` would otherwise collapse into one
-    key, because ``True == 1`` in Python.
-    """
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        self.flatten_mapping(node)
-        mapping: dict[str, Any] = {}
-        for key_node, value_node in node.value:
-            key = _key_text(self.construct_object(key_node, deep=True))
-            mapping[key] = self.construct_object(value_node, deep=deep)
-        return mapping
-
-
-def _construct_map(loader: _KubectlLoader, node: yaml.MappingNode) -> dict[Any, Any]:
-    return loader.construct_mapping(node, deep=True)
-
-
-_KubectlLoader.add_constructor("tag:yaml.org,2002:map", _construct_map)
+#: Largest file read, and largest total of a file's values with YAML aliases expanded.
+MAX_DOCUMENT_BYTES = kubeyaml.MAX_EXPANDED
 
 
 def safe_load_all(text: str) -> list[Any]:
-    """Parse a YAML stream as kubectl does, dropping empty documents.
+    """Parse a YAML stream as kubectl does, dropping empty documents; raise kubeyaml.YamlError.
 
-    Like kubectl (YAML 1.1), an unquoted ``yes``, ``on`` or ``y`` is true; a key that becomes
-    a boolean or a number is turned into its string, so ``cases: {true: x}`` works and a file
+    Like kubectl (YAML 1.1), an unquoted ``yes`` or ``on`` is true; a key that becomes a
+    boolean or a number is turned into its string, so ``cases: {true: x}`` works and a file
     means the same locally as it does in a cluster.
     """
-    return [d for d in yaml.load_all(text, Loader=_KubectlLoader) if d is not None]
+    return [document.value for document in kubeyaml.load_all(text)]
 
 
 Resource = agent.Agent | flow.Flow | flowrun.FlowRun
@@ -111,24 +82,54 @@ def validation_problems(exc: pydantic.ValidationError, prefix: str = "") -> list
                 message += " (YAML reads an unquoted on, off, yes, no, y or n as a boolean)"
         elif message.startswith("Value error, "):
             message = message[len("Value error, ") :]
+        elif error["type"].endswith("_type") and isinstance(error["input"], (str, int, float)):
+            message += f" (got {json.dumps(error['input'])[:40]})"
         problems.append(Problem(path, message))
     return problems
 
 
 @dataclasses.dataclass
 class LoadResult:
-    """What a set of documents held: the resources that parsed, and every problem."""
+    """What a set of documents held: the resources that parsed, and every problem.
+
+    ``labels`` locates each resource as ``FILE#DOC (Kind name)`` for the problems found later;
+    ``sources`` are the files read and ``skipped`` what was not checked, and why.
+    """
 
     resources: list[Resource] = dataclasses.field(default_factory=list)
     problems: list[Problem] = dataclasses.field(default_factory=list)
+    labels: dict[int, str] = dataclasses.field(default_factory=dict)
+    sources: list[str] = dataclasses.field(default_factory=list)
+    skipped: list[str] = dataclasses.field(default_factory=list)
 
     def of_kind(self, kind: type[Any]) -> list[Any]:
         """The resources of one model class."""
         return [r for r in self.resources if isinstance(r, kind)]
 
+    def label_of(self, resource: Resource) -> str:
+        """Where a resource came from: ``FILE#DOC (Kind name)``."""
+        return self.labels.get(id(resource), f"{resource.kind} {resource.metadata.name}")
+
+    def add(self, resource: Resource, label: str) -> None:
+        """Keep a parsed resource with its location."""
+        self.resources.append(resource)
+        self.labels[id(resource)] = label
+
+    def extend(self, other: LoadResult) -> None:
+        """Take in everything another result holds."""
+        for resource in other.resources:
+            self.add(resource, other.label_of(resource))
+        self.problems.extend(other.problems)
+        self.sources.extend(other.sources)
+        self.skipped.extend(other.skipped)
+
 
 def parse_resource(document: Any, source: str = "") -> tuple[Resource | None, list[Problem]]:
-    """Validate one decoded document against the model its ``kind`` names."""
+    """Validate one decoded document against the model its ``kind`` names.
+
+    Types are checked strictly, as the API server checks them (``"4"`` is not an integer), and
+    ``metadata`` as the API server checks it (a valid name, which a Flow needs short).
+    """
     if not isinstance(document, dict):
         return None, [Problem("", "a document must be a mapping with apiVersion and kind", source)]
     kind = document.get("kind")
@@ -142,11 +143,30 @@ def parse_resource(document: Any, source: str = "") -> tuple[Resource | None, li
         return None, [
             Problem("apiVersion", f"{api_version!r} is not agentflows.io/v1alpha1", source)
         ]
+    problems = [dataclasses.replace(p, source=source) for p in _metadata_problems(document)]
     try:
-        return model.model_validate(document), []
+        return model.model_validate_json(json.dumps(document), strict=True), problems
     except pydantic.ValidationError as exc:
-        problems = [dataclasses.replace(p, source=source) for p in validation_problems(exc)]
+        problems += [dataclasses.replace(p, source=source) for p in validation_problems(exc)]
         return _without_unknown_fields(model, document, exc), problems
+
+
+def _metadata_problems(document: dict[str, Any]) -> list[Problem]:
+    metadata = document.get("metadata", {})
+    if not isinstance(metadata, dict):
+        return []  # the model reports a metadata that is not a mapping
+    name = metadata.get("name")
+    if document["kind"] == "FlowRun" and name is None:
+        prefix = metadata.get("generateName")
+        if prefix is None:
+            return [Problem("metadata.name", "required: set name or generateName")]
+        problem = common.name_problem(f"{prefix}x" if isinstance(prefix, str) else prefix)
+        return [Problem("metadata.generateName", problem)] if problem else []
+    limit = common.FLOW_NAME_MAX if document["kind"] == "Flow" else common.NAME_MAX
+    problem = common.name_problem(name, limit)
+    if problem and document["kind"] == "Flow" and isinstance(name, str):
+        problem += " (a Flow's name is a label value on its runs)"
+    return [Problem("metadata.name", problem)] if problem else []
 
 
 def _without_unknown_fields(
@@ -162,8 +182,6 @@ def _without_unknown_fields(
     errors = exc.errors()
     if any(error["type"] != "extra_forbidden" for error in errors):
         return None
-    import copy
-
     trimmed = copy.deepcopy(document)
     for error in errors:
         parent: Any = trimmed
@@ -173,49 +191,133 @@ def _without_unknown_fields(
         if isinstance(parent, dict):
             parent.pop(last, None)
     try:
-        return model.model_validate(trimmed)
+        return model.model_validate_json(json.dumps(trimmed), strict=True)
     except pydantic.ValidationError:
         return None
 
 
+def _label(source: str, index: int, document: Any) -> str:
+    """``FILE#DOC (Kind name)``, with as much of it as the document says."""
+    if not source:
+        return ""
+    label = f"{source}#{index}"
+    if not isinstance(document, dict):
+        return label
+    metadata = document.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    kind = document.get("kind")
+    said = [str(part)[:80] for part in (kind, name) if isinstance(part, str) and part]
+    return f"{label} ({' '.join(said)})" if said else label
+
+
+def _foreign(document: Any) -> bool:
+    """True for a Kubernetes object of another API group (a ServiceAccount, a Kustomization)."""
+    if not isinstance(document, dict) or document.get("kind") in _KINDS:
+        return False
+    api_version = document.get("apiVersion")
+    return isinstance(api_version, str) and not api_version.startswith("agentflows.io/")
+
+
 def load_text(text: str, source: str = "") -> LoadResult:
     """Load every document in a YAML stream."""
-    result = LoadResult()
-    if len(text.encode()) > MAX_DOCUMENT_BYTES:
+    result = LoadResult(sources=[source])
+    if len(text.encode(errors="replace")) > MAX_DOCUMENT_BYTES:
         result.problems.append(
             Problem("", f"file is larger than {MAX_DOCUMENT_BYTES} bytes", source)
         )
         return result
     try:
-        documents = safe_load_all(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        result.problems.append(Problem("", f"malformed YAML: {where}{problem}", source))
+        documents = kubeyaml.load_all(text)
+    except kubeyaml.YamlError as exc:
+        where = f"{source}#{exc.document}" if exc.document else source
+        result.problems.append(Problem(exc.path, str(exc), where))
         return result
-    for index, document in enumerate(documents):
-        name = document.get("metadata", {}).get("name") if isinstance(document, dict) else None
-        label = f"{source}#{index + 1}" + (f" ({name})" if name else "") if source else ""
-        resource, problems = parse_resource(document, label)
+    for document in documents:
+        label = _label(source, document.index, document.value)
+        if _foreign(document.value):
+            result.skipped.append(f"{label}: not an agentflows.io resource")
+            continue
+        resource, problems = parse_resource(document.value, label)
+        nonfinite = {error.path: error for error in document.nonfinite}
+        problems = [p for p in problems if p.path not in nonfinite]
+        problems += [Problem(e.path, str(e), label) for e in nonfinite.values()]
         result.problems.extend(problems)
         if resource is not None:
-            result.resources.append(resource)
+            result.add(resource, label)
     return result
 
 
+def _duplicates(loaded: LoadResult) -> list[Problem]:
+    """A second resource of the same kind, namespace and name (the last would win silently)."""
+    first: dict[tuple[str, str, str], str] = {}
+    problems = []
+    for resource in loaded.resources:
+        meta = resource.metadata
+        if not meta.name:
+            continue
+        key = (resource.kind, meta.namespace or "", meta.name)
+        label = loaded.label_of(resource)
+        if key in first:
+            problems.append(
+                Problem(
+                    "metadata.name",
+                    f'a second {resource.kind} "{meta.name}" (the first is {first[key]})',
+                    label,
+                )
+            )
+        else:
+            first[key] = label
+    return problems
+
+
+def load_bytes(data: bytes, source: str = "") -> LoadResult:
+    """Load a file's content, which must be UTF-8 text as kubectl requires."""
+    try:
+        text = data.decode()
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        result = LoadResult(sources=[source])
+        result.problems.append(
+            Problem(
+                "",
+                f"not UTF-8 text: byte 0x{data[exc.start]:02x} at line {line}, column {column} "
+                "(save the file as UTF-8)",
+                source,
+            )
+        )
+        return result
+    return load_text(text, source)
+
+
+def _is_kustomization(path: Path) -> bool:
+    return path.name in ("kustomization.yaml", "kustomization.yml", "Kustomization")
+
+
+def _files(path: Path, skipped: list[str]) -> list[Path]:
+    """The YAML files a path names: itself, or a directory's, sub-directories included."""
+    if not path.is_dir():
+        return [path]
+    found = sorted(p for p in path.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file())
+    for file in found:
+        if _is_kustomization(file):
+            skipped.append(f"{file}: a kustomization, not a resource")
+    return [file for file in found if not _is_kustomization(file)]
+
+
 def load_paths(paths: Iterable[Path]) -> LoadResult:
-    """Load every document in the given files (directories: their *.yaml and *.yml files)."""
+    """Load every document in the given files (directories: their YAML files, recursively).
+
+    Also reports a resource defined twice across the files.
+    """
     result = LoadResult()
     for path in paths:
-        files = sorted([*path.glob("*.yaml"), *path.glob("*.yml")]) if path.is_dir() else [path]
-        for file in files:
+        for file in _files(path, result.skipped):
             try:
-                text = file.read_text()
+                data = file.read_bytes()
             except OSError as exc:
                 result.problems.append(Problem("", f"cannot read: {exc.strerror}", str(file)))
                 continue
-            loaded = load_text(text, str(file))
-            result.resources.extend(loaded.resources)
-            result.problems.extend(loaded.problems)
+            result.extend(load_bytes(data, str(file)))
+    result.problems.extend(_duplicates(result))
     return result
