@@ -7,6 +7,8 @@ Free-form JSON leaves are marked with ``FREE_FORM`` so the CRD generator emits
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -15,24 +17,51 @@ from pydantic.alias_generators import to_camel
 #: Marker for genuinely free-form JSON leaves (inputs, outputs, schemas, arguments).
 FREE_FORM: dict[str, Any] = {"x-kubernetes-preserve-unknown-fields": True}
 
-#: Names of Kubernetes objects referenced from specs (RFC 1123 subdomain, bounded).
-NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+#: Names of Kubernetes objects (a DNS-1123 subdomain: dot-separated labels of lower-case
+#: letters, digits and "-"), as the API server requires of ``metadata.name``.
+NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+NAME_MAX = 253
+#: A Flow's name is also a label value on its runs and CronJobs, which holds 63 characters.
+FLOW_NAME_MAX = 63
+#: Largest integer the API server stores (int64); the bound of counters without a smaller one.
+INT64_MAX = 2**63 - 1
 #: Ids of nodes, requests and triggers: short, safe as label values and map keys.
 ID_PATTERN = r"^[a-z0-9]([-a-z0-9_]*[a-z0-9])?$"
 
-ObjectName = Annotated[str, Field(min_length=1, max_length=253, pattern=NAME_PATTERN)]
+ObjectName = Annotated[str, Field(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)]
 Identifier = Annotated[str, Field(min_length=1, max_length=63, pattern=ID_PATTERN)]
 JsonValue = Annotated[Any, Field(json_schema_extra=FREE_FORM)]
 
 
+def name_problem(name: Any, max_length: int = NAME_MAX) -> str | None:
+    """Why ``name`` is not a valid object name (None when it is), in the API server's terms."""
+    if name is None or name == "":
+        return "required: set the object's name"
+    if not isinstance(name, str):
+        return f"must be a string (got {json.dumps(name)[:40]})"
+    if len(name) <= max_length and re.fullmatch(NAME_PATTERN, name):
+        return None
+    shown = json.dumps(name[:60] + ("..." if len(name) > 60 else ""), ensure_ascii=False)
+    return (
+        f'{shown} is not a valid name: lower-case letters, digits, "-" and ".", starting and'
+        f" ending with a letter or digit, at most {max_length} characters"
+    )
+
+
 class ApiModel(BaseModel):
-    """Base of every API model: camelCase on the wire, unknown fields rejected."""
+    """Base of every API model: camelCase on the wire, unknown fields rejected.
+
+    Floats are finite: JSON (and so the API server) has no infinity or NaN. Documents a user
+    writes are validated in strict mode by :mod:`agentflows.api.documents`, as the API server
+    checks types: ``"4"`` is not an integer there.
+    """
 
     model_config = ConfigDict(
         alias_generator=to_camel,
         populate_by_name=True,
         extra="forbid",
         serialize_by_alias=True,
+        allow_inf_nan=False,
     )
 
     def to_wire(self) -> dict[str, Any]:
@@ -78,7 +107,10 @@ class Condition(ApiModel):
     type: str = Field(max_length=316, description="Condition type, e.g. Ready or Succeeded.")
     status: str = Field(pattern=r"^(True|False|Unknown)$", description="True, False or Unknown.")
     observed_generation: int | None = Field(
-        default=None, ge=0, description="The metadata.generation the condition was set from."
+        default=None,
+        ge=0,
+        le=INT64_MAX,
+        description="The metadata.generation the condition was set from.",
     )
     last_transition_time: str = Field(
         description="RFC 3339 time the status last changed.",
@@ -104,13 +136,15 @@ class Approvers(ApiModel):
 class Usage(ApiModel):
     """Model and tool usage, per node and for the whole run."""
 
-    prompt_tokens: int = Field(default=0, ge=0, description="Prompt (input) tokens.")
-    completion_tokens: int = Field(default=0, ge=0, description="Completion (output) tokens.")
+    prompt_tokens: int = Field(default=0, ge=0, le=INT64_MAX, description="Prompt (input) tokens.")
+    completion_tokens: int = Field(
+        default=0, ge=0, le=INT64_MAX, description="Completion (output) tokens."
+    )
     cost_usd: float = Field(
         default=0.0, ge=0, alias="costUSD", description="Cost in US dollars (litellm's table)."
     )
-    llm_calls: int = Field(default=0, ge=0, description="Model calls made.")
-    tool_calls: int = Field(default=0, ge=0, description="Tool calls made.")
+    llm_calls: int = Field(default=0, ge=0, le=INT64_MAX, description="Model calls made.")
+    tool_calls: int = Field(default=0, ge=0, le=INT64_MAX, description="Tool calls made.")
 
     def add(self, other: Usage) -> Usage:
         """Return the sum of two usages."""

@@ -18,6 +18,8 @@ from agentflows.api import agent as agent_api
 from agentflows.api import common
 
 MAX_NODES = 200
+#: Longest deadline or timeout in seconds (one year), for runs and human requests alike.
+MAX_TIMEOUT_SECONDS = 31_536_000
 #: Every key that selects what a node does; a node sets exactly one.
 NODE_KINDS = ("agent", "llm", "tool", "transform", "branch", "map", "approval", "input", "flow")
 
@@ -152,7 +154,10 @@ class Approval(common.ApiModel):
         default_factory=common.Approvers, description="Who may decide."
     )
     timeout_seconds: int | None = Field(
-        default=None, ge=1, le=31_536_000, description="Expire the request after this long."
+        default=None,
+        ge=1,
+        le=MAX_TIMEOUT_SECONDS,
+        description="Expire the request after this long.",
     )
     on_timeout: OnTimeout = Field(default=OnTimeout.REJECT, description="reject or fail.")
 
@@ -168,7 +173,10 @@ class InputRequest(common.ApiModel):
         default_factory=common.Approvers, description="Who may answer."
     )
     timeout_seconds: int | None = Field(
-        default=None, ge=1, le=31_536_000, description="Expire the request after this long."
+        default=None,
+        ge=1,
+        le=MAX_TIMEOUT_SECONDS,
+        description="Expire the request after this long.",
     )
     on_timeout: OnTimeout = Field(default=OnTimeout.FAIL, description="reject or fail.")
 
@@ -235,7 +243,10 @@ class Schedule(common.ApiModel):
     cron: str = Field(min_length=1, max_length=256, description="Cron expression.")
     time_zone: str | None = Field(default=None, max_length=64, description="IANA time zone.")
     starting_deadline_seconds: int | None = Field(
-        default=None, ge=0, description="Skip a run that could not start within this many seconds."
+        default=None,
+        ge=0,
+        le=MAX_TIMEOUT_SECONDS,
+        description="Skip a run that could not start within this many seconds.",
     )
     suspend: bool = Field(default=False, description="Pause the schedule.")
 
@@ -330,14 +341,23 @@ class Limits(common.ApiModel):
     """Limits that end a run with a clear error."""
 
     timeout_seconds: int | None = Field(
-        default=None, ge=1, description="Run deadline, counted while the run waits too."
+        default=None,
+        ge=1,
+        le=MAX_TIMEOUT_SECONDS,
+        description="Run deadline, counted while the run waits too.",
     )
     max_node_executions: int = Field(
         default=10_000, ge=1, le=1_000_000, description="Node executions (map items count)."
     )
-    max_tokens: int | None = Field(default=None, ge=1, description="Tokens over the whole run.")
+    max_tokens: int | None = Field(
+        default=None, ge=1, le=1_000_000_000_000, description="Tokens over the whole run."
+    )
     max_cost_usd: float | None = Field(
-        default=None, gt=0, alias="maxCostUSD", description="Model cost over the whole run, USD."
+        default=None,
+        gt=0,
+        le=1_000_000,
+        alias="maxCostUSD",
+        description="Model cost over the whole run, USD.",
     )
 
 
@@ -369,7 +389,12 @@ class Toleration(common.ApiModel):
     operator: Literal["Exists", "Equal"] | None = Field(default=None, description="Operator.")
     value: str | None = Field(default=None, description="Taint value.")
     effect: str | None = Field(default=None, description="Taint effect.")
-    toleration_seconds: int | None = Field(default=None, description="Toleration seconds.")
+    toleration_seconds: int | None = Field(
+        default=None,
+        ge=-common.INT64_MAX - 1,
+        le=common.INT64_MAX,
+        description="Toleration seconds.",
+    )
 
 
 class ResourceRequirements(common.ApiModel):
@@ -442,7 +467,7 @@ class FlowSpec(common.ApiModel):
     runner: RunnerSpec = Field(default_factory=RunnerSpec, description="Runner pod overrides.")
     retry: Retry = Field(default_factory=Retry, description="Runner retries.")
     ttl_seconds_after_finished: int | None = Field(
-        default=None, ge=0, description="Delete finished runs after this long."
+        default=None, ge=0, le=2_147_483_647, description="Delete finished runs after this long."
     )
     successful_runs_history_limit: int = Field(
         default=10, ge=0, le=10_000, description="Succeeded runs kept."
