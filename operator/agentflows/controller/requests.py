@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import jsonschema
 
+from agentflows.api import schemas
 from agentflows.api.flowrun import Decision, RequestKind
 from agentflows.controller import conditions, context, events
 from agentflows.kube import status_store
@@ -165,7 +166,7 @@ async def problem(
             return "decision 'respond' needs data (the answer)"
         schema = await _schema(ctl, run, request)
         if kind == RequestKind.INPUT and schema is not None:
-            validator = jsonschema.Draft202012Validator(schema)
+            validator = schemas.validator(schema)
             error = jsonschema.exceptions.best_match(validator.iter_errors(request["data"]))
             if error is not None:
                 where = "data" + "".join(f"[{p!r}]" for p in error.absolute_path)

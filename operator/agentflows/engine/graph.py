@@ -23,7 +23,8 @@ import itertools
 from collections.abc import Iterable
 from typing import Any
 
-from agentflows.api import documents
+from agentflows.api import agent as agent_api
+from agentflows.api import documents, schemas
 from agentflows.api import flow as flow_api
 from agentflows.engine import capabilities, expressions
 
@@ -85,8 +86,28 @@ class _Collector:
                 return expressions.compile_expression(value)
             return expressions.compile_template(value)
         except expressions.ExpressionError as exc:
-            self.add(path, str(exc))
+            if isinstance(value, (dict, list)):
+                self._each_leaf(path, value)
+            else:
+                self.add(path, str(exc))
             return expressions.Template("literal", value=None)
+
+    def _each_leaf(self, path: str, value: Any) -> None:
+        """Report every bad expression inside a mapping or list, each at its own path."""
+        stack = [(path, value)]
+        while stack:
+            where, item = stack.pop()
+            if isinstance(item, dict):
+                stack.extend((f"{where}.{key}", child) for key, child in reversed(item.items()))
+            elif isinstance(item, list):
+                stack.extend(
+                    (f"{where}[{i}]", child) for i, child in reversed(list(enumerate(item)))
+                )
+            elif isinstance(item, str):
+                try:
+                    expressions.compile_template(item)
+                except expressions.ExpressionError as exc:
+                    self.add(where, str(exc))
 
 
 def _node_templates(
@@ -128,12 +149,18 @@ def _node_templates(
 def _check_schema(schema: Any, path: str, out: _Collector) -> None:
     if schema is None:
         return
-    import jsonschema  # only flows with schemas pay for the import
+    for where, message in schemas.problems(schema):
+        out.add(f"{path}.{where}" if where else path, message)
 
-    try:
-        jsonschema.Draft202012Validator.check_schema(schema)
-    except jsonschema.SchemaError as exc:
-        out.add(path, f"not a valid JSON Schema: {exc.message}")
+
+def _check_triggers(spec: flow_api.FlowSpec, out: _Collector) -> None:
+    """Trigger expressions are compiled here too, so a bad one never reaches the operator."""
+    for index, trigger in enumerate(spec.triggers):
+        path = f"spec.triggers[{index}]"
+        if trigger.input is not None:
+            out.template(f"{path}.input", trigger.input)
+        if trigger.kubernetes is not None and trigger.kubernetes.filter is not None:
+            out.template(f"{path}.kubernetes.filter", trigger.kubernetes.filter, expression=True)
 
 
 def _check_references(
@@ -283,14 +310,80 @@ def _find_cycle(nodes: dict[str, CompiledNode]) -> list[str]:
     return []
 
 
+def _calls(spec: flow_api.FlowSpec) -> list[tuple[str, str, str]]:
+    """Each Agent and Flow a flow's nodes call directly: (path, kind, name)."""
+    found = []
+    for index, node in enumerate(spec.nodes):
+        path = f"spec.nodes[{index}]"
+        for where, call in (
+            (f"{path}.agent.name", node.agent),
+            (f"{path}.map.agent.name", node.map.agent if node.map else None),
+        ):
+            if call is not None:
+                found.append((where, "Agent", call.name))
+        for where, sub in (
+            (f"{path}.flow.name", node.flow),
+            (f"{path}.map.flow.name", node.map.flow if node.map else None),
+        ):
+            if sub is not None:
+                found.append((where, "Flow", sub.name))
+    return found
+
+
+def _callees(kind: str, name: str, resolver: capabilities.Resolver) -> list[tuple[str, str]]:
+    """What an Agent or a Flow calls in turn: sub-agents and sub-flows, or its nodes' calls."""
+    if kind == "Flow":
+        spec = resolver.flow(name)
+        return [(k, n) for _, k, n in _calls(spec)] if spec is not None else []
+    agent = resolver.agent(name)
+    if not isinstance(agent, agent_api.AgentSpec):
+        return []
+    return [*(("Agent", n) for n in agent.sub_agents), *(("Flow", n) for n in agent.sub_flows)]
+
+
+def _chain_back(
+    start: tuple[str, str], target: str, resolver: capabilities.Resolver
+) -> list[tuple[str, str]] | None:
+    """The shortest chain of calls from ``start`` back to Flow ``target``, or None."""
+    queue: list[list[tuple[str, str]]] = [[start]]
+    seen = {start}
+    while queue:
+        chain = queue.pop(0)
+        if chain[-1] == ("Flow", target):
+            return chain
+        for callee in _callees(*chain[-1], resolver):
+            if callee not in seen:
+                seen.add(callee)
+                queue.append([*chain, callee])
+    return None
+
+
+def _check_call_cycles(
+    name: str, spec: flow_api.FlowSpec, resolver: capabilities.Resolver, out: _Collector
+) -> None:
+    """A Flow that calls itself through sub-flows and agents would recurse until the depth limit."""
+    for path, kind, callee in _calls(spec):
+        chain = _chain_back((kind, callee), name, resolver)
+        if chain is not None:
+            steps = " -> ".join(f"{k} {n}" for k, n in [("Flow", name), *chain])
+            out.add(path, f"calls itself: {steps} (sub-flow calls must not loop)")
+
+
 def _check_input_schema(spec: flow_api.FlowSpec, out: _Collector) -> None:
     _check_schema(spec.input, "spec.input", out)
 
 
 def compile_flow(
-    spec: flow_api.FlowSpec, resolver: capabilities.Resolver, *, prefix: str = ""
+    spec: flow_api.FlowSpec,
+    resolver: capabilities.Resolver,
+    *,
+    prefix: str = "",
+    name: str | None = None,
 ) -> CompiledFlow:
-    """Validate and compile; raise FlowInvalid listing every problem."""
+    """Validate and compile; raise FlowInvalid listing every problem.
+
+    With ``name`` (the Flow's own name), a chain of sub-flow calls back to it is a problem too.
+    """
     out = _Collector(prefix)
     ids: dict[str, int] = {}
     nodes: dict[str, CompiledNode] = {}
@@ -306,6 +399,9 @@ def compile_flow(
         _check_references(node, path, resolver, out)
         nodes[node.id] = CompiledNode(node.id, index, node, node.kind, templates)
     _check_input_schema(spec, out)
+    _check_triggers(spec, out)
+    if name is not None:
+        _check_call_cycles(name, spec, resolver, out)
     for edge in _edges(spec, out, ids):
         nodes[edge.source].successors.append(edge.target)
         nodes[edge.target].predecessors.append(edge.source)
@@ -318,11 +414,15 @@ def compile_flow(
 
 
 def validate(
-    spec: flow_api.FlowSpec, resolver: capabilities.Resolver, *, prefix: str = ""
+    spec: flow_api.FlowSpec,
+    resolver: capabilities.Resolver,
+    *,
+    prefix: str = "",
+    name: str | None = None,
 ) -> list[documents.Problem]:
-    """Every problem of a flow (empty when it is valid)."""
+    """Every problem of a flow (empty when it is valid); see :func:`compile_flow`."""
     try:
-        compile_flow(spec, resolver, prefix=prefix)
+        compile_flow(spec, resolver, prefix=prefix, name=name)
     except FlowInvalid as exc:
         return exc.problems
     return []
@@ -351,3 +451,13 @@ class StaticResolver:
 def names(items: Iterable[str]) -> str:
     """Join names for a message."""
     return ", ".join(sorted(items)) or "none"
+
+
+def validate_agent(spec: agent_api.AgentSpec) -> list[documents.Problem]:
+    """Every problem of an Agent the models alone cannot see: its tools' argument schemas."""
+    out = _Collector("")
+    for index, tool in enumerate(spec.tools):
+        _check_schema(tool.parameters, f"spec.tools[{index}].parameters", out)
+    for index, skill in enumerate(spec.skills):
+        _check_schema(skill.parameters, f"spec.skills[{index}].parameters", out)
+    return out.problems

@@ -15,7 +15,7 @@ import datetime as dt
 from typing import TYPE_CHECKING, Any
 
 from agentflows.api import agent as agent_api
-from agentflows.api import common
+from agentflows.api import common, schemas
 from agentflows.api import flow as flow_api
 from agentflows.api import flowrun as flowrun_api
 from agentflows.engine import capabilities, envelope, expressions
@@ -312,11 +312,7 @@ def _decided(
         if request.decision == flowrun_api.Decision.REJECT:
             raise _NodeFailed(f"input request rejected by {request.decided_by}", reason="Rejected")
         if spec.input.schema_ is not None:
-            import jsonschema
-
-            errors = list(
-                jsonschema.Draft202012Validator(spec.input.schema_).iter_errors(request.data)
-            )
+            errors = list(schemas.validator(spec.input.schema_).iter_errors(request.data))
             if errors:
                 raise _NodeFailed(f"input does not match the schema: {errors[0].message}")
         return capabilities.NodeResult(envelope.from_value(request.data))

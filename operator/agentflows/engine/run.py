@@ -20,7 +20,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from agentflows.api import common
+from agentflows.api import common, schemas
 from agentflows.api import flow as flow_api
 from agentflows.api import flowrun as flowrun_api
 from agentflows.engine import capabilities, expressions, graph, store
@@ -328,9 +328,7 @@ class _Execution:
 def _input_problems(schema: Any, value: Any) -> list[str]:
     if schema is None:
         return []
-    import jsonschema  # only flows with an input schema pay for the import
-
-    validator = jsonschema.Draft202012Validator(schema)
+    validator = schemas.validator(schema)
     problems = []
     for error in sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path)):
         path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
