@@ -52,11 +52,12 @@ def test_validate_explains_every_problem_one_line_each_and_exits_2(tmp_path: Pat
     code, out, _ = invoke("validate", str(path))
     assert code == 2
     lines = out.strip().splitlines()
-    assert 'Flow bad: spec.nodes[3].branch.cases.bug: no node "fix"' in lines
-    assert 'Flow bad: spec.nodes[1].agent.name: no Agent "ghost"' in lines
-    assert 'Flow bad: spec.nodes[4].id: duplicate node id "start" (first at spec.nodes[0])' in lines
+    where = f"{path}#1 (Flow bad)"
+    assert f'{where}: spec.nodes[3].branch.cases.bug: no node "fix"' in lines
+    assert f'{where}: spec.nodes[1].agent.name: no Agent "ghost"' in lines
+    assert f'{where}: spec.nodes[4].id: duplicate node id "start" (first at spec.nodes[0])' in lines
     assert any(
-        line.startswith("Flow bad: spec.nodes[2].transform: jq syntax error") for line in lines
+        line.startswith(f"{where}: spec.nodes[2].transform: jq syntax error") for line in lines
     )
     assert any('node "lonely" is unreachable' in line for line in lines)
 
@@ -69,7 +70,7 @@ def test_validate_reports_malformed_yaml_and_unknown_fields(tmp_path: Path) -> N
     )
     code, out, _ = invoke("validate", str(tmp_path))
     assert code == 2
-    assert f"{tmp_path / 'a.yaml'}: malformed YAML" in out
+    assert f"{tmp_path / 'a.yaml'}#1: malformed YAML" in out
     assert "spec.nodes[0].colour: unknown field" in out
 
 
@@ -230,4 +231,4 @@ def test_an_unknown_field_does_not_hide_the_graph_problems_behind_it(tmp_path: P
     code, out, _ = invoke("validate", str(path))
     assert code == 2
     assert "spec.nodes[5].colour: unknown field" in out
-    assert 'Flow bad: spec.nodes[3].branch.cases.bug: no node "fix"' in out
+    assert f'{path}#1 (Flow bad): spec.nodes[3].branch.cases.bug: no node "fix"' in out

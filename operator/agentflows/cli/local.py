@@ -68,41 +68,40 @@ def resolver_of(loaded: documents.LoadResult) -> graph.StaticResolver:
 
 
 def validate_loaded(loaded: documents.LoadResult) -> list[documents.Problem]:
-    """Every problem of the loaded files: parse problems, then each Flow's graph problems."""
+    """Every problem of the loaded files in one pass: parse problems, then each resource's own.
+
+    Each problem is located as ``FILE#DOC (Kind name): path: message``.
+    """
     problems = list(loaded.problems)
     resolver = resolver_of(loaded)
-    for resource in loaded.of_kind(flow_api.Flow):
-        source = f"Flow {resource.metadata.name}"
-        for problem in graph.validate(resource.spec, resolver):
-            problems.append(dataclasses.replace(problem, source=source))
-    for run in loaded.resources:
-        if (
-            run.kind == "FlowRun"
-            and resolver.flow(run.spec.flow) is None
-            and loaded.of_kind(flow_api.Flow)
-        ):
-            problems.append(
-                documents.Problem(
-                    "spec.flow", f'no Flow "{run.spec.flow}"', f"FlowRun {run.metadata.name}"
-                )
-            )
+    for resource in loaded.resources:
+        found: list[documents.Problem] = []
+        if isinstance(resource, flow_api.Flow):
+            found = graph.validate(resource.spec, resolver, name=resource.metadata.name)
+        elif isinstance(resource, agent_api.Agent):
+            found = graph.validate_agent(resource.spec)
+        elif resolver.flow(resource.spec.flow) is None and loaded.of_kind(flow_api.Flow):
+            found = [documents.Problem("spec.flow", f'no Flow "{resource.spec.flow}"')]
+        label = loaded.label_of(resource)
+        problems += [dataclasses.replace(problem, source=label) for problem in found]
     return problems
 
 
 def pick_flow(loaded: documents.LoadResult, name: str | None) -> flow_api.Flow:
     """The flow to run: the one named, or the only one in the files."""
     flows = loaded.of_kind(flow_api.Flow)
+    have = graph.names(f.metadata.name or "(unnamed)" for f in flows)
+    if not flows:
+        files = ", ".join(s for s in loaded.sources if s) or "the input"
+        raise UsageError(f"no Flow in {files}")
     if name is not None:
         for candidate in flows:
             if candidate.metadata.name == name:
                 return candidate  # type: ignore[no-any-return]
-        raise UsageError(
-            f'no Flow "{name}" in the files (have: {graph.names(f.metadata.name for f in flows)})'
-        )
+        raise UsageError(f'no Flow "{name}" in the files (have: {have})')
     if len(flows) != 1:
         raise UsageError(
-            f"the files hold {len(flows)} Flows; choose one with --flow "
-            f"(have: {graph.names(f.metadata.name for f in flows)})"
+            f"the files hold {len(flows)} Flows; choose one with --flow (have: {have})"
         )
     return flows[0]  # type: ignore[no-any-return]
 

@@ -123,16 +123,17 @@ spec:
         "f.yaml",
     )
     found = [str(p) for p in result.problems]
-    assert "f.yaml#1 (f): spec.nodes[0].colour: unknown field" in found
+    assert "f.yaml#1 (Flow f): spec.nodes[0].colour: unknown field" in found
     assert any(
-        p.startswith("f.yaml#1 (f): spec.nodes[1]: set exactly one of agent, llm") for p in found
+        p.startswith("f.yaml#1 (Flow f): spec.nodes[1]: set exactly one of agent, llm")
+        for p in found
     )
 
 
 def test_malformed_yaml_is_one_problem_with_a_line_number() -> None:
     result = documents.load_text("kind: Flow\nspec: [a, b\n", "bad.yaml")
     assert len(result.problems) == 1
-    assert str(result.problems[0]).startswith("bad.yaml: malformed YAML: line 3")
+    assert str(result.problems[0]).startswith("bad.yaml#1: malformed YAML: line 3")
 
 
 def test_boolean_and_number_case_keys_become_strings_as_kubectl_reads_them() -> None:
@@ -175,5 +176,5 @@ nodes:
     llm: {{model: {{name: m}}, prompt: p, outputSchema: {schema_text}}}
 """)
     assert len(found) == 1 and found[0].startswith(
-        "spec.nodes[0].llm.outputSchema: not a valid JSON Schema"
+        "spec.nodes[0].llm.outputSchema.type: not a valid JSON Schema"
     )
