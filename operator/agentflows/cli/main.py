@@ -74,6 +74,8 @@ def validate(files: tuple[Path, ...]) -> None:
     from agentflows.api import documents
 
     loaded = documents.load_paths(files)
+    for note in loaded.skipped:
+        _err(f"skipped {note}")
     problems = local.validate_loaded(loaded)
     for problem in problems:
         click.echo(str(problem))
