@@ -200,7 +200,7 @@ async def test_the_example_glossary_stdio_server_starts_and_lists_its_tools() ->
 
     path = Path(__file__).resolve().parents[3] / "examples" / "agents" / "agents.yaml"
     loaded = documents.load_paths([path])
-    [researcher] = [r for r in loaded.resources if r.metadata.name == "researcher"]
+    [researcher] = [r for r in loaded.resources if r.metadata.name == "glossary-researcher"]
     [glossary] = researcher.spec.tools
     assert await mcp.discover_tools(glossary, {}, timeout=30, run_stdio=True) == [
         "glossary_define",
