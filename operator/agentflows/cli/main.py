@@ -77,6 +77,9 @@ def validate(files: tuple[Path, ...]) -> None:
     for note in loaded.skipped:
         _err(f"skipped {note}")
     problems = local.validate_loaded(loaded)
+    if not problems and not loaded.resources:
+        where = ", ".join(loaded.sources) or ", ".join(str(f) for f in files)
+        problems = [documents.Problem("", f"no Agent, Flow or FlowRun in {where}")]
     for problem in problems:
         click.echo(str(problem))
     if problems:
