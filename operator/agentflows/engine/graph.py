@@ -8,7 +8,12 @@ Graph rules, written down because users will ask:
 - The first node is the start. Every other node needs an incoming edge (an explicit edge or a
   branch case); a node with none is "unreachable". This catches the common mistake of a node
   that was added but never wired.
-- The graph is acyclic.
+- The graph is acyclic, and so are calls between Flows: given its own name, validation names a
+  chain of sub-flow calls (through ``flow`` and ``map`` nodes and Agents' ``subFlows``) that
+  comes back to the Flow, which would otherwise fail only at run time, five levels deep.
+- Every expression is compiled, trigger ``input`` and ``filter`` included; a bad one inside a
+  free-form value (``tool.args``) is reported at its own key. Every JSON Schema is checked by
+  :mod:`agentflows.api.schemas` (no remote references, no loops that never end).
 - Edges out of a branch node are taken only toward the chosen target; an edge's ``branch`` label,
   when given, must name a case (or ``default``) that leads to that target. Case targets are
   edges even when not listed under ``edges``.
