@@ -272,3 +272,24 @@ def test_a_directory_is_read_recursively_and_what_is_skipped_is_said(tmp_path: P
     )
     assert f"skipped {tmp_path}/kustomization.yaml: a kustomization, not a resource" in err
     assert f"skipped {tmp_path}/sa.yaml#1 (ServiceAccount x): not an agentflows.io resource" in err
+
+
+def test_a_wrong_type_does_not_hide_the_graph_problems_behind_it(tmp_path: Path) -> None:
+    text = HEAD + (
+        "metadata: {name: mixed}\nspec:\n  nodes:\n"
+        "    - {id: a, transform: '=1'}\n"
+        "    - id: fan\n      map: {items: '=[1]', concurrency: '4', agent: {name: x, prompt: p}}\n"
+        "    - {id: ask, agent: {name: ghost, prompt: hi}}\n"
+        "    - {id: orphan, transform: '=3'}\n"
+        "  edges: [{from: a, to: fan}, {from: fan, to: ask}]\n"
+        "  limits: {timeoutSeconds: soon}\n"
+    )
+    code, lines = validate(tmp_path, text)
+    assert code == 2
+    assert lines == [
+        '#1 (Flow mixed): spec.nodes[1].map.concurrency: Input should be a valid integer (got "4")',
+        '#1 (Flow mixed): spec.limits.timeoutSeconds: Input should be a valid integer (got "soon")',
+        '#1 (Flow mixed): spec.nodes[2].agent.name: no Agent "ghost"',
+        '#1 (Flow mixed): spec.nodes[3]: node "orphan" is unreachable: no edge leads to it from'
+        ' the start node "a"',
+    ]

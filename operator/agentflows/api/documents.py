@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -148,7 +149,7 @@ def parse_resource(document: Any, source: str = "") -> tuple[Resource | None, li
         return model.model_validate_json(json.dumps(document), strict=True), problems
     except pydantic.ValidationError as exc:
         problems += [dataclasses.replace(p, source=source) for p in validation_problems(exc)]
-        return _without_unknown_fields(model, document, exc), problems
+        return _salvaged(model, document, exc), problems
 
 
 def _metadata_problems(document: dict[str, Any]) -> list[Problem]:
@@ -169,31 +170,56 @@ def _metadata_problems(document: dict[str, Any]) -> list[Problem]:
     return [Problem("metadata.name", problem)] if problem else []
 
 
-def _without_unknown_fields(
+def _salvaged(
     model: type[agent.Agent] | type[flow.Flow] | type[flowrun.FlowRun],
     document: dict[str, Any],
     exc: pydantic.ValidationError,
 ) -> Resource | None:
-    """The resource with its unknown fields dropped, when those were its only problems.
+    """The resource with the parts that failed set aside, so the rest is still checked.
 
-    The unknown fields are still reported (and nothing runs), but the rest of the document is
-    checked too, so one misspelled key does not hide every graph problem behind it.
+    The problems are reported either way (and nothing runs); this only keeps one misspelled key
+    or wrong type from hiding every graph problem behind it. Unknown fields are dropped, a
+    Flow's optional spec field that failed falls back to its default, and a node that failed
+    becomes a placeholder with the same id (its edges stay). A failed id, a failed branch node
+    (edges name its cases) or anything else leaves nothing to check.
     """
-    errors = exc.errors()
-    if any(error["type"] != "extra_forbidden" for error in errors):
-        return None
     trimmed = copy.deepcopy(document)
-    for error in errors:
-        parent: Any = trimmed
-        *path, last = error["loc"]
-        for part in path:
-            parent = parent[part]
-        if isinstance(parent, dict):
-            parent.pop(last, None)
+    for error in exc.errors():
+        if not _set_aside(trimmed, [p for p in error["loc"] if not _skip_loc_part(p)], error):
+            return None
     try:
         return model.model_validate_json(json.dumps(trimmed), strict=True)
     except pydantic.ValidationError:
         return None
+
+
+def _set_aside(document: dict[str, Any], loc: list[int | str], error: Any) -> bool:
+    """Remove what one error is about from ``document``; False when that cannot be done."""
+    if error["type"] == "extra_forbidden":
+        parent: Any = document
+        for part in loc[:-1]:
+            parent = parent[part]
+        if isinstance(parent, dict):
+            parent.pop(loc[-1], None)
+        return True
+    spec = document.get("spec")
+    if document.get("kind") != "Flow" or not isinstance(spec, dict) or len(loc) < 2:
+        return False
+    if loc[0] != "spec" or loc[1] == "edges":
+        return False
+    if loc[1] != "nodes":
+        spec.pop(str(loc[1]), None)
+        return True
+    if len(loc) < 3 or not isinstance(loc[2], int) or loc[2:4] == [loc[2], "id"]:
+        return False
+    node = spec["nodes"][loc[2]]
+    node_id = node.get("id") if isinstance(node, dict) else None
+    if not isinstance(node_id, str) or "branch" in node:
+        return False
+    if not re.fullmatch(common.ID_PATTERN, node_id) or len(node_id) > 63:
+        return False
+    spec["nodes"][loc[2]] = {"id": node_id, "transform": "."}
+    return True
 
 
 def _label(source: str, index: int, document: Any) -> str:
