@@ -200,18 +200,26 @@ def evaluate(source: str, text: str, seconds: float) -> list[Any]:
     try:
         worker = _POOL.acquire(deadline)
     except TimeoutError:
-        raise Busy(f"expression waited {seconds:.3g} s for a free evaluator") from None
+        raise Busy(f"expression waited {_seconds(seconds)} s for a free evaluator") from None
     try:
         return _exchange(worker, source, text, seconds, deadline)
-    except BrokenPipeError:
-        # The worker died while idle (killed from outside): one fresh worker gets the request.
-        _POOL.discard(worker)
+    except _Gone:
+        pass  # it died while idle (killed from outside): one fresh worker gets the request
     worker = _POOL.acquire(deadline)
     try:
         return _exchange(worker, source, text, seconds, deadline)
-    except BrokenPipeError:
-        _POOL.discard(worker)
+    except _Gone:
         raise Exceeded(_memory_message()) from None
+
+
+class _Gone(Exception):
+    """The worker was gone before it read the request."""
+
+
+def _seconds(seconds: float) -> str:
+    """A bound as people write it: 2, 0.5, 172800 (not 1.99998)."""
+    rounded = round(seconds, 1)
+    return f"{rounded:g}" if rounded else f"{seconds:.2g}"
 
 
 def _memory_message() -> str:
@@ -230,13 +238,19 @@ def _exchange(
         reply = worker.read(_REPLY.size, deadline)
         status, size = _REPLY.unpack(reply) if len(reply) == _REPLY.size else (_NO_MEMORY, 0)
         body = worker.read(size, deadline) if size else b""
+    except BrokenPipeError:
+        _POOL.discard(worker)
+        raise _Gone from None
     except TimeoutError:
         _POOL.discard(worker)
-        raise Exceeded(f"expression exceeded {seconds:.3g} s") from None
+        raise Exceeded(f"expression exceeded {_seconds(seconds)} s") from None
+    except BaseException:  # interrupted (Ctrl-C): the worker may still be busy; never reuse it
+        _POOL.discard(worker)
+        raise
     if len(reply) < _REPLY.size or len(body) < size:
         _POOL.discard(worker)  # it died: reaped here, so its exit status says why
         if worker.process.returncode == -signal.SIGXCPU:
-            raise Exceeded(f"expression exceeded {seconds:.3g} s")
+            raise Exceeded(f"expression exceeded {_seconds(seconds)} s")
         raise Exceeded(_memory_message())
     _POOL.release(worker)
     if status == _OK:
