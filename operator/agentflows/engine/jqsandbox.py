@@ -6,8 +6,9 @@ input). jq runs in C through the ``jq`` binding and cannot be interrupted from P
 program that loops or allocates without end can only be bounded from outside its process:
 
 - each worker is ``python -I`` running :data:`_WORKER` with an **empty environment** (no
-  Secrets, no kubeconfig, even if a check upstream missed a way to read them), its own session
-  (a terminal's Ctrl-C is the caller's to handle), stderr discarded, ``RLIMIT_AS`` set to
+  Secrets, no kubeconfig, even if a check upstream missed a way to read them), ``/`` as its
+  directory, its own session (a terminal's Ctrl-C is the caller's to handle), stderr discarded,
+  no file writes or child processes (``RLIMIT_FSIZE``, ``RLIMIT_NPROC``), ``RLIMIT_AS`` set to
   :data:`MEMORY_LIMIT_BYTES` and, before each evaluation, ``RLIMIT_CPU`` set to the time it has
   left (so a worker whose caller died still stops);
 - the caller waits for the answer until the deadline, then kills the worker (SIGKILL) and
@@ -51,6 +52,8 @@ _WORKER = r"""
 import json, resource, struct, sys
 memory, max_result = int(sys.argv[1]), int(sys.argv[2])
 resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
 import jq
 read, write = sys.stdin.buffer.read, sys.stdout.buffer
 request, reply = struct.Struct("!IId"), struct.Struct("!BI")
@@ -104,6 +107,7 @@ class _Worker:
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             env={},
+            cwd="/",
             close_fds=True,
             start_new_session=True,
         )
