@@ -25,9 +25,10 @@ it between awaits, and the pool keeps that wait bounded); code on a shared event
 operator's trigger filters, the webhook receiver) uses :func:`evaluate_async`.
 
 **Validation work** is linear in the document's distinct content: programs are compiled once
-per source (a cache shared by every Flow), and a value reached twice through YAML aliases is
-compiled once. A template that would expand to more than :data:`MAX_TEMPLATE_VALUES`
-evaluations (an alias bomb with an expression inside) is refused with its size.
+per source (a cache shared by every Flow), the distinct programs of one field are checked by
+one jq compile, and a value reached twice through YAML aliases is compiled once. A template
+that would expand to more than :data:`MAX_TEMPLATE_VALUES` evaluations (an alias bomb with an
+expression inside) is refused with its size.
 """
 
 from __future__ import annotations
@@ -37,8 +38,9 @@ import dataclasses
 import functools
 import json
 import re
+import secrets
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import jq
@@ -90,7 +92,6 @@ def referenced_nodes(source: str) -> frozenset[str] | None:
 @dataclasses.dataclass(frozen=True)
 class _Program:
     source: str
-    program: Any
     #: Node ids the program reads (None: all of them).
     needs: frozenset[str] | None = None
     #: Bounded by its input's size (:func:`jqcheck.is_cheap`): may run in this process.
@@ -104,7 +105,7 @@ class _Program:
         text = scope.json_for(self.needs)
         try:
             if self.in_process(scope):
-                values = self.program.input_text(text).all()
+                values = _jq_program(self.source).input_text(text).all()
             else:
                 values = jqsandbox.evaluate(self.source, text, scope.seconds_left())
         except (ValueError, jqsandbox.EvaluationError) as exc:
@@ -169,21 +170,78 @@ def compile_program(source: str) -> _Program:
     return _compile_program(source)
 
 
+#: Sources jq accepted as part of a batch (:func:`_check_together`), compiled on first use.
+_CHECKED: set[str] = set()
+_MAX_CHECKED = 100_000
+
+
+@functools.lru_cache(maxsize=4096)
+def _jq_program(source: str) -> Any:
+    return jq.compile(source)
+
+
 @functools.lru_cache(maxsize=8192)
 def _compile_program(source: str) -> _Program:
-    try:
-        program = jq.compile(source)
-    except ValueError as exc:
-        raise ExpressionError(f"jq syntax error in {source!r}: {_clean(str(exc))}") from exc
+    if source not in _CHECKED:
+        try:
+            _jq_program(source)
+        except ValueError as exc:
+            raise ExpressionError(f"jq syntax error in {source!r}: {_clean(str(exc))}") from exc
     tokens = jqcheck.tokenize(source)
     refused = jqcheck.refusal(tokens)
     if refused is not None:
         raise ExpressionError(f"jq {source!r}: {refused}")
-    return _Program(source, program, referenced_nodes(source), jqcheck.is_cheap(tokens))
+    return _Program(source, referenced_nodes(source), jqcheck.is_cheap(tokens))
+
+
+def _check_together(sources: Iterable[str]) -> None:
+    """Check many programs with one jq compile (jq spends about a millisecond on each).
+
+    jq loads its builtins on every compile, so a field with thousands of distinct programs
+    pays that once this way.
+    Each program becomes the body of a uniquely named function, in parentheses, so it parses
+    there exactly when it parses alone; programs that could reach past the parentheses (an
+    unclosed string or bracket, a comment) are left to be compiled alone. When the batch fails,
+    nothing is marked: each program is then compiled alone, with its own message.
+    """
+    pending = [
+        source
+        for source in dict.fromkeys(sources)
+        if source not in _CHECKED and jqcheck.self_contained(source, jqcheck.tokenize(source))
+    ]
+    if len(pending) < 2:
+        return
+    tag = secrets.token_hex(8)
+    body = "".join(f"def _af{tag}_{i}: (\n{source}\n);\n" for i, source in enumerate(pending))
+    try:
+        jq.compile(body + ".")
+    except ValueError:
+        return
+    if len(_CHECKED) + len(pending) > _MAX_CHECKED:
+        _CHECKED.clear()
+    _CHECKED.update(pending)
+
+
+def _program_sources(value: Any, seen: set[int]) -> Iterator[str]:
+    """Every program source in a value (each list or mapping walked once)."""
+    if isinstance(value, str):
+        if value.startswith("="):
+            yield value[1:]
+        elif "{{" in value:
+            yield from (m.strip() for m in _INTERPOLATION.findall(value))
+    elif isinstance(value, (Mapping, list)) and id(value) not in seen:
+        seen.add(id(value))
+        yield from (
+            source
+            for item in (value.values() if isinstance(value, Mapping) else value)
+            for source in _program_sources(item, seen)
+        )
 
 
 def compile_template(value: Any) -> Template:
     """Compile a value that may contain expressions; raise ExpressionError on a bad one."""
+    if isinstance(value, (Mapping, list)):
+        _check_together(_program_sources(value, set()))
     return _TemplateCompiler().compile(value)
 
 

@@ -136,24 +136,24 @@ def _skip_comment(source: str, at: int) -> int:
     return at
 
 
-def _scan_string(source: str, at: int) -> tuple[int, bool]:
+def _scan_string(source: str, at: int) -> tuple[int, str]:
     """Scan a string literal from just after its opening quote (or an interpolation's end).
 
-    Returns the position after the closing quote, or after an interpolation's opening (then
-    True: code follows).
+    Returns where the scan stopped and why: "closed" (after the closing quote), "interpolation"
+    (after an interpolation's opening: code follows) or "open" (the source ended first).
     """
     end = len(source)
     while at < end:
         char = source[at]
         if char == '"':
-            return at + 1, False
+            return at + 1, "closed"
         if char == "\\":
             if source.startswith("(", at + 1):
-                return at + 2, True
+                return at + 2, "interpolation"
             at += 2
             continue
         at += 1
-    return at, False
+    return end, "open"
 
 
 def tokenize(source: str) -> list[Token]:
@@ -176,12 +176,15 @@ def tokenize(source: str) -> list[Token]:
             if char == ")":
                 stack.pop()
                 tokens.append(Token("op", ")"))
-            at, opened = _scan_string(source, at + 1)
+            at, stop = _scan_string(source, at + 1)
+            opened = stop == "interpolation"
             if char == '"':
                 tokens.append(Token("str", source[start:at], interpolated=opened))
             if opened:
                 stack.append("interp")
                 tokens.append(Token("op", "\\("))
+            elif stop == "open":
+                tokens.append(Token("op", _UNTERMINATED))
             continue
         match = _TOKEN.match(source, at)
         if match is None:
@@ -199,6 +202,30 @@ def tokenize(source: str) -> list[Token]:
             stack.pop()
         tokens.append(Token(kind, text))
     return tokens
+
+
+_UNTERMINATED = '"'
+_PAIRS = {")": ("(", "\\("), "]": ("[",), "}": ("{",)}
+
+
+def self_contained(source: str, tokens: list[Token]) -> bool:
+    """Whether ``source`` ends every string and bracket it opens and has no comment.
+
+    Such a program can be checked inside parentheses together with others (one jq compile for
+    many): nothing in it can close the parentheses or swallow what follows.
+    """
+    if "#" in source:
+        return False
+    stack: list[str] = []
+    for token in tokens:
+        text = token.text if token.kind == "op" else ""
+        if text == _UNTERMINATED:
+            return False
+        if text in ("(", "[", "{", "\\("):
+            stack.append(text)
+        elif text in _PAIRS and (not stack or stack.pop() not in _PAIRS[text]):
+            return False
+    return not stack
 
 
 def _key_positions(tokens: list[Token]) -> set[int]:

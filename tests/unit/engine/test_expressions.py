@@ -11,6 +11,7 @@ import asyncio
 import time
 from pathlib import Path
 
+import jq
 import pytest
 import yaml
 
@@ -163,3 +164,34 @@ def test_an_evaluator_killed_while_idle_is_replaced() -> None:
         worker.process.kill()
         worker.process.wait()
     assert expressions.evaluate(template, expressions.Scope({"s": "b"})) is False
+
+
+@pytest.mark.parametrize(
+    "programs",
+    [
+        ['"a', 'b"'],  # together, one string literal
+        [".a)", "(.b"],  # together, balanced
+        [".a # c", ".b"],  # a comment that would swallow the next one
+        ["def f: 1;", ".x"],  # valid alone, not inside parentheses
+        [".a", ".b", "{{", ".c"],
+        [".a", "$__loc__", ".x | length"],
+    ],
+)
+def test_programs_checked_together_are_accepted_exactly_when_each_compiles_alone(
+    programs: list[str],
+) -> None:
+    def alone(source: str) -> bool:
+        try:
+            jq.compile(source)
+        except ValueError:
+            return False
+        return True
+
+    values = ["=" + p + " " for p in programs]  # sources never seen before by the cache
+    bad = [p + " " for p in programs if not alone(p + " ")]
+    if not bad:
+        expressions.compile_template(values)
+        return
+    with pytest.raises(expressions.ExpressionError) as raised:
+        expressions.compile_template(values)
+    assert repr(bad[0]) in str(raised.value)
