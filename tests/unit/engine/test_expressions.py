@@ -9,17 +9,23 @@ from __future__ import annotations
 
 import asyncio
 import time
-from pathlib import Path
 
 import jq
 import pytest
-import yaml
 
 from agentflows.engine import expressions, graph, jqsandbox
 
 from .helpers import agents, flow_spec
 
-REPRODUCERS = Path("/work/shared/reproducers/fuzz")
+#: The issue's reproducer v7: ten-fold YAML aliases, five deep, over ten expressions.
+ALIAS_BOMB = """
+nodes:
+  - id: a
+    tool:
+      python: {script: 'print(1)'}
+      args:
+        x0: &a0 ["=.run", "=.run", "=.run", "=.run", "=.run", "=.run", "=.run", "=.run", "=.run", "=.run"]
+""" + "".join(f"        x{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 6))
 
 
 def in_process(program: str, scope: expressions.Scope | None = None) -> bool:
@@ -134,13 +140,7 @@ async def test_a_bounded_evaluation_leaves_the_event_loop_running() -> None:
 
 
 def test_an_alias_bomb_with_expressions_is_refused_with_its_size() -> None:
-    text = (REPRODUCERS / "v7-alias-bomb.yaml").read_text()
-    found = [
-        str(p)
-        for p in graph.validate(
-            flow_spec(yaml.safe_dump(yaml.safe_load(text)["spec"])), graph.StaticResolver(agents())
-        )
-    ]
+    found = [str(p) for p in graph.validate(flow_spec(ALIAS_BOMB), graph.StaticResolver(agents()))]
     assert found == [
         "spec.nodes[0].tool.args: expands to 111,111 or more values to evaluate (YAML aliases "
         "repeat what they point to); at most 100,000 are allowed"

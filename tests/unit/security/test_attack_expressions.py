@@ -11,7 +11,6 @@ import asyncio
 import json
 import logging
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,7 +26,12 @@ from agentflows.triggers import common, kubernetes
 
 from ..engine.helpers import CountingHost, agents, flow_spec, run_once
 
-REPRODUCERS = Path("/work/shared/reproducers/fuzz")
+#: The issue's reproducers r7 and r8: a 2 s run limit and a transform that never ends.
+LOOPING_FLOWS = {
+    "loop": "limits: {timeoutSeconds: 2}\nnodes: [{id: a, transform: '=def f: f; f'}]",
+    "allocate": "limits: {timeoutSeconds: 2}\n"
+    "nodes: [{id: a, transform: '=[range(1e9)] | length'}]",
+}
 SECRET = "sk-canary-7f3a"
 
 
@@ -175,16 +179,13 @@ def test_an_expression_that_allocates_without_end_fails_on_its_memory_limit() ->
         expressions.evaluate(template, scope)
 
 
-@pytest.mark.parametrize(
-    "reproducer", ["r7-jq-infinite-loop-ignores-timeout", "r8-jq-memory-blowup"]
-)
+@pytest.mark.parametrize("flow", sorted(LOOPING_FLOWS))
 async def test_the_reproducer_flows_fail_with_the_node_error(
-    reproducer: str, monkeypatch: pytest.MonkeyPatch
+    flow: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The run loop passes no deadline to expressions yet: the per-expression default applies.
     monkeypatch.setattr(expressions, "DEFAULT_TIMEOUT_SECONDS", 1.0)
-    document = yaml.safe_load((REPRODUCERS / f"{reproducer}.yaml").read_text())
-    spec = flow_api.FlowSpec.model_validate(document["spec"])
+    spec = flow_spec(LOOPING_FLOWS[flow])
     outcome = await run_once(spec, store.MemoryStore(), CountingHost())
     assert outcome.phase == RunPhase.FAILED
     assert outcome.message is not None and "exceeded" in outcome.message
