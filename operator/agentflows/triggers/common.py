@@ -8,6 +8,11 @@ trigger's ``input`` template evaluated over ``{run: {trigger: {type, name, paylo
 A de-duplication key or delivery id is kept as an annotation, so a user can see why a repeat
 did not start a run. Manual runs (``agentflows start``) never come through here.
 
+Trigger expressions (the ``input`` template here, the kubernetes ``filter``) are evaluated with
+:func:`expressions.evaluate_async` and a deadline of :data:`EXPRESSION_SECONDS`: one Flow's
+looping or memory-hungry expression fails that Flow's trigger within the bound, in a worker
+process, while the event loop goes on serving every other Flow.
+
 Both guards keep their state in memory only, bounded in size: they protect the cluster from a
 flood; they are not a ledger (a restarted receiver or operator starts with empty ones).
 """
@@ -36,6 +41,8 @@ DELIVERY_ANNOTATION = "agentflows.io/delivery-id"
 SCHEDULED_TIME_ANNOTATION = "agentflows.io/scheduled-time"
 #: Annotation values are bounded so a hostile delivery id cannot bloat the object.
 MAX_ANNOTATION = 256
+#: Longest a trigger's ``input`` or ``filter`` expression may run for one event.
+EXPRESSION_SECONDS = 2.0
 
 
 class TriggerError(Exception):
@@ -97,11 +104,26 @@ def _compiled(source: str) -> expressions.Template:
     return expressions.compile_template(json.loads(source))
 
 
+def expression_scope(values: Mapping[str, Any]) -> expressions.Scope:
+    """A trigger expression's scope, bounded by :data:`EXPRESSION_SECONDS` from now."""
+    return expressions.Scope(values, deadline=time.monotonic() + EXPRESSION_SECONDS)
+
+
 def evaluate_input(trigger: flow_api.Trigger, value: Mapping[str, Any]) -> Any:
     """The run input: the trigger's ``input`` template over ``{run: {trigger: value}}``."""
     try:
         template = _compiled(json.dumps(trigger.input, sort_keys=True))
-        return expressions.evaluate(template, expressions.Scope({"run": {"trigger": value}}))
+        return expressions.evaluate(template, expression_scope({"run": {"trigger": value}}))
+    except expressions.ExpressionError as exc:
+        raise TriggerError(f"trigger {trigger.name} input: {exc}") from exc
+
+
+async def evaluate_input_async(trigger: flow_api.Trigger, value: Mapping[str, Any]) -> Any:
+    """:func:`evaluate_input` for the event loop (a bounded program runs in a thread)."""
+    try:
+        template = _compiled(json.dumps(trigger.input, sort_keys=True))
+        scope = expression_scope({"run": {"trigger": value}})
+        return await expressions.evaluate_async(template, scope)
     except expressions.ExpressionError as exc:
         raise TriggerError(f"trigger {trigger.name} input: {exc}") from exc
 
@@ -122,6 +144,13 @@ def flowrun_body(
     flow_obj: Mapping[str, Any], trigger: flow_api.Trigger, request: RunRequest
 ) -> dict[str, Any]:
     """The FlowRun manifest a trigger creates (same shape as ``agentflows start``)."""
+    run_input = evaluate_input(trigger, trigger_value(trigger, request.payload, request.extra))
+    return _body(flow_obj, trigger, request, run_input)
+
+
+def _body(
+    flow_obj: Mapping[str, Any], trigger: flow_api.Trigger, request: RunRequest, run_input: Any
+) -> dict[str, Any]:
     flow = flow_obj["metadata"]["name"]
     kind = type_of(trigger)
     metadata: dict[str, Any] = (
@@ -135,14 +164,13 @@ def flowrun_body(
     }
     if request.annotations:
         metadata["annotations"] = {k: v[:MAX_ANNOTATION] for k, v in request.annotations.items()}
-    value = trigger_value(trigger, request.payload, request.extra)
     return {
         "apiVersion": "agentflows.io/v1alpha1",
         "kind": "FlowRun",
         "metadata": metadata,
         "spec": {
             "flow": flow,
-            "input": evaluate_input(trigger, value),
+            "input": run_input,
             "trigger": {"type": kind, "name": trigger.name, "payload": request.payload},
         },
     }
@@ -155,7 +183,8 @@ async def create_run(
     request: RunRequest,
 ) -> dict[str, Any]:
     """Create the FlowRun; with a fixed name, an existing run of that name is returned."""
-    body = flowrun_body(flow_obj, trigger, request)
+    value = trigger_value(trigger, request.payload, request.extra)
+    body = _body(flow_obj, trigger, request, await evaluate_input_async(trigger, value))
     path = kube.path_of("flowruns", flow_obj["metadata"]["namespace"])
     try:
         created: dict[str, Any] = await client.create(path, body)

@@ -9,7 +9,11 @@ as triggers come and go, and hands each watch event to every trigger of that kin
 2. the trigger's ``namespace``, ``labelSelector`` and ``fieldSelector`` match (always checked
    here; when every trigger of a kind agrees on a namespace or selector, the watch itself is
    narrowed to it as well, so the API server does the filtering);
-3. the jq ``filter`` over ``{event: {type, object}}`` is truthy;
+3. the jq ``filter`` over ``{event: {type, object}}`` is truthy, evaluated within
+   ``common.EXPRESSION_SECONDS`` and a memory limit (in a worker process unless it is provably
+   cheap) while the triggers of the same event are evaluated concurrently; a filter that hits
+   a bound is suspended until its Flow changes, so one looping filter costs one bound, once,
+   never every event of the kind;
 4. not a repeat: the same object and reason within ``dedupWindowSeconds`` (for core/v1 and
    events.k8s.io Events the object is the one the Event is about, so a crash-looping Pod's many
    BackOff Events start one run; for other kinds the reason is ``status.reason`` or the event
@@ -169,7 +173,14 @@ class _Binding:
         meta = self.flow["metadata"]
         return f"{meta['namespace']}/{meta['name']}/{self.trigger.name}"
 
-    def matches(self, event_type: str, obj: Mapping[str, Any]) -> bool:
+    @property
+    def identity(self) -> tuple[str, Any, str]:
+        """The trigger as written: the Flow's uid and generation and the trigger's name."""
+        meta = self.flow["metadata"]
+        return (str(meta.get("uid", "")), meta.get("generation"), self.trigger.name)
+
+    def selected(self, event_type: str, obj: Mapping[str, Any]) -> bool:
+        """Event type, namespace and selectors match (the filter aside)."""
         source = self.source
         meta = obj.get("metadata") or {}
         if event_type not in source.event_types:
@@ -178,12 +189,16 @@ class _Binding:
             return False
         if not label_selector_matches(source.label_selector, meta.get("labels") or {}):
             return False
-        if not field_selector_matches(source.field_selector, obj):
+        return field_selector_matches(source.field_selector, obj)
+
+    async def matches(self, event_type: str, obj: Mapping[str, Any]) -> bool:
+        """Selected, and the filter (if any) is truthy; ExpressionError from the filter."""
+        if not self.selected(event_type, obj):
             return False
         if self.filter is None:
             return True
-        scope = expressions.Scope({"event": {"type": event_type, "object": obj}})
-        return expressions.truthy(expressions.evaluate(self.filter, scope))
+        scope = common.expression_scope({"event": {"type": event_type, "object": obj}})
+        return expressions.truthy(await expressions.evaluate_async(self.filter, scope))
 
 
 def _bindings_of(flow_obj: Mapping[str, Any]) -> list[_Binding]:
@@ -251,6 +266,8 @@ class WatchManager:
         self._bindings: dict[WatchKey, list[_Binding]] = {}
         self._watches: dict[WatchKey, _Watch] = {}
         self._paths: dict[tuple[str, str, str | None], str] = {}
+        #: Triggers whose filter hit its bound, by identity: skipped until the Flow changes.
+        self._suspended: set[tuple[str, Any, str]] = set()
 
     async def sync(self, flows: Iterable[Mapping[str, Any]]) -> None:
         """Watch exactly what the kubernetes triggers of ``flows`` (every Flow) need."""
@@ -260,6 +277,8 @@ class WatchManager:
                 key = (binding.source.api_version, binding.source.kind)
                 wanted.setdefault(key, []).append(binding)
         self._bindings = wanted
+        current = {b.identity for bindings in wanted.values() for b in bindings}
+        self._suspended &= current
         for key in list(self._watches):
             watch = self._watches[key]
             if key not in wanted or _Scope.common_to(wanted[key]) != watch.scope:
@@ -366,15 +385,26 @@ class WatchManager:
         return version
 
     async def _dispatch(self, key: WatchKey, event_type: str, obj: Mapping[str, Any]) -> None:
-        """Start a run for every trigger of the kind that this change matches."""
-        for binding in self._bindings.get(key, []):
-            try:
-                if binding.matches(event_type, obj):
-                    await self._fire(binding, key, event_type, obj)
-            except (expressions.ExpressionError, common.TriggerError) as exc:
-                log.warning("trigger %s: %s", binding.name, exc)
-            except kube.ApiError as exc:
-                log.warning("trigger %s: creating a FlowRun: %s", binding.name, exc)
+        """Start a run for every trigger of the kind that this change matches.
+
+        The triggers are considered concurrently: a slow filter delays no other trigger.
+        """
+        bindings = [b for b in self._bindings.get(key, []) if b.identity not in self._suspended]
+        await asyncio.gather(*(self._consider(b, key, event_type, obj) for b in bindings))
+
+    async def _consider(
+        self, binding: _Binding, key: WatchKey, event_type: str, obj: Mapping[str, Any]
+    ) -> None:
+        try:
+            if await binding.matches(event_type, obj):
+                await self._fire(binding, key, event_type, obj)
+        except expressions.ExpressionLimit as exc:
+            self._suspended.add(binding.identity)
+            log.warning("trigger %s: %s; suspended until the Flow changes", binding.name, exc)
+        except (expressions.ExpressionError, common.TriggerError) as exc:
+            log.warning("trigger %s: %s", binding.name, exc)
+        except kube.ApiError as exc:
+            log.warning("trigger %s: creating a FlowRun: %s", binding.name, exc)
 
     async def _fire(
         self, binding: _Binding, key: WatchKey, event_type: str, obj: Mapping[str, Any]
