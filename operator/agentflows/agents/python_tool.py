@@ -65,9 +65,7 @@ class PythonToolRunner:
         self.timeout_seconds = timeout_seconds
         self._env = containment.scrubbed_env(env)
         self._redactor = redactor
-        self._limits = dataclasses.replace(
-            LIMITS, cpu_seconds=math.ceil(timeout_seconds) + 1
-        )
+        self._limits = dataclasses.replace(LIMITS, cpu_seconds=math.ceil(timeout_seconds) + 1)
 
     async def run(self, args: Any) -> tools.ToolOutcome:
         """Run the script with ``args`` on stdin: its result, or an error for the model."""
@@ -123,7 +121,9 @@ class PythonToolRunner:
             tail = stderr.decode("utf-8", errors="replace").strip()[-MAX_STDERR_CHARS:]
             reason = containment.exit_reason(returncode, self._limits)
             if reason is None and tail.endswith("MemoryError"):
-                reason = f"ran out of memory (limit {self._limits.memory_bytes // containment.MIB} MiB)"
+                reason = (
+                    f"ran out of memory (limit {self._limits.memory_bytes // containment.MIB} MiB)"
+                )
             what = f"{reason}; exited" if reason else "exited"
             return tools.ToolOutcome.failure(
                 self._redactor(
@@ -203,7 +203,8 @@ async def _kill(process: asyncio.subprocess.Process) -> None:
 async def _exited(process: asyncio.subprocess.Process, seconds: float) -> None:
     """Wait for the exit itself: ``process.wait()`` would also wait for the pipes' end."""
     deadline = asyncio.get_running_loop().time() + seconds
-    while process.returncode is None and asyncio.get_running_loop().time() < deadline:
+    # Polled: asyncio offers no event for the exit alone, only for exit and pipes closed.
+    while process.returncode is None and asyncio.get_running_loop().time() < deadline:  # noqa: ASYNC110
         await asyncio.sleep(_POLL_SECONDS)
 
 

@@ -63,7 +63,9 @@ def env_secrets(env: Mapping[str, str], names: Iterable[str] = ()) -> list[str]:
     """
     wanted = set(names)
     return [
-        value for key, value in env.items() if value and (key.startswith(ENV_PREFIX) or key in wanted)
+        value
+        for key, value in env.items()
+        if value and (key.startswith(ENV_PREFIX) or key in wanted)
     ]
 
 

@@ -66,8 +66,8 @@ async def test_script_sees_only_the_basic_environment(ctx: capabilities.NodeCont
         "AGENTFLOWS_SECRET_X_Y": "hunter22",
         "PLAIN": "not declared",
     }
-    script = "import json, os\nprint(json.dumps(sorted(k for k in os.environ if k in %r)))" % (
-        sorted(env),
+    script = (
+        f"import json, os\nprint(json.dumps(sorted(k for k in os.environ if k in {sorted(env)!r})))"
     )
     result = await call(ctx, script, env=env)
     assert result.output["json"] == ["LANG", "PATH"]

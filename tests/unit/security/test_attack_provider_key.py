@@ -11,12 +11,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from agentflows.cli import main as cli
-from agentflows.agents import host, secrets
-from agentflows.agents import model as model_client
+from agentflows.agents import host
 from agentflows.api import agent as agent_api
+from agentflows.cli import main as cli
 from agentflows.engine import capabilities
-from tests.support.model_server import API_KEY, RecordedRequest, Reply, ScriptedModelServer
+from tests.support.model_server import RecordedRequest, Reply, ScriptedModelServer
 
 #: The victim's own provider key, which must never reach the Flow's endpoint.
 VICTIM_KEY = "sk-victim-0123456789abcdef"
@@ -24,7 +23,9 @@ VICTIM_KEY = "sk-victim-0123456789abcdef"
 
 def leaked(requests: list[RecordedRequest], value: str = VICTIM_KEY) -> list[str]:
     """Every header, on any request, that carries ``value``."""
-    return [f"{name}: {text}" for r in requests for name, text in r.headers.items() if value in text]
+    return [
+        f"{name}: {text}" for r in requests for name, text in r.headers.items() if value in text
+    ]
 
 
 async def complete(
@@ -90,25 +91,6 @@ async def test_cloud_signed_model_with_an_api_base_and_no_api_key_is_refused_bef
     assert "credentials" in str(error.value)
     assert not error.value.retryable
     assert model_server.requests == []
-
-
-async def test_api_base_gets_only_the_key_its_api_key_secret_names(
-    model_server: ScriptedModelServer, ctx: capabilities.NodeContext
-) -> None:
-    model_server.script(Reply.text("ok"))
-    caps = host.LiveCapabilities(env={**model_server.env, "OPENAI_API_KEY": VICTIM_KEY})
-    task = capabilities.LlmTask(model=model_server.model_spec(), system="", prompt="hi")
-    await caps.complete(task, ctx)
-    assert model_server.requests[0].headers["authorization"] == f"Bearer {API_KEY}"
-    assert leaked(model_server.requests) == []
-
-
-def test_the_env_key_still_goes_to_the_providers_own_endpoint() -> None:
-    spec = agent_api.ModelSpec(name="openai/gpt-4o-mini")
-    redactor = secrets.Redactor()
-    key = model_client.api_key_for(spec, {"OPENAI_API_KEY": VICTIM_KEY}, redactor)
-    assert key == VICTIM_KEY
-    assert redactor(f"key {VICTIM_KEY}") == "key [redacted]"
 
 
 def test_downloaded_flow_run_from_the_cli_does_not_send_the_users_key(

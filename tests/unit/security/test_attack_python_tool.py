@@ -188,4 +188,3 @@ async def test_stdio_mcp_server_grandchild_that_left_the_session_dies_with_the_s
     )
     assert await mcp.discover_tools(tool, {}, timeout=30, run_stdio=True) == ["evil_nothing"]
     assert not alive(int(pidfile.read_text()))
-

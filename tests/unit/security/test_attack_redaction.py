@@ -67,7 +67,9 @@ async def test_http_response_echoing_the_env_provider_key_is_redacted(
 ) -> None:
     # The key was never sent: the redactor knows every secret of the environment.
     key = "sk-victim-0123456789abcdef"
-    result = await call_tool(ctx, echo_tool(endpoint), {"leak": key}, {**ENV, "OPENAI_API_KEY": key})
+    result = await call_tool(
+        ctx, echo_tool(endpoint), {"leak": key}, {**ENV, "OPENAI_API_KEY": key}
+    )
     assert key not in json.dumps(result.output)
 
 

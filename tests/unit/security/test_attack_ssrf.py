@@ -21,9 +21,7 @@ from tests.support.endpoint import LoopbackEndpoint
 from tests.support.model_server import Reply, ScriptedModelServer, ToolCall
 
 
-async def call(
-    ctx: capabilities.NodeContext, args: Any, **http: Any
-) -> capabilities.NodeResult:
+async def call(ctx: capabilities.NodeContext, args: Any, **http: Any) -> capabilities.NodeResult:
     tool = agent_api.Tool(name="api", http=agent_api.HttpTool(timeout_seconds=5, **http))
     caps = host.LiveCapabilities(env={})
     result = await caps.call_tool(capabilities.ToolTask(tool, "api", args), ctx)
@@ -157,7 +155,9 @@ async def test_agent_sending_a_bad_port_gets_an_error_result_and_the_turn_goes_o
 ) -> None:
     tool = agent_api.Tool(
         name="api",
-        http=agent_api.HttpTool(url="http://127.0.0.1:{{ .args.port }}/x", allow_hosts=["127.0.0.1"]),
+        http=agent_api.HttpTool(
+            url="http://127.0.0.1:{{ .args.port }}/x", allow_hosts=["127.0.0.1"]
+        ),
     )
     spec = agent_api.AgentSpec(model=model_server.model_spec(), tools=[tool])
     model_server.script(Reply.calls(ToolCall("api", {"port": "abc"})), Reply.text("sorry"))
@@ -178,7 +178,10 @@ async def test_agent_sending_a_bad_port_gets_an_error_result_and_the_turn_goes_o
 )
 async def test_operator_mcp_discovery_never_connects_to_a_metadata_address(url: str) -> None:
     tool = agent_api.Tool(name="remote", mcp=agent_api.McpTool(url=url))
-    with pytest.raises(mcp.McpUnavailable, match=r"a cloud metadata address( \(169\.254\.169\.254\))?, which is never called"):
+    with pytest.raises(
+        mcp.McpUnavailable,
+        match=r"a cloud metadata address( \(169\.254\.169\.254\))?, which is never called",
+    ):
         await mcp.discover_tools(tool, {}, timeout=10)
 
 
