@@ -120,7 +120,7 @@ class PythonToolRunner:
         if returncode != 0:
             tail = stderr.decode("utf-8", errors="replace").strip()[-MAX_STDERR_CHARS:]
             reason = containment.exit_reason(returncode, self._limits)
-            if reason is None and tail.endswith("MemoryError"):
+            if reason is None and tail.rpartition("\n")[2].startswith("MemoryError"):
                 reason = (
                     f"ran out of memory (limit {self._limits.memory_bytes // containment.MIB} MiB)"
                 )
@@ -130,13 +130,14 @@ class PythonToolRunner:
                     f"{self.name}: {what} with status {returncode}" + (f": {tail}" if tail else "")
                 )
             )
-        text = self._redactor(stdout.decode("utf-8", errors="replace").strip())
+        text = stdout.decode("utf-8", errors="replace").strip()
         if not text:
             return tools.ToolOutcome.success(None)
         try:
-            return tools.ToolOutcome.success(json.loads(text))
+            # Parsed first: a secret written with JSON escapes is masked in its decoded form.
+            return tools.ToolOutcome.success(self._redactor.value(json.loads(text)))
         except ValueError:
-            return tools.ToolOutcome.success(text)
+            return tools.ToolOutcome.success(self._redactor(text))
 
 
 class _OutputTooLarge(Exception):

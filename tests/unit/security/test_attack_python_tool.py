@@ -139,6 +139,14 @@ async def test_tool_printing_the_secret_gets_it_masked_in_its_result(
     assert "[redacted]" in result.output["json"]
 
 
+async def test_tool_printing_the_secret_with_json_escapes_gets_it_masked(
+    ctx: capabilities.NodeContext,
+) -> None:
+    escaped = "".join(f"\\u{ord(char):04x}" for char in SECRET_VALUE)
+    result = await call(ctx, f'print(r\'{{"token": "{escaped}"}}\')')
+    assert result.output["json"] == {"token": "[redacted]"}
+
+
 async def test_tool_printing_the_secret_to_stderr_gets_it_masked_in_the_error(
     ctx: capabilities.NodeContext,
 ) -> None:
