@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import sys
 from pathlib import Path
 from typing import Any
@@ -85,6 +86,25 @@ async def test_tool_allocating_in_small_steps_is_stopped_too(ctx: capabilities.N
     script = "chunks = []\nwhile True:\n    chunks.append(bytearray(64 << 20))"
     with pytest.raises(capabilities.CapabilityError, match="ran out of memory"):
         await call(ctx, script)
+
+
+async def test_fork_bomb_cpu_burner_and_core_dump_meet_limits_set_before_the_script_runs(
+    ctx: capabilities.NodeContext,
+) -> None:
+    script = (
+        "import json, resource\n"
+        "names = ['RLIMIT_NPROC', 'RLIMIT_CPU', 'RLIMIT_DATA', 'RLIMIT_FSIZE', 'RLIMIT_CORE']\n"
+        "print(json.dumps({n: resource.getrlimit(getattr(resource, n)) for n in names}))"
+    )
+    limits = (await call(ctx, script, timeout_seconds=7.5)).output["json"]
+    nproc = limits.pop("RLIMIT_NPROC")
+    assert nproc[0] == nproc[1] != resource.RLIM_INFINITY
+    assert limits == {
+        "RLIMIT_CPU": [9, 9],
+        "RLIMIT_DATA": [512 << 20, 512 << 20],
+        "RLIMIT_FSIZE": [64 << 20, 64 << 20],
+        "RLIMIT_CORE": [0, 0],
+    }
 
 
 async def test_tool_printing_os_environ_shows_no_key_kubeconfig_or_secret(
