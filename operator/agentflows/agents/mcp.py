@@ -37,7 +37,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import re
+import shutil
 from collections.abc import Mapping
 from typing import Any
 
@@ -262,6 +264,10 @@ class _Connection:
         from mcp import Client, StdioServerParameters
 
         if self._spec.command is not None:
+            # Found here: the launcher would only report it on the server's stderr.
+            search = self._spec.env.get("PATH", os.environ.get("PATH"))
+            if shutil.which(self._spec.command, path=search) is None:
+                raise FileNotFoundError(f"command {self._spec.command!r} is not found on PATH")
             launcher, *args = containment.command(
                 [self._spec.command, *self._spec.args], STDIO_LIMITS
             )
