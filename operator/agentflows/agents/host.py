@@ -69,7 +69,9 @@ class LiveCapabilities:
         #: Looks up Agents and Flows named by sub-agent and sub-flow tools.
         self.resolver: capabilities.Resolver = resolver
         self.env = env
-        self.redactor = secrets.Redactor()
+        self.redactor = secrets.Redactor(
+            secrets.env_secrets(env, model_client.PROVIDER_KEY_ENV.values())
+        )
 
     async def run_agent(
         self, task: capabilities.AgentTask, ctx: capabilities.NodeContext
@@ -79,7 +81,7 @@ class LiveCapabilities:
         async with contextlib.AsyncExitStack() as stack:
             providers: list[tools.ToolProvider] = [
                 spec_tools.SpecToolProvider(spec.tools, self.env, self.redactor),
-                spec_tools.SkillToolProvider(spec.skills, self.env),
+                spec_tools.SkillToolProvider(spec.skills, self.env, self.redactor),
                 *self._mcp_providers(spec.tools, stack),
                 delegation.SubAgentProvider(spec.sub_agents, self.resolver, self.run_agent),
                 delegation.SubFlowProvider(spec.sub_flows, self.resolver),

@@ -15,13 +15,24 @@ Addresses are checked after DNS resolution, and the connection goes to the addre
 checked (the request is sent to that IP, with the original ``Host`` header and TLS server name),
 so a name that resolves differently a moment later (DNS rebinding) cannot slip past the check:
 
+Every address, whether written literally or resolved from a name, is classified by one function,
+:func:`classify`, into an :class:`AddressClass`. IPv6 forms that carry an IPv4 address
+(IPv4-mapped ``::ffff:a.b.c.d``, IPv4-compatible ``::a.b.c.d``, 6to4 ``2002::/16``, NAT64
+``64:ff9b::/96``, Teredo ``2001::/32``) are classified by the IPv4 address they reach.
+
 - link-local (``169.254.0.0/16``, ``fe80::/10``), cloud metadata addresses
-  (:data:`METADATA_ADDRESSES`), multicast, unspecified and reserved addresses are always refused;
-- private, loopback and other non-global addresses (``10/8``, ``127/8``, ``fc00::/7``, CGNAT ...)
-  are refused unless the host is named *exactly* — an IP or a name without ``*.`` — in
-  ``allowHosts`` (or, when ``allowHosts`` is empty, written literally in the URL template). That
-  is how an Agent reaches an in-cluster service (``allowHosts: [search.tools.svc]``) or a local
-  test server (``http://127.0.0.1:8080/...``). A wildcard entry never allows a private address.
+  (:data:`METADATA_ADDRESSES`), multicast, unspecified (``0.0.0.0/8``, ``::``) and reserved
+  addresses are always refused (:data:`NEVER_CALLED`);
+- loopback (``127/8``, ``::1``), private and other non-global addresses (``10/8``, CGNAT ...),
+  site-local ``fec0::/10`` and unique-local ``fc00::/7`` are refused unless the host is named
+  *exactly* — an IP or a name without ``*.`` — in ``allowHosts`` (or, when ``allowHosts`` is
+  empty, written literally in the URL template). That is how an Agent reaches an in-cluster
+  service (``allowHosts: [search.tools.svc]``) or a local test server
+  (``http://127.0.0.1:8080/...``, ``http://[::1]:8080/...``). A wildcard entry never allows
+  them. IP literals are compared in canonical form (``[0:0::1]`` names ``::1``).
+
+A URL whose port is not a number from 1 to 65535 (say, filled in from the model's arguments) is
+an error for the model, like any other unusable URL.
 
 Because the address is pinned, the tool connects directly: ``HTTP(S)_PROXY`` variables are not
 used (a proxy would resolve the name itself, after the check).
@@ -35,6 +46,7 @@ of 400 or more is an error for the model, with the start of the body.
 from __future__ import annotations
 
 import asyncio
+import enum
 import ipaddress
 import json
 import re
@@ -68,10 +80,48 @@ METADATA_ADDRESSES = frozenset(
     )
 )
 IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+#: IPv6 prefixes whose addresses carry an IPv4 address in their last 32 bits.
+_IPV4_IN_LAST_32_BITS = (
+    ipaddress.ip_network("64:ff9b::/96"),  # NAT64 (RFC 6052)
+    ipaddress.ip_network("::/96"),  # IPv4-compatible (deprecated, RFC 4291)
+)
+_UNIQUE_LOCAL = ipaddress.ip_network("fc00::/7")
+_THIS_NETWORK = ipaddress.ip_network("0.0.0.0/8")
+
+
+class AddressClass(enum.Enum):
+    """What an address is, for the http tool's guard; the value names it in messages."""
+
+    PUBLIC = "a public address"
+    LOOPBACK = "a loopback address"
+    PRIVATE = "a private address"
+    SITE_LOCAL = "a site-local address"
+    UNIQUE_LOCAL = "a unique-local address"
+    LINK_LOCAL = "a link-local address"
+    METADATA = "a cloud metadata address"
+    MULTICAST = "a multicast address"
+    UNSPECIFIED = "an unspecified address"
+    RESERVED = "a reserved address"
+
+
+#: Never called, whatever allowHosts says.
+NEVER_CALLED = frozenset(
+    {
+        AddressClass.LINK_LOCAL,
+        AddressClass.METADATA,
+        AddressClass.MULTICAST,
+        AddressClass.UNSPECIFIED,
+        AddressClass.RESERVED,
+    }
+)
 
 
 class HostNotAllowed(Exception):
     """A request (or a redirect) would go to a host the tool may not reach."""
+
+
+class InvalidUrl(Exception):
+    """A URL (a rendered template, a redirect) that names no usable scheme, host or port."""
 
 
 class HttpToolRunner:
@@ -96,7 +146,7 @@ class HttpToolRunner:
             raise capabilities.CapabilityError(f"tool {name}: http: {exc}") from None
         self._allowed = [host.lower() for host in spec.allow_hosts] or _template_host(spec.url)
         #: Hosts named exactly (no wildcard): the only ones that may resolve to private addresses.
-        self._explicit = {_bare(host) for host in self._allowed if not host.startswith("*.")}
+        self._explicit = {canonical_host(h) for h in self._allowed if not h.startswith("*.")}
         self._url_args = set(_ARG_REFERENCE.findall(spec.url))
 
     async def run(self, args: Any) -> tools.ToolOutcome:
@@ -109,11 +159,17 @@ class HttpToolRunner:
                 f"{self.spec.timeout_seconds:g} s",
                 timeout=True,
             )
-        except HostNotAllowed as exc:
-            return tools.ToolOutcome.failure(str(exc))
-        except (httpx.HTTPError, expressions.ExpressionError, _ResponseError) as exc:
+        except (HostNotAllowed, InvalidUrl) as exc:
             return tools.ToolOutcome.failure(self._redactor(f"{self.name}: {exc}"))
-        return tools.ToolOutcome.success(value)
+        except (
+            httpx.HTTPError,
+            httpx.InvalidURL,
+            expressions.ExpressionError,
+            _ResponseError,
+        ) as exc:
+            return tools.ToolOutcome.failure(self._redactor(f"{self.name}: {exc}"))
+        # A server may echo what it was sent, secret headers included.
+        return tools.ToolOutcome.success(self._redactor.value(value))
 
     async def _request(self, args: Any) -> Any:
         scope = expressions.Scope({"args": args})
@@ -137,7 +193,7 @@ class HttpToolRunner:
     async def _send(self, url: str, request: dict[str, Any], secret_headers: set[str]) -> Any:
         """Send to the pinned, checked address; follow redirects one checked hop at a time."""
         method = self.spec.method
-        origin = urllib.parse.urlsplit(url).hostname
+        origin = parse_url(url)[1]
         async with httpx.AsyncClient(
             timeout=self.spec.timeout_seconds, follow_redirects=False, trust_env=False
         ) as client:
@@ -145,7 +201,7 @@ class HttpToolRunner:
                 self._check_host(url)
                 target = await self._pinned(url)
                 headers = dict(request.get("headers") or {})
-                if urllib.parse.urlsplit(url).hostname != origin:
+                if parse_url(url)[1] != origin:
                     headers = {k: v for k, v in headers.items() if k not in secret_headers}
                 sent = client.build_request(
                     method,
@@ -173,23 +229,8 @@ class HttpToolRunner:
 
     async def _pinned(self, url: str) -> _Target:
         """Resolve the URL's host, refuse forbidden addresses, and pin the connection to one."""
-        parsed = urllib.parse.urlsplit(url)
-        host = (parsed.hostname or "").lower()
-        port = parsed.port or (443 if parsed.scheme == "https" else 80)
-        explicit = host in self._explicit
-        try:
-            infos = await asyncio.get_running_loop().getaddrinfo(
-                host, port, type=socket.SOCK_STREAM
-            )
-        except OSError as exc:
-            raise _ResponseError(f"cannot resolve {host!r}: {exc}") from None
-        addresses = list(dict.fromkeys(_address(str(info[4][0])) for info in infos))
-        for address in addresses:
-            refusal = address_refusal(address, explicit=explicit)
-            if refusal is not None:
-                raise HostNotAllowed(f"{self.name}: host {host!r} resolves to {address}, {refusal}")
-        if not addresses:
-            raise _ResponseError(f"cannot resolve {host!r}: no address")
+        parsed, host, port = parse_url(url)
+        addresses = await resolve_allowed(host, port, explicit=host in self._explicit)
         pinned = str(addresses[0])
         netloc = f"[{pinned}]" if ":" in pinned else pinned
         if parsed.port:
@@ -215,15 +256,10 @@ class HttpToolRunner:
         return "".join(pieces)
 
     def _check_host(self, url: str) -> None:
-        parsed = urllib.parse.urlsplit(url)
-        host = (parsed.hostname or "").lower()
-        if parsed.scheme not in ("http", "https") or not host:
-            raise HostNotAllowed(f"{self.name}: {url!r} is not an http(s) URL with a host")
+        _, host, _ = parse_url(url)
         if not any(_host_matches(host, allowed) for allowed in self._allowed):
             allowed = ", ".join(self._allowed) or "none (the URL template's host is templated)"
-            raise HostNotAllowed(
-                f"{self.name}: host {host!r} is not allowed (allowHosts: {allowed})"
-            )
+            raise HostNotAllowed(f"host {host!r} is not allowed (allowHosts: {allowed})")
 
     def _query(self, args: Any) -> dict[str, str]:
         if not isinstance(args, dict):
@@ -260,29 +296,113 @@ class _Target:
         self.tls = tls
 
 
+def parse_url(url: str) -> tuple[urllib.parse.SplitResult, str, int]:
+    """Split an http(s) URL: the parts, the canonical host and the port (default by scheme).
+
+    Raises :class:`InvalidUrl` for another scheme, no host, or a port that is not a number from
+    1 to 65535.
+    """
+    try:
+        parsed = urllib.parse.urlsplit(url)
+        host = parsed.hostname
+    except ValueError as exc:
+        raise InvalidUrl(f"{url!r} is not a valid URL: {exc}") from None
+    if parsed.scheme not in ("http", "https") or not host:
+        raise InvalidUrl(f"{url!r} is not an http(s) URL with a host")
+    try:
+        port = parsed.port
+    except ValueError:
+        port = 0
+    # What follows the host (after any user info and IPv6 brackets) is the port as written.
+    _, colon, written = parsed.netloc.rpartition("@")[2].rpartition("]")[2].partition(":")
+    if colon and written and not (port and 0 < port < 65536):
+        raise InvalidUrl(f"{url!r} has port {written!r}; a port is a number from 1 to 65535")
+    return parsed, canonical_host(host), port or (443 if parsed.scheme == "https" else 80)
+
+
+async def resolve_allowed(host: str, port: int, *, explicit: bool) -> list[IpAddress]:
+    """Resolve ``host`` and check every address it has; return them, first to connect to.
+
+    ``explicit``: the host is named exactly where it is allowed (see module docstring). Raises
+    :class:`HostNotAllowed` when any address may not be called, and :class:`InvalidUrl` when
+    the host does not resolve.
+    """
+    try:
+        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise InvalidUrl(f"cannot resolve {host!r}: {exc}") from None
+    addresses = list(dict.fromkeys(_address(str(info[4][0])) for info in infos))
+    for address in addresses:
+        refusal = address_refusal(address, explicit=explicit)
+        if refusal is not None:
+            raise HostNotAllowed(f"host {host!r} resolves to {address}, {refusal}")
+    if not addresses:
+        raise InvalidUrl(f"cannot resolve {host!r}: no address")
+    return addresses
+
+
+def classify(address: IpAddress) -> tuple[AddressClass, IpAddress]:
+    """What ``address`` is, and the address that was classified (an embedded IPv4 one)."""
+    if isinstance(address, ipaddress.IPv6Address):
+        address = embedded_ipv4(address) or address
+    if address in METADATA_ADDRESSES:
+        return AddressClass.METADATA, address
+    if address.is_unspecified or address in _THIS_NETWORK:
+        return AddressClass.UNSPECIFIED, address
+    if address.is_loopback:
+        return AddressClass.LOOPBACK, address
+    if address.is_link_local:
+        return AddressClass.LINK_LOCAL, address
+    if address.is_multicast:
+        return AddressClass.MULTICAST, address
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.is_site_local:
+            return AddressClass.SITE_LOCAL, address
+        if address in _UNIQUE_LOCAL:
+            return AddressClass.UNIQUE_LOCAL, address
+    if address.is_reserved:
+        return AddressClass.RESERVED, address
+    return (AddressClass.PUBLIC if address.is_global else AddressClass.PRIVATE), address
+
+
+def embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 one reaches (mapped, compatible, 6to4, NAT64, Teredo), if any."""
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if address.teredo is not None:
+        return address.teredo[1]
+    if int(address) > 1 and any(address in prefix for prefix in _IPV4_IN_LAST_32_BITS):
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return None
+
+
 def address_refusal(address: IpAddress, *, explicit: bool) -> str | None:
     """Why the tool may not connect to ``address`` (None when it may); see module docstring."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    if address in METADATA_ADDRESSES or address.is_link_local:
-        return "a link-local or cloud metadata address, which the http tool never calls"
-    if address.is_multicast or address.is_unspecified or address.is_reserved:
-        return "a multicast, unspecified or reserved address, which the http tool never calls"
-    if not address.is_global and not explicit:
+    kind, reached = classify(address)
+    what = kind.value + (f" ({reached})" if reached != address else "")
+    if kind in NEVER_CALLED:
+        return f"{what}, which is never called"
+    if kind is not AddressClass.PUBLIC and not explicit:
         return (
-            "a private or loopback address; name the host exactly in allowHosts to allow it "
-            "(wildcards never allow private addresses)"
+            f"{what}; name the host exactly in allowHosts to allow it "
+            "(wildcards never allow non-public addresses)"
         )
     return None
 
 
+def canonical_host(host: str) -> str:
+    """A host as compared with allowHosts: lower case, IPv6 without brackets, IPs canonical."""
+    bare = host.strip("[]").lower()
+    try:
+        return str(ipaddress.ip_address(bare))
+    except ValueError:
+        return bare
+
+
 def _address(text: str) -> IpAddress:
     return ipaddress.ip_address(text.split("%", 1)[0])
-
-
-def _bare(host: str) -> str:
-    """A host as urlsplit reports it (IPv6 without brackets, lower case)."""
-    return host.strip("[]").lower()
 
 
 def _compile_url(template: str) -> list[str | expressions.Template]:
@@ -297,14 +417,17 @@ def _compile_url(template: str) -> list[str | expressions.Template]:
 
 def _template_host(template: str) -> list[str]:
     """Return the host written in a URL template, or nothing when it is templated."""
-    host = urllib.parse.urlsplit(template).hostname or ""
+    try:
+        host = urllib.parse.urlsplit(template).hostname or ""
+    except ValueError:
+        return []
     return [] if ("{" in host or not host) else [host.lower()]
 
 
 def _host_matches(host: str, allowed: str) -> bool:
     if allowed.startswith("*."):
         return host.endswith(allowed[1:])
-    return host == _bare(allowed)
+    return host == canonical_host(allowed)
 
 
 def _result(response: httpx.Response, body: bytes, host: str) -> Any:

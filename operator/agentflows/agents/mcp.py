@@ -12,7 +12,15 @@ Two callers:
 Transports: ``url`` is streamable HTTP, with ``headers`` from Secrets (env variables named by
 :func:`agentflows.agents.secrets.secret_env_name`); ``command``/``args``/``env`` start a stdio
 server inside the runner pod, whose environment is the SDK's safe default (PATH, HOME, ...) plus
-``env`` — never the pod's ``AGENTFLOWS_SECRET_*`` variables.
+``env`` — never the pod's ``AGENTFLOWS_SECRET_*`` variables or provider keys.
+
+A ``url`` passes the http tool's address guard (:func:`agentflows.agents.http_tool.classify`)
+before any connection, here and in the operator's :func:`discover_tools`: its host is written by
+the Agent's author, so it may be private or loopback (an in-cluster server), but never
+link-local, cloud metadata, multicast, unspecified or reserved, whichever IPv6 form wraps it. The
+check resolves the name; unlike the http tool the SDK's client resolves it again when it
+connects. A stdio server runs contained (:mod:`agentflows.agents.containment`, with
+:data:`STDIO_LIMITS`): resource limits, and its whole process tree killed when it stops.
 
 The model sees each server tool as ``<tool name>_<server tool name>`` (characters outside
 ``[A-Za-z0-9_-]`` become ``_``, at most 64), with the server's description and input schema.
@@ -29,11 +37,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import re
+import shutil
 from collections.abc import Mapping
 from typing import Any
 
-from agentflows.agents import secrets, tools
+from agentflows.agents import containment, http_tool, secrets, tools
 from agentflows.api import agent as agent_api
 from agentflows.engine import capabilities
 
@@ -44,10 +54,21 @@ CONNECT_TIMEOUT_SECONDS = 30.0
 #: How long closing a session (and stopping a stdio server) may take before it is cancelled.
 _CLOSE_SECONDS = 5.0
 _NOT_NAME_SAFE = re.compile(r"[^A-Za-z0-9_-]")
+#: Limits of a stdio server, which lives as long as the agent turn.
+STDIO_LIMITS = containment.Limits(
+    memory_bytes=1024 * containment.MIB,
+    cpu_seconds=3600,
+    file_bytes=256 * containment.MIB,
+    processes=64,
+)
 
 
 class McpUnavailable(Exception):
     """An MCP server could not be reached or listed; the message says why (no secret values)."""
+
+
+class McpRefused(McpUnavailable):
+    """The server's URL points where no tool may connect; trying again cannot help."""
 
 
 def model_name(tool_name: str, server_tool: str) -> str:
@@ -120,7 +141,9 @@ class McpToolProvider:
         try:
             listed = await self._connection.open(self._connect_timeout)
         except McpUnavailable as exc:
-            raise capabilities.CapabilityError(str(exc), retryable=True) from None
+            raise capabilities.CapabilityError(
+                str(exc), retryable=not isinstance(exc, McpRefused)
+            ) from None
         defs = []
         for entry in listed:
             if not selected(self._spec, entry.name):
@@ -206,6 +229,7 @@ class _Connection:
     async def _own(self, ready: asyncio.Future[list[Any]]) -> None:
         """The owner task: connect, list, then hold the session until close() is asked."""
         try:
+            await self._check_url()
             async with contextlib.AsyncExitStack() as stack:
                 self._client = await stack.enter_async_context(self._build_client(stack))
                 listed: list[Any] = []
@@ -220,6 +244,8 @@ class _Connection:
                 await self._closing.wait()
         except asyncio.CancelledError:
             raise
+        except (http_tool.HostNotAllowed, http_tool.InvalidUrl) as exc:
+            ready.set_exception(McpRefused(f"{self._where()}: {exc}"))
         except Exception as exc:
             if not ready.done():
                 ready.set_exception(McpUnavailable(self._explain(exc)))
@@ -228,13 +254,24 @@ class _Connection:
             if not ready.done():
                 ready.cancel()
 
+    async def _check_url(self) -> None:
+        """Refuse a URL whose host is (or resolves to) an address no tool may call."""
+        if self._spec.url is not None:
+            _, host, port = http_tool.parse_url(self._spec.url)
+            await http_tool.resolve_allowed(host, port, explicit=True)
+
     def _build_client(self, stack: contextlib.AsyncExitStack) -> Any:
         from mcp import Client, StdioServerParameters
 
         if self._spec.command is not None:
-            params = StdioServerParameters(
-                command=self._spec.command, args=list(self._spec.args), env=dict(self._spec.env)
+            # Found here: the launcher would only report it on the server's stderr.
+            search = self._spec.env.get("PATH", os.environ.get("PATH"))
+            if shutil.which(self._spec.command, path=search) is None:
+                raise FileNotFoundError(f"command {self._spec.command!r} is not found on PATH")
+            launcher, *args = containment.command(
+                [self._spec.command, *self._spec.args], STDIO_LIMITS
             )
+            params = StdioServerParameters(command=launcher, args=args, env=dict(self._spec.env))
             return Client(params, cache=None)
         import httpx2
         from mcp.client.streamable_http import streamable_http_client
@@ -293,7 +330,8 @@ class _Connection:
         if result.is_error:
             text = value if isinstance(value, str) else json.dumps(value, default=str)
             return tools.ToolOutcome.failure(self._redactor(f"{server_tool}: {text}"))
-        return tools.ToolOutcome.success(value)
+        # A server may echo what it was sent, secret headers included.
+        return tools.ToolOutcome.success(self._redactor.value(value))
 
     async def close(self, *, abandon: bool = False) -> None:
         """Close the session: the owner task leaves its contexts.

@@ -15,10 +15,18 @@ API key, temperature, topP, maxTokens and timeoutSeconds. ``retries`` is applied
 where another try may help (timeouts, connection errors, 408/409/425/429 and 5xx), with
 exponential backoff; a 400 or 401 fails at once.
 
-The API key comes from, in order: the spec's ``apiKey.secretKeyRef`` (the env variable named by
-:func:`agentflows.agents.secrets.secret_env_name`); the provider's usual variable in the host's
-environment (:data:`PROVIDER_KEY_ENV`); for an OpenAI-compatible ``apiBase`` with neither, a
-placeholder, because local servers (vLLM, Ollama) need no key but the OpenAI client insists on one.
+The API key comes from the spec's ``apiKey.secretKeyRef`` (the env variable named by
+:func:`agentflows.agents.secrets.secret_env_name`) when it has one. Otherwise the key depends on
+where the request goes, because a Flow may come from anyone and must not send the key of
+whoever runs it to an endpoint of its choosing:
+
+- no ``apiBase``: the request goes to the provider's own endpoint, with the provider's usual
+  variable from the host's environment (:data:`PROVIDER_KEY_ENV`), or litellm's own lookup;
+- an ``apiBase``: never a key from the environment. A placeholder is sent instead (local servers
+  such as vLLM or Ollama need no key, but clients insist on one, and litellm would otherwise look
+  the provider's variable up itself). Providers that sign requests with the host's cloud
+  credentials (:data:`AMBIENT_CREDENTIAL_PROVIDERS`) are refused an ``apiBase`` without
+  ``apiKey``: their signature or token would go to that endpoint.
 
 litellm is imported on the first call that needs it, never at module import: ``agentflows
 --help`` and the dry run stay fast. Costs come from litellm's bundled price table
@@ -52,7 +60,9 @@ PROVIDER_KEY_ENV: dict[str, str] = {
 }
 #: Providers whose variable above is the API key itself (Bedrock signs with AWS credentials).
 _KEY_IS_API_KEY = frozenset({"openai", "anthropic", "gemini", "mistral", "groq", "azure"})
-#: Sent to OpenAI-compatible endpoints that need no key (see module docstring).
+#: Providers whose calls carry the host's cloud credentials (AWS signatures, Google tokens).
+AMBIENT_CREDENTIAL_PROVIDERS = frozenset({"bedrock", "sagemaker", "vertex_ai", "vertex_ai_beta"})
+#: Sent to an ``apiBase`` when the spec names no ``apiKey`` (see module docstring).
 PLACEHOLDER_API_KEY = "not-needed"
 #: Errors quoted from providers are cut to this length.
 _MAX_ERROR_CHARS = 2000
@@ -123,15 +133,25 @@ def provider_of(model_name: str) -> str:
 def api_key_for(
     model: agent_api.ModelSpec, env: Mapping[str, str], redactor: secrets.Redactor
 ) -> str | None:
-    """Return the API key to send, or None to let litellm look for one (see module doc)."""
+    """Return the API key to send, or None to let litellm look for one (see module doc).
+
+    Raises a permanent CapabilityError for an ``apiBase`` that would receive the host's cloud
+    credentials.
+    """
     if model.api_key is not None:
         return redactor.add(secrets.resolve(model.api_key, env, field="model.apiKey"))
     provider = provider_of(model.name)
+    if model.api_base:
+        if provider in AMBIENT_CREDENTIAL_PROVIDERS:
+            raise capabilities.CapabilityError(
+                f"model.apiBase: {model.name} would sign its requests to {model.api_base} with "
+                f"this host's {provider} credentials, which go only to {provider}'s own "
+                "endpoint; remove apiBase, or set model.apiKey to a Secret meant for it"
+            )
+        return PLACEHOLDER_API_KEY
     variable = PROVIDER_KEY_ENV.get(provider)
     if variable and provider in _KEY_IS_API_KEY and env.get(variable):
         return redactor.add(env[variable])
-    if model.api_base and provider == "openai":
-        return PLACEHOLDER_API_KEY
     return None
 
 

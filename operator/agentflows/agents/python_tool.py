@@ -1,39 +1,50 @@
 """The ``python`` tool: a script run in a subprocess, JSON arguments in, JSON result out.
 
-Used through :class:`agentflows.agents.spec_tools.SpecToolProvider` and by ``tool`` nodes (and
-later by skills' scripts). The script is written to a fresh temporary directory, which is also its
-working directory, and run with the operator's own interpreter (``sys.executable``). It reads
-the arguments as JSON on stdin and prints its result on stdout: JSON is parsed, any other text
-is returned as a string, and no output is null.
+Used through :class:`agentflows.agents.spec_tools.SpecToolProvider` and by ``tool`` nodes, and for
+skills' scripts (:class:`agentflows.agents.spec_tools.SkillToolProvider`). The script is written
+to a fresh temporary directory, which is also its working directory, and run with the operator's
+own interpreter (``sys.executable``). It reads the arguments as JSON on stdin and prints its
+result on stdout: JSON is parsed, any other text is returned as a string, and no output is null.
 
-A nonzero exit is an error for the model with the end of stderr; running past the timeout kills
-the process. Output beyond :data:`MAX_OUTPUT_BYTES` kills it too, so a runaway script cannot
-exhaust the runner's memory. The script's environment is the host's minus the
-``AGENTFLOWS_SECRET_*`` variables: secrets reach only the fields that reference them.
+The script is contained (:mod:`agentflows.agents.containment`): a scrubbed environment (no
+provider keys, no ``KUBECONFIG``, no ``AGENTFLOWS_SECRET_*``: secrets reach only the fields that
+reference them), memory, CPU-time, file-size and process limits (:data:`LIMITS`, CPU time
+following the tool's timeout), and a launcher that owns the whole process tree. Running past the
+timeout kills that tree, grandchildren that left the session included; output beyond
+:data:`MAX_OUTPUT_BYTES` kills it too, so a runaway script cannot exhaust the runner's memory.
+Killing never waits for the pipes' end longer than :data:`_REAP_SECONDS`.
+
+A nonzero exit is an error for the model with the end of stderr, saying which limit was hit when
+one was. The result and the error pass through the run's redactor, so a script that prints a
+secret value it found somewhere shows ``[redacted]``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
+import math
 import os
 import shutil
-import signal
 import sys
 import tempfile
 from collections.abc import Mapping
 from typing import Any
 
-from agentflows.agents import secrets, tools
+from agentflows.agents import containment, secrets, tools
 
 #: Largest stdout accepted from a script.
 MAX_OUTPUT_BYTES = 4 * 1024 * 1024
 #: How much of stderr an error quotes (the end, where the traceback's cause is).
 MAX_STDERR_CHARS = 2000
 _READ_CHUNK = 65536
-#: How long a killed script's pipes and exit are waited for.
+#: How long a killed script's launcher, pipes and exit are waited for.
 _REAP_SECONDS = 5.0
+_POLL_SECONDS = 0.01
+#: Limits of every script; ``cpu_seconds`` is replaced by the tool's timeout, rounded up.
+LIMITS = containment.Limits()
 #: File name of the script in its working directory.
 SCRIPT_NAME = "tool.py"
 
@@ -42,12 +53,19 @@ class PythonToolRunner:
     """One python tool; :meth:`run` runs the script once."""
 
     def __init__(
-        self, name: str, script: str, timeout_seconds: float, env: Mapping[str, str]
+        self,
+        name: str,
+        script: str,
+        timeout_seconds: float,
+        env: Mapping[str, str],
+        redactor: secrets.Redactor,
     ) -> None:
         self.name = name
         self.script = script
         self.timeout_seconds = timeout_seconds
-        self._env = {k: v for k, v in env.items() if not k.startswith(secrets.ENV_PREFIX)}
+        self._env = containment.scrubbed_env(env)
+        self._redactor = redactor
+        self._limits = dataclasses.replace(LIMITS, cpu_seconds=math.ceil(timeout_seconds) + 1)
 
     async def run(self, args: Any) -> tools.ToolOutcome:
         """Run the script with ``args`` on stdin: its result, or an error for the model."""
@@ -65,15 +83,17 @@ class PythonToolRunner:
         return workdir
 
     async def _run_in(self, workdir: str, args: Any) -> tools.ToolOutcome:
+        argv = containment.command(
+            [sys.executable, os.path.join(workdir, SCRIPT_NAME)], self._limits
+        )
         process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            os.path.join(workdir, SCRIPT_NAME),
+            *argv,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             cwd=workdir,
             env=self._env,
-            # Its own process group, so a timeout kills what the script started too.
+            # Its own session and process group, led by the containment launcher.
             start_new_session=True,
         )
         try:
@@ -94,7 +114,30 @@ class PythonToolRunner:
         except BaseException:
             await _kill(process)
             raise
-        return _outcome(self.name, process.returncode, stdout, stderr)
+        return self._outcome(process.returncode, stdout, stderr)
+
+    def _outcome(self, returncode: int | None, stdout: bytes, stderr: bytes) -> tools.ToolOutcome:
+        if returncode != 0:
+            tail = stderr.decode("utf-8", errors="replace").strip()[-MAX_STDERR_CHARS:]
+            reason = containment.exit_reason(returncode, self._limits)
+            if reason is None and tail.rpartition("\n")[2].startswith("MemoryError"):
+                reason = (
+                    f"ran out of memory (limit {self._limits.memory_bytes // containment.MIB} MiB)"
+                )
+            what = f"{reason}; exited" if reason else "exited"
+            return tools.ToolOutcome.failure(
+                self._redactor(
+                    f"{self.name}: {what} with status {returncode}" + (f": {tail}" if tail else "")
+                )
+            )
+        text = stdout.decode("utf-8", errors="replace").strip()
+        if not text:
+            return tools.ToolOutcome.success(None)
+        try:
+            # Parsed first: a secret written with JSON escapes is masked in its decoded form.
+            return tools.ToolOutcome.success(self._redactor.value(json.loads(text)))
+        except ValueError:
+            return tools.ToolOutcome.success(self._redactor(text))
 
 
 class _OutputTooLarge(Exception):
@@ -139,40 +182,33 @@ async def _communicate(process: asyncio.subprocess.Process, data: bytes) -> tupl
 
 
 async def _kill(process: asyncio.subprocess.Process) -> None:
-    """Kill the script and whatever it started, and reap it.
+    """Kill the script and its whole tree, and reap it, each wait bounded.
 
-    The pipes are read to their end first: asyncio's ``wait()`` returns only once every pipe is
-    closed, and a reader paused on a full buffer would never see the end.
+    The launcher gets SIGTERM first: it SIGKILLs every descendant, those that left the process
+    group included, and exits. Then the group gets SIGKILL, for a launcher that did not. The
+    pipes are read to their end (a reader paused on a full buffer would never see it) but not
+    waited for beyond :data:`_REAP_SECONDS`: a survivor could hold them open forever.
     """
     if process.returncode is None:
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            with contextlib.suppress(ProcessLookupError):
-                process.kill()
+        containment.stop(process.pid)
+        await _exited(process, _REAP_SECONDS)
+    containment.kill_group(process.pid)
     if process.stdin is not None:
         process.stdin.close()
     streams = [s for s in (process.stdout, process.stderr) if s is not None]
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(asyncio.gather(*map(_discard, streams)), _REAP_SECONDS)
-        await asyncio.wait_for(process.wait(), _REAP_SECONDS)
+    await _exited(process, _REAP_SECONDS)
+
+
+async def _exited(process: asyncio.subprocess.Process, seconds: float) -> None:
+    """Wait for the exit itself: ``process.wait()`` would also wait for the pipes' end."""
+    deadline = asyncio.get_running_loop().time() + seconds
+    # Polled: asyncio offers no event for the exit alone, only for exit and pipes closed.
+    while process.returncode is None and asyncio.get_running_loop().time() < deadline:  # noqa: ASYNC110
+        await asyncio.sleep(_POLL_SECONDS)
 
 
 async def _discard(stream: asyncio.StreamReader) -> None:
     while await stream.read(_READ_CHUNK):
         pass
-
-
-def _outcome(name: str, returncode: int | None, stdout: bytes, stderr: bytes) -> tools.ToolOutcome:
-    if returncode != 0:
-        tail = stderr.decode("utf-8", errors="replace").strip()[-MAX_STDERR_CHARS:]
-        return tools.ToolOutcome.failure(
-            f"{name}: exited with status {returncode}" + (f": {tail}" if tail else "")
-        )
-    text = stdout.decode("utf-8", errors="replace").strip()
-    if not text:
-        return tools.ToolOutcome.success(None)
-    try:
-        return tools.ToolOutcome.success(json.loads(text))
-    except ValueError:
-        return tools.ToolOutcome.success(text)

@@ -5,14 +5,17 @@ runner pod as an environment variable called :func:`secret_env_name` of the refe
 agents layer reads that variable here (locally, the user exports it). The same function is used by
 the pod builder (``kube``) and the CLI, so the name is defined once.
 
-Values read here are registered with a :class:`Redactor`, which every error message and detail
-string passes through before it leaves the agents layer.
+Values read here are registered with a :class:`Redactor`, which every error message, detail
+string and tool result passes through before it leaves the agents layer. A host seeds its
+redactor with every secret its environment holds (:func:`env_secrets`), so a value that reaches
+a tool's output some other way (printed by a script, echoed by a server) is masked too.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from agentflows.api import common
 from agentflows.engine import capabilities
@@ -53,6 +56,19 @@ def resolve(ref: common.SecretKeyRef, env: Mapping[str, str], *, field: str) -> 
     return value
 
 
+def env_secrets(env: Mapping[str, str], names: Iterable[str] = ()) -> list[str]:
+    """The secret values in ``env``: every ``AGENTFLOWS_SECRET_*`` variable and those in ``names``.
+
+    ``names`` are the provider key variables of :data:`agentflows.agents.model.PROVIDER_KEY_ENV`.
+    """
+    wanted = set(names)
+    return [
+        value
+        for key, value in env.items()
+        if value and (key.startswith(ENV_PREFIX) or key in wanted)
+    ]
+
+
 class Redactor:
     """Replaces known secret values in text; share one per turn or host."""
 
@@ -73,3 +89,15 @@ class Redactor:
         for value in sorted(self._values, key=len, reverse=True):
             text = text.replace(value, REDACTED)
         return text
+
+    def value(self, value: Any) -> Any:
+        """Return a JSON value with every known secret masked in its strings and keys."""
+        if not self._values:
+            return value
+        if isinstance(value, str):
+            return self(value)
+        if isinstance(value, list):
+            return [self.value(item) for item in value]
+        if isinstance(value, dict):
+            return {self.value(key): self.value(item) for key, item in value.items()}
+        return value

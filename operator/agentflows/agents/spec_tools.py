@@ -35,7 +35,7 @@ class SpecToolProvider:
                 )
             elif tool.python is not None:
                 self._runners[tool.name] = python_tool.PythonToolRunner(
-                    tool.name, tool.python.script, tool.python.timeout_seconds, env
+                    tool.name, tool.python.script, tool.python.timeout_seconds, env, redactor
                 )
             else:
                 # MCP tools come from their own provider; they are not this provider's.
@@ -66,7 +66,12 @@ class SkillToolProvider:
     its script, when it has one, runs like a ``python`` tool. Scripts are not read-only.
     """
 
-    def __init__(self, skills: Iterable[agent_api.Skill], env: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        skills: Iterable[agent_api.Skill],
+        env: Mapping[str, str],
+        redactor: secrets.Redactor,
+    ) -> None:
         self._defs: dict[str, tools.ToolDef] = {}
         self._runners: dict[str, python_tool.PythonToolRunner] = {}
         for skill in skills:
@@ -74,7 +79,7 @@ class SkillToolProvider:
                 continue
             name = f"skill_{skill.name}"
             self._runners[name] = python_tool.PythonToolRunner(
-                name, skill.script, skill.timeout_seconds, env
+                name, skill.script, skill.timeout_seconds, env, redactor
             )
             self._defs[name] = tools.ToolDef(
                 name=name,

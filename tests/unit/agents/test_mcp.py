@@ -244,3 +244,9 @@ def test_declared_tool_names_cover_every_tool_but_mcp() -> None:
         "call_sub_flow",
         "request_human_review",
     ]
+
+
+async def test_stdio_command_that_does_not_exist_is_named_in_the_error() -> None:
+    tool = agent_api.Tool(name="x", mcp=agent_api.McpTool(command="no-such-command-xyz"))
+    with pytest.raises(mcp.McpUnavailable, match="'no-such-command-xyz' is not found on PATH"):
+        await mcp.discover_tools(tool, {}, timeout=10, run_stdio=True)

@@ -1,4 +1,4 @@
-"""The model client: lazy litellm import, retries of transient errors only, timeouts."""
+"""The model client: lazy litellm import, retries of transient errors only, timeouts, keys."""
 
 from __future__ import annotations
 
@@ -8,9 +8,14 @@ import time
 
 import pytest
 
-from agentflows.agents import host
+from agentflows.agents import host, secrets
+from agentflows.agents import model as model_client
+from agentflows.api import agent as agent_api
 from agentflows.engine import capabilities
-from tests.support.model_server import Reply, ScriptedModelServer
+from tests.support.model_server import API_KEY, Reply, ScriptedModelServer
+
+#: A provider key in the environment of whoever runs the Flow.
+ENV_KEY = "sk-env-0123456789abcdef"
 
 
 def test_importing_the_agents_layer_does_not_import_litellm() -> None:
@@ -100,3 +105,21 @@ async def test_other_providers_go_through_litellm(
         await caps.complete(capabilities.LlmTask(model=model, system="", prompt="hi"), ctx)
     # litellm spoke Anthropic's wire format: POST /v1/messages, not /chat/completions.
     assert model_server.requests[0].path.endswith("/messages")
+
+
+async def test_api_base_gets_only_the_key_its_api_key_secret_names(
+    model_server: ScriptedModelServer, ctx: capabilities.NodeContext
+) -> None:
+    model_server.script(Reply.text("ok"))
+    caps = host.LiveCapabilities(env={**model_server.env, "OPENAI_API_KEY": ENV_KEY})
+    task = capabilities.LlmTask(model=model_server.model_spec(), system="", prompt="hi")
+    await caps.complete(task, ctx)
+    assert model_server.requests[0].headers["authorization"] == f"Bearer {API_KEY}"
+
+
+def test_the_env_key_still_goes_to_the_providers_own_endpoint() -> None:
+    spec = agent_api.ModelSpec(name="openai/gpt-4o-mini")
+    redactor = secrets.Redactor()
+    key = model_client.api_key_for(spec, {"OPENAI_API_KEY": ENV_KEY}, redactor)
+    assert key == ENV_KEY
+    assert redactor(f"key {ENV_KEY}") == "key [redacted]"

@@ -59,14 +59,18 @@ async def test_script_running_past_its_timeout_is_killed(ctx: capabilities.NodeC
     assert failure.value.retryable
 
 
-async def test_script_does_not_see_secret_env_vars(ctx: capabilities.NodeContext) -> None:
-    env = {"PATH": "/usr/bin:/bin", "AGENTFLOWS_SECRET_X_Y": "hunter22", "PLAIN": "visible"}
+async def test_script_sees_only_the_basic_environment(ctx: capabilities.NodeContext) -> None:
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+        "AGENTFLOWS_SECRET_X_Y": "hunter22",
+        "PLAIN": "not declared",
+    }
     script = (
-        "import json, os\n"
-        "print(json.dumps(sorted(k for k in os.environ if k in ('PLAIN', 'AGENTFLOWS_SECRET_X_Y'))))"
+        f"import json, os\nprint(json.dumps(sorted(k for k in os.environ if k in {sorted(env)!r})))"
     )
     result = await call(ctx, script, env=env)
-    assert result.output["json"] == ["PLAIN"]
+    assert result.output["json"] == ["LANG", "PATH"]
 
 
 async def test_script_printing_without_end_is_killed(ctx: capabilities.NodeContext) -> None:
