@@ -1,0 +1,1 @@
+"""Attack suite: each test plays an attacker against one guard and expects the attack to fail."""
