@@ -21,6 +21,8 @@ __all__ = ["crds"]
 
 POLICY = REPO / "config" / "policies" / "secret-references.yaml"
 SECRETS = ("llm-keys", "mcp-token", "tool-token", "node-key", "map-token", "env-secret", "hook")
+#: alice may get these too; they need not exist for the authorizer to answer.
+GRANTED = (*SECRETS, *(f"extra-{i}" for i in range(13)))
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +82,7 @@ def tenants(control_plane: Cluster, namespace: str, policy: None) -> str:
                 {
                     "apiGroups": [""],
                     "resources": ["secrets"],
-                    "resourceNames": list(SECRETS),
+                    "resourceNames": list(GRANTED),
                     "verbs": ["get"],
                 }
             ],
@@ -252,3 +254,33 @@ def _kubectl(
     cluster: Cluster, namespace: str, user: str, *args: str
 ) -> subprocess.CompletedProcess[str]:
     return cluster.kubectl("-n", namespace, *args, user=user, check=False)
+
+
+def test_repeated_references_are_checked_once_and_too_many_are_refused(
+    control_plane: Cluster, tenants: str
+) -> None:
+    def tools(names: list[str]) -> list[dict[str, Any]]:
+        return [
+            {
+                "name": f"t{i}",
+                "http": {"url": "http://127.0.0.1:9/x", "secretHeaders": {"X": api_key(n)}},
+            }
+            for i, n in enumerate(names)
+        ]
+
+    repeated = [*SECRETS, *SECRETS, "unlisted"]  # alice may get all but the last
+    denied = apply(control_plane, tenants, "alice", agent("many", tools=tools(repeated)))
+    assert "references Secret unlisted, which alice may not get" in denied.stderr
+    allowed = apply(control_plane, tenants, "alice", agent("many", tools=tools(repeated[:-1])))
+    assert allowed.returncode == 0, allowed.stderr
+
+    # twenty distinct Secrets: twenty authorizer calls fit the policy's CEL cost budget
+    twenty = apply(control_plane, tenants, "alice", agent("twenty", tools=tools(list(GRANTED))))
+    assert twenty.returncode == 0, twenty.stderr
+
+    late = [*(["llm-keys"] * 20), "hook"]
+    refused = apply(control_plane, tenants, "alice", agent("late", tools=tools(late)))
+    assert (
+        "references Secret hook only after 20 other Secret references, and at most 20 are checked"
+        in refused.stderr
+    )
