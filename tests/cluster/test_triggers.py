@@ -307,6 +307,31 @@ async def test_webhook_accepts_signed_deliveries_once_and_rejects_the_rest(
     assert {r["metadata"]["labels"]["agentflows.io/trigger-type"] for r in runs} == {"webhook"}
 
 
+async def test_the_receiver_follows_flows_created_and_deleted_after_it_started(
+    receiver: TestClient[Any, Any],
+    namespace: str,
+    kube: kube_client.Client,  # noqa: F811
+) -> None:
+    trigger = {"name": "push", "webhook": {"secret": {"name": "hook", "key": "hmac"}}}
+    await create_flow(kube, namespace, "late", [trigger])
+    url = f"/hooks/{namespace}/late/push"
+
+    async def delivered(index: int) -> int:
+        body = json.dumps({"n": index, "at": str(uuid.uuid4())}).encode()
+        return (await receiver.post(url, data=body, headers=signed(body))).status
+
+    async def accepted() -> bool:
+        return await delivered(0) == 202
+
+    await eventually(accepted, 30, "the receiver to see the new Flow")
+    await kube.delete(kube_client.path_of("flows", namespace, "late"))
+
+    async def forgotten() -> bool:
+        return await delivered(1) == 401
+
+    await eventually(forgotten, 30, "the receiver to forget the deleted Flow")
+
+
 # --- kubernetes --------------------------------------------------------------------------------
 
 
