@@ -1,1 +1,1 @@
-"""Attack suite: each test plays an attacker against one guard and expects the attack to fail."""
+"""Attack suite: each test is an attack from issue 11 that must fail for the attacker."""
