@@ -37,7 +37,7 @@ from typing import Any
 import aiohttp
 
 from agentflows.kube import client as kube
-from agentflows.triggers import kubernetes, webhook
+from agentflows.triggers import kubernetes, signing
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -125,7 +125,7 @@ async def receiver_process(kubeconfig: str) -> AsyncIterator[str]:
         async with aiohttp.ClientSession() as session:
             for _ in range(200):
                 with contextlib.suppress(aiohttp.ClientError):
-                    async with session.get(f"{base}/healthz") as response:
+                    async with session.get(f"{base}/readyz") as response:
                         if response.status == 200:
                             break
                 await asyncio.sleep(0.05)
@@ -152,10 +152,12 @@ async def bench_webhook(api: kube.Client, kubeconfig: str, ns: str, count: int, 
         url = f"{base}/hooks/{ns}/hooked/push"
 
         async def deliver(index: int) -> int:
-            body = json.dumps({"n": index}).encode()
+            delivery = str(uuid.uuid4())
+            # Each delivery differs, as real ones do: the receiver refuses a replayed body.
+            body = json.dumps({"n": index, "delivery": delivery}).encode()
             headers = {
-                webhook.SIGNATURE_HEADER: webhook.signature(secret, body),
-                "X-GitHub-Delivery": str(uuid.uuid4()),
+                signing.SIGNATURE_HEADER: signing.signature(secret, body),
+                "X-GitHub-Delivery": delivery,
                 "Content-Type": "application/json",
             }
             async with session.post(url, data=body, headers=headers) as response:

@@ -20,7 +20,7 @@ import yaml
 from aiohttp.test_utils import TestClient, TestServer
 
 from agentflows.kube import client as kube_client
-from agentflows.triggers import common, kubernetes, schedule, webhook
+from agentflows.triggers import common, kubernetes, schedule, signing, webhook
 from tests.cluster.harness import REPO, Cluster
 from tests.cluster.kube_fixtures import crds, kube  # noqa: F401  (fixtures)
 
@@ -227,13 +227,19 @@ async def receiver(
         ],
     )
     async with webhook_client(control_plane, namespace) as api:
-        server = TestServer(webhook.make_app(api), host="127.0.0.1")
+        settings = webhook.Settings(namespaces=(namespace,))
+        server = TestServer(webhook.make_app(api, settings), host="127.0.0.1")
         async with TestClient(server) as test_client:
+
+            async def ready() -> bool:
+                return (await test_client.get("/readyz")).status == 200
+
+            await eventually(ready, 30, "the receiver to list Flows")
             yield test_client
 
 
 def signed(body: bytes, key: bytes = b"s3cret", delivery: str | None = None) -> dict[str, str]:
-    headers = {webhook.SIGNATURE_HEADER: webhook.signature(key, body)}
+    headers = {signing.SIGNATURE_HEADER: signing.signature(key, body)}
     if delivery:
         headers["X-GitHub-Delivery"] = delivery
     return headers
@@ -285,19 +291,45 @@ async def test_webhook_accepts_signed_deliveries_once_and_rejects_the_rest(
         "tampered body": 401,
         "not JSON": 400,
         "oversized": 413,
-        "unknown trigger": 404,
-        "unknown flow": 404,
+        "unknown trigger": 401,
+        "unknown flow": 401,
     }
 
     # rateLimitPerMinute 3: one token went to the first delivery, two remain.
+    bodies = [json.dumps({"ref": f"refs/heads/b{i}"}).encode() for i in range(3)]
     codes = [
-        (await receiver.post(url, data=body, headers=signed(body, delivery=f"d{i}"))).status
-        for i in range(3)
+        (await receiver.post(url, data=b, headers=signed(b, delivery=f"d{i}"))).status
+        for i, b in enumerate(bodies)
     ]
     assert codes == [202, 202, 429]
     runs = await flowruns(kube, namespace, "agentflows.io/flow=ci,agentflows.io/trigger=push")
     assert len(runs) == 3
     assert {r["metadata"]["labels"]["agentflows.io/trigger-type"] for r in runs} == {"webhook"}
+
+
+async def test_the_receiver_follows_flows_created_and_deleted_after_it_started(
+    receiver: TestClient[Any, Any],
+    namespace: str,
+    kube: kube_client.Client,  # noqa: F811
+) -> None:
+    trigger = {"name": "push", "webhook": {"secret": {"name": "hook", "key": "hmac"}}}
+    await create_flow(kube, namespace, "late", [trigger])
+    url = f"/hooks/{namespace}/late/push"
+
+    async def delivered(index: int) -> int:
+        body = json.dumps({"n": index, "at": str(uuid.uuid4())}).encode()
+        return (await receiver.post(url, data=body, headers=signed(body))).status
+
+    async def accepted() -> bool:
+        return await delivered(0) == 202
+
+    await eventually(accepted, 30, "the receiver to see the new Flow")
+    await kube.delete(kube_client.path_of("flows", namespace, "late"))
+
+    async def forgotten() -> bool:
+        return await delivered(1) == 401
+
+    await eventually(forgotten, 30, "the receiver to forget the deleted Flow")
 
 
 # --- kubernetes --------------------------------------------------------------------------------

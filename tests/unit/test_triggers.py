@@ -3,19 +3,17 @@ selectors, and the webhook receiver against a fake API server (an httpx mock tra
 
 from __future__ import annotations
 
-import base64
 import json
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import yaml
 from aiohttp.test_utils import TestClient, TestServer
 
 from agentflows.api import flow as flow_api
-from agentflows.kube import client as kube
-from agentflows.triggers import common, kubernetes, schedule, webhook
+from agentflows.triggers import common, kubernetes, schedule, signing, webhook
+from tests.support.fake_kube import FakeKubeApi
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -42,14 +40,14 @@ def flow_obj(*triggers: dict[str, Any], name: str = "nightly", namespace: str = 
 
 def test_signature_verifies_only_the_exact_body_and_key() -> None:
     body = b'{"ref": "main"}'
-    good = webhook.signature(b"key", body)
+    good = signing.signature(b"key", body)
     assert good.startswith("sha256=")
-    assert webhook.verify_signature(b"key", body, good)
-    assert not webhook.verify_signature(b"key", body + b" ", good)
-    assert not webhook.verify_signature(b"other", body, good)
-    assert not webhook.verify_signature(b"key", body, None)
-    assert not webhook.verify_signature(b"key", body, "sha256=" + "0" * 64)
-    assert not webhook.verify_signature(b"key", body, "sha256=é")
+    assert signing.verify_signature(b"key", body, good)
+    assert not signing.verify_signature(b"key", body + b" ", good)
+    assert not signing.verify_signature(b"other", body, good)
+    assert not signing.verify_signature(b"key", body, None)
+    assert not signing.verify_signature(b"key", body, "sha256=" + "0" * 64)
+    assert not signing.verify_signature(b"key", body, "sha256=é")
 
 
 # --- rate limit and dedup --------------------------------------------------------------------
@@ -283,12 +281,11 @@ def test_the_cluster_doctor_example_trigger_compiles_and_maps_the_event() -> Non
 # --- the webhook receiver against a fake API server -------------------------------------------
 
 
-class FakeApi:
-    """Serves one Flow and one Secret; records created FlowRuns."""
-
-    def __init__(self) -> None:
-        self.created: list[dict[str, Any]] = []
-        self.flow = flow_obj(
+def hooked_api() -> FakeKubeApi:
+    """One Flow ``ci`` with the webhook trigger ``push`` (key ``k``), rate limit 3 per minute."""
+    fake = FakeKubeApi()
+    fake.flows.append(
+        flow_obj(
             {
                 "name": "push",
                 "webhook": {"secret": {"name": "hook", "key": "hmac"}},
@@ -297,33 +294,25 @@ class FakeApi:
             },
             name="ci",
         )
-
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        path = request.url.path
-        if request.method == "GET" and path.endswith("/flows/ci"):
-            return httpx.Response(200, json=self.flow)
-        if request.method == "GET" and path.endswith("/secrets/hook"):
-            return httpx.Response(200, json={"data": {"hmac": base64.b64encode(b"k").decode()}})
-        if request.method == "POST" and path.endswith("/flowruns"):
-            body = json.loads(request.content)
-            body["metadata"]["name"] = f"ci-{len(self.created)}"
-            self.created.append(body)
-            return httpx.Response(201, json=body)
-        return httpx.Response(404, json={"reason": "NotFound", "message": path})
+    )
+    fake.secrets["hook"] = {"hmac": b"k"}
+    return fake
 
 
 @pytest.fixture
 async def receiver() -> Any:
-    fake = FakeApi()
-    api = kube.Client(kube.Config(server="http://api"), retry_seconds=0)
-    api._http = httpx.AsyncClient(base_url="http://api", transport=httpx.MockTransport(fake))
+    fake = hooked_api()
+    api = fake.client()
     async with TestClient(TestServer(webhook.make_app(api))) as test_client:
+        for _ in range(100):
+            if (await test_client.get("/readyz")).status == 200:
+                break
         yield test_client, fake
     await api.close()
 
 
 def signed(body: bytes, key: bytes = b"k", **headers: str) -> dict[str, str]:
-    return {webhook.SIGNATURE_HEADER: webhook.signature(key, body), **headers}
+    return {signing.SIGNATURE_HEADER: signing.signature(key, body), **headers}
 
 
 async def test_webhook_accept_and_reject_matrix(receiver: Any) -> None:
@@ -348,14 +337,13 @@ async def test_webhook_accept_and_reject_matrix(receiver: Any) -> None:
     assert (await test_client.post(url, data=big, headers=signed(big))).status == 413
     assert (
         await test_client.post("/hooks/team/ci/nope", data=body, headers=signed(body))
-    ).status == 404
+    ).status == 401
     assert (
         await test_client.post("/hooks/team/nope/push", data=body, headers=signed(body))
-    ).status == 404
+    ).status == 401
 
-    codes = [
-        (await test_client.post(url, data=body, headers=signed(body))).status for _ in range(3)
-    ]
+    bodies = [json.dumps({"ref": f"r{i}"}).encode() for i in range(3)]
+    codes = [(await test_client.post(url, data=b, headers=signed(b))).status for b in bodies]
     assert codes == [202, 202, 429]
     assert len(fake.created) == 3
 
@@ -364,7 +352,7 @@ async def test_webhook_accept_and_reject_matrix(receiver: Any) -> None:
         'agentflows_webhook_requests_total{code="202",flow="ci",namespace="team",trigger="push"} 3.0'
         in metrics
     )
-    assert 'code="404",flow="",namespace="",trigger=""' in metrics
+    assert 'code="401",flow="",namespace="",trigger=""' in metrics
     assert (await test_client.get("/healthz")).status == 200
 
 

@@ -405,7 +405,15 @@ def trigger_command(flow_ref: str, trigger_name: str, kubeconfig: str | None) ->
 @click.option("--host", default="0.0.0.0", show_default=True, help="Address to listen on.")
 @click.option("--port", default=8080, show_default=True, help="Port to listen on.")
 @click.option("--kubeconfig", help="Kubeconfig (default: $KUBECONFIG, ~/.kube/config, in-cluster).")
-def webhook_command(host: str, port: int, kubeconfig: str | None) -> None:
+@click.option(
+    "--namespace",
+    "namespaces",
+    multiple=True,
+    help="Serve only Flows of this namespace (repeatable; default: all namespaces).",
+)
+def webhook_command(
+    host: str, port: int, kubeconfig: str | None, namespaces: tuple[str, ...]
+) -> None:
     """Serve the webhook receiver: signed POST /hooks/NS/FLOW/TRIGGER start FlowRuns."""
     import logging
 
@@ -414,7 +422,7 @@ def webhook_command(host: str, port: int, kubeconfig: str | None) -> None:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    webhook.serve(host, port, kubeconfig)
+    webhook.serve(host, port, kubeconfig, webhook.Settings(namespaces=namespaces))
 
 
 if __name__ == "__main__":
