@@ -1,4 +1,4 @@
-"""The ``agentflows`` cluster commands (start, get, watch, logs) against the running operator.
+"""The ``agentflows`` cluster commands (start, get, list, watch, logs) against the operator.
 
 Each command runs as a subprocess with the admin kubeconfig, as a user would type it; the
 operator runs as in ``test_operator.py``. ``kubectl get flowruns`` is checked for the printer
@@ -8,12 +8,14 @@ columns of the CRD.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.cluster.harness import Cluster, wait_for
 from tests.cluster.operator_fixtures import *  # noqa: F403
@@ -129,6 +131,55 @@ def test_start_with_wait_prints_the_run_name_and_the_final_json(
 
     missing = run_cli(control_plane, runs.namespace, "get", "no-such-run")
     assert missing.returncode == 2 and "error:" in missing.stderr
+
+    assert_every_output_format_of_a_cluster_run(control_plane, runs.namespace, name, info)
+
+
+def assert_every_output_format_of_a_cluster_run(
+    cluster: Cluster, namespace: str, name: str, info: dict[str, Any]
+) -> None:
+    """``get``/``list`` in each ``-o`` format, and run names completing in the shell."""
+    as_yaml = run_cli(cluster, namespace, "get", name, "-o", "yaml")
+    assert yaml.safe_load(as_yaml.stdout) == info
+    assert run_cli(cluster, namespace, "get", name, "-o", "name").stdout == f"{name}\n"
+    wide = run_cli(cluster, namespace, "get", name, "-o", "wide").stdout
+    assert "  attempts 1  usage " in wide and "started 20" in wide
+
+    listed = run_cli(cluster, namespace, "list")
+    assert listed.returncode == 0, listed.stderr
+    header, *rows = listed.stdout.splitlines()
+    assert header.split() == [
+        "NAME", "FLOW", "PHASE", "NODE", "ATTEMPT", "DURATION", "TRIGGER", "AGE"
+    ]  # fmt: skip
+    row = next(r.split() for r in rows if r.split()[0] == name)
+    assert row[1:3] == ["shout", "Succeeded"] and row[4] == "1" and row[6] == "manual"
+    wide_rows = run_cli(cluster, namespace, "list", "-o", "wide").stdout.splitlines()
+    assert wide_rows[0].split()[-3:] == ["REASON", "REQUESTS", "MESSAGE"]
+    assert name in run_cli(cluster, namespace, "list", "-o", "name").stdout.splitlines()
+    (listed_info,) = [
+        i
+        for i in json.loads(run_cli(cluster, namespace, "list", "-o", "json").stdout)
+        if i["name"] == name
+    ]
+    assert (listed_info["flow"], listed_info["phase"]) == ("shout", "Succeeded")
+    everywhere = run_cli(cluster, namespace, "list", "-A", "--flow", "shout").stdout
+    assert any(line.split()[:2] == [namespace, name] for line in everywhere.splitlines())
+
+    completed = subprocess.run(
+        [str(Path(sys.executable).parent / "agentflows")],
+        env={
+            **os.environ,
+            "_AGENTFLOWS_COMPLETE": "bash_complete",
+            "COMP_WORDS": f"agentflows watch -n {namespace} --kubeconfig "
+            f"{cluster.kubeconfig()} {name[:7]}",
+            "COMP_CWORD": "6",
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert f"plain,{name}" in completed.stdout.splitlines(), completed.stderr
 
 
 def test_watch_prints_node_lines_until_the_run_ends_and_logs_show_the_runner(

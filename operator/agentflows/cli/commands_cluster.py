@@ -325,7 +325,9 @@ def _decide_command(decision: str) -> click.Command:
 
     for option in reversed(
         (
-            click.argument("run_name", required=False, shell_complete=completion.run_names),
+            click.argument(
+                "run_name", required=decision == "respond", shell_complete=completion.run_names
+            ),
             click.argument("request_id", required=False),
             click.option("--comment", help="A comment kept with the decision."),
             *_DECIDE_OPTIONS[decision],

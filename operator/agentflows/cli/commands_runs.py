@@ -80,7 +80,11 @@ def get(
     namespace: str | None,
     kubeconfig: str | None,
 ) -> None:
-    """Show a run: phase, every node, requests and outputs (offloaded ones included)."""
+    """Show a run: phase, every node, requests and outputs (offloaded ones included).
+
+    A local run with --local or --state-dir, or when the state directory holds RUN; else the
+    cluster's (-n, --kubeconfig choose it explicitly).
+    """
     params = click.get_current_context().params
     here, directory = is_local(params, lambda d: local.snapshot_path(d, run_name).is_file())
     if here:
@@ -106,7 +110,11 @@ def list_command(
     namespace: str | None,
     kubeconfig: str | None,
 ) -> None:
-    """List runs with the columns of kubectl get flowruns (-o wide: reason, requests, message)."""
+    """List runs with the columns of kubectl get flowruns (-o wide: reason, requests, message).
+
+    Local runs with --local or --state-dir, or when the state directory exists; else the
+    cluster's (-n, -A, --kubeconfig choose it explicitly).
+    """
     here, directory = is_local(click.get_current_context().params, Path.is_dir)
     if here:
         runs = [r for r in local_runs.read_all(directory) if not flow or r["spec"]["flow"] == flow]
@@ -138,7 +146,11 @@ def requests(
     namespace: str | None,
     kubeconfig: str | None,
 ) -> None:
-    """List pending human requests: flow, run, request, kind, message, summary and age."""
+    """List pending human requests: flow, run, request, kind, message, summary and age.
+
+    Where it looks: as for list. -o name prints RUN REQUEST lines (for xargs -n2 agentflows
+    approve on a cluster).
+    """
     here, directory = is_local(click.get_current_context().params, Path.is_dir)
     if here:
         runs = [r for r in local_runs.read_all(directory) if not flow or r["spec"]["flow"] == flow]

@@ -50,12 +50,13 @@ class Group(click.Group):
         """Write the commands section by section (any command not placed: under Other)."""
         placed = {name for names in SECTIONS.values() for name in names}
         sections = [*SECTIONS.items(), ("Other", tuple(sorted(set(self.commands) - placed)))]
-        limit = formatter.width - 6 - max(len(name) for name in self.commands)
+        shown = {n: c for n, c in self.commands.items() if not c.hidden}
+        width = max(len(name) for name in shown)  # one column width across the sections
         for title, names in sections:
             rows = [
-                (name, self.commands[name].get_short_help_str(limit))
+                (name.ljust(width), shown[name].get_short_help_str(formatter.width - width - 6))
                 for name in names
-                if name in self.commands and not self.commands[name].hidden
+                if name in shown
             ]
             if rows:
                 with formatter.section(title):

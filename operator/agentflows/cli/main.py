@@ -238,7 +238,8 @@ def run(
         for line in bad_input:
             _err(f"error: {line}")
         _usage(
-            f"Flow {chosen.metadata.name} needs its input: give --input KEY=VALUE or --input-json"
+            f"the input does not match Flow {chosen.metadata.name}'s spec.input "
+            "(give fields with --input KEY=VALUE, or all of it with --input-json JSON)"
         )
     resolver = local.resolver_of(loaded)
     mock = dry_run
