@@ -336,6 +336,11 @@ def test_without_options_list_and_get_look_at_the_state_directory_of_the_cwd(
     assert got.stdout == "r1\n"
     pending = agentflows("requests", "-o", "name", cwd=tmp_path, env=env)
     assert pending.stdout == "r1 review\n"
+    elsewhere = agentflows("get", "r2", cwd=tmp_path, env=env)
+    assert elsewhere.returncode == 2
+    assert elsewhere.stderr.startswith(
+        "error: no local run r2 in .agentflows/runs, and cannot load a kubeconfig: "
+    )
     both = agentflows("list", "--local", "-n", "default", cwd=tmp_path, env=env)
     assert both.returncode == 2 and "name different places" in both.stderr
 

@@ -27,13 +27,15 @@ kubeconfig_option = click.option(
 )
 
 
-def _client(kubeconfig: str | None) -> Any:
+def _client(kubeconfig: str | None, looked_locally: str | None = None) -> Any:
+    """The API client, or exit 2 saying why not (and ``looked_locally``: where else we looked)."""
     from agentflows.kube import client as kube
 
     try:
         return kube.Client.from_env(kubeconfig, retry_seconds=10)
     except (kube.ApiError, OSError, KeyError, StopIteration) as exc:
-        click.echo(f"error: cannot load a kubeconfig: {exc}", err=True)
+        also = f"{looked_locally}, and " if looked_locally else ""
+        click.echo(f"error: {also}cannot load a kubeconfig: {exc}", err=True)
         sys.exit(group.EXIT_INVALID)
 
 
@@ -95,13 +97,17 @@ def start(
 
 
 def get_from_cluster(
-    run_name: str, output: str, namespace: str | None, kubeconfig: str | None
+    run_name: str,
+    output: str,
+    namespace: str | None,
+    kubeconfig: str | None,
+    looked_locally: str | None,
 ) -> None:
     """``agentflows get`` of a FlowRun: its summary with offloaded outputs read back."""
     from agentflows.cli import cluster
     from agentflows.kube import client as kube
 
-    api = _client(kubeconfig)
+    api = _client(kubeconfig, looked_locally)
     ns = namespace or api.config.namespace
 
     async def go() -> None:
@@ -117,14 +123,18 @@ def get_from_cluster(
 
 
 def runs_from_cluster(
-    flow: str | None, all_namespaces: bool, namespace: str | None, kubeconfig: str | None
+    flow: str | None,
+    all_namespaces: bool,
+    namespace: str | None,
+    kubeconfig: str | None,
+    looked_locally: str | None,
 ) -> tuple[list[dict[str, Any]], str]:
     """FlowRuns of a namespace (or all), optionally of one Flow, and where they were looked for."""
     from agentflows.cli import cluster
     from agentflows.cli import requests as requests_mod
     from agentflows.kube import client as kube
 
-    api = _client(kubeconfig)
+    api = _client(kubeconfig, looked_locally)
     ns = None if all_namespaces else (namespace or api.config.namespace)
 
     async def go() -> list[dict[str, Any]]:

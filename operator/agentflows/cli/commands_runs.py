@@ -39,8 +39,14 @@ def _usage(message: str) -> None:
     sys.exit(group.EXIT_INVALID)
 
 
-def is_local(params: dict[str, Any], found_locally: Callable[[Path], bool]) -> tuple[bool, Path]:
-    """Whether to look at local runs (and where they are), from the options given."""
+def is_local(
+    params: dict[str, Any], found_locally: Callable[[Path], bool], missing: str
+) -> tuple[bool, Path, str | None]:
+    """Whether to look at local runs, and where they are.
+
+    The third value is set when the cluster was chosen for want of local runs: ``missing``
+    and the directory, for an error message if the cluster cannot be reached either.
+    """
     directory = local.state_dir(params.get("state_dir"))
     wants_local = bool(params.get("local_only") or params.get("state_dir"))
     wants_cluster = bool(
@@ -49,8 +55,9 @@ def is_local(params: dict[str, Any], found_locally: Callable[[Path], bool]) -> t
     if wants_local and wants_cluster:
         _usage("--local/--state-dir and -n/-A/--kubeconfig name different places; give one")
     if wants_local or wants_cluster:
-        return wants_local, directory
-    return found_locally(directory), directory
+        return wants_local, directory, None
+    here = found_locally(directory)
+    return here, directory, None if here else f"{missing} in {directory}"
 
 
 def _read_local(directory: Path, name: str) -> dict[str, Any]:
@@ -86,11 +93,13 @@ def get(
     cluster's (-n, --kubeconfig choose it explicitly).
     """
     params = click.get_current_context().params
-    here, directory = is_local(params, lambda d: local.snapshot_path(d, run_name).is_file())
+    here, directory, missing = is_local(
+        params, lambda d: local.snapshot_path(d, run_name).is_file(), f"no local run {run_name}"
+    )
     if here:
         click.echo(views.render_run(views.summary(_read_local(directory, run_name)), output))
         return
-    commands_cluster.get_from_cluster(run_name, output, namespace, kubeconfig)
+    commands_cluster.get_from_cluster(run_name, output, namespace, kubeconfig, missing)
 
 
 @click.command("list")
@@ -115,13 +124,15 @@ def list_command(
     Local runs with --local or --state-dir, or when the state directory exists; else the
     cluster's (-n, -A, --kubeconfig choose it explicitly).
     """
-    here, directory = is_local(click.get_current_context().params, Path.is_dir)
+    here, directory, missing = is_local(
+        click.get_current_context().params, Path.is_dir, "no local runs"
+    )
     if here:
         runs = [r for r in local_runs.read_all(directory) if not flow or r["spec"]["flow"] == flow]
         where = f"in {directory}"
     else:
         runs, where = commands_cluster.runs_from_cluster(
-            flow, all_namespaces, namespace, kubeconfig
+            flow, all_namespaces, namespace, kubeconfig, missing
         )
     if not runs and output not in ("json", "yaml"):
         click.echo(f"No runs {where}.", err=True)
@@ -151,13 +162,15 @@ def requests(
     Where it looks: as for list. -o name prints RUN REQUEST lines (for xargs -n2 agentflows
     approve on a cluster).
     """
-    here, directory = is_local(click.get_current_context().params, Path.is_dir)
+    here, directory, missing = is_local(
+        click.get_current_context().params, Path.is_dir, "no local runs"
+    )
     if here:
         runs = [r for r in local_runs.read_all(directory) if not flow or r["spec"]["flow"] == flow]
         where = f"in {directory}"
     else:
         runs, where = commands_cluster.runs_from_cluster(
-            flow, all_namespaces, namespace, kubeconfig
+            flow, all_namespaces, namespace, kubeconfig, missing
         )
     items = views.request_items(runs)
     if not items and output not in ("json", "yaml"):

@@ -14,7 +14,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
@@ -29,6 +29,10 @@ from agentflows.cli import (
     local_runs,
     views,
 )
+
+if TYPE_CHECKING:  # imported by the commands that use them, to start quickly
+    from agentflows.api import flow as flow_api
+    from agentflows.engine import graph
 
 
 def _err(message: str) -> None:
@@ -251,7 +255,15 @@ def run(
                 "(export the provider's key, e.g. OPENAI_API_KEY, or set model.apiBase to call it)"
             )
             mock = True
-    directory = local.state_dir(state_dir)
+    snapshot = _snapshot(local.state_dir(state_dir), name, chosen, resolver, mock)
+    _err(f"run {name}: flow {chosen.metadata.name}" + (" (mock model)" if mock else ""))
+    _execute(name, snapshot, value, state_dir, quiet, output)
+
+
+def _snapshot(
+    directory: Path, name: str, chosen: flow_api.Flow, resolver: graph.StaticResolver, mock: bool
+) -> local.Snapshot:
+    """Write a new run's snapshot, the first file of a run (exit 2 when it cannot be)."""
     if local.snapshot_path(directory, name).exists():
         _usage(f"run {name} already exists in {directory}; use agentflows resume {name}")
     snapshot = local.Snapshot(
@@ -267,8 +279,7 @@ def run(
             f"cannot keep run state in {directory}: {exc.strerror or exc} "
             "(--state-dir or $AGENTFLOWS_STATE_DIR names a writable directory)"
         )
-    _err(f"run {name}: flow {chosen.metadata.name}" + (" (mock model)" if mock else ""))
-    _execute(name, snapshot, value, state_dir, quiet, output)
+    return snapshot
 
 
 @main.command()
