@@ -397,3 +397,13 @@ def test_the_shell_completes_local_run_names(tmp_path: Path) -> None:
         },
     )
     assert done.stdout.splitlines() == ["plain,research-two"], done.stderr
+
+
+def test_list_warns_about_an_unreadable_run_and_still_lists_the_others(tmp_path: Path) -> None:
+    _waiting_research(tmp_path, "r1")
+    (tmp_path / "broken.snapshot.json").write_text("{not json")
+    code, out, err = invoke("list", "--state-dir", str(tmp_path), "-o", "name")
+    assert code == 0 and out == "r1\n"
+    assert err.startswith(f"warning: cannot read run broken in {tmp_path}: ")
+    code, out, err = invoke("get", "broken", "--state-dir", str(tmp_path))
+    assert code == 2 and err.startswith(f"error: cannot read run broken in {tmp_path}: ")

@@ -60,6 +60,14 @@ def is_local(
     return here, directory, None if here else f"{missing} in {directory}"
 
 
+def _local_runs(directory: Path, flow: str | None) -> list[dict[str, Any]]:
+    """The local runs (of ``flow``), with a warning on stderr for each unreadable one."""
+    runs, problems = local_runs.read_all(directory)
+    for problem in problems:
+        click.echo(f"warning: {problem}", err=True)
+    return [r for r in runs if not flow or r["spec"]["flow"] == flow]
+
+
 def _read_local(directory: Path, name: str) -> dict[str, Any]:
     try:
         run = local_runs.read(directory, name)
@@ -128,7 +136,7 @@ def list_command(
         click.get_current_context().params, Path.is_dir, "no local runs"
     )
     if here:
-        runs = [r for r in local_runs.read_all(directory) if not flow or r["spec"]["flow"] == flow]
+        runs = _local_runs(directory, flow)
         where = f"in {directory}"
     else:
         runs, where = commands_cluster.runs_from_cluster(
@@ -166,7 +174,7 @@ def requests(
         click.get_current_context().params, Path.is_dir, "no local runs"
     )
     if here:
-        runs = [r for r in local_runs.read_all(directory) if not flow or r["spec"]["flow"] == flow]
+        runs = _local_runs(directory, flow)
         where = f"in {directory}"
     else:
         runs, where = commands_cluster.runs_from_cluster(

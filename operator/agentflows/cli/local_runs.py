@@ -53,17 +53,18 @@ def read(directory: Path, name: str) -> dict[str, Any] | None:
     return as_flowrun(name, snapshot.flow, checkpoint)
 
 
-def read_all(directory: Path) -> list[dict[str, Any]]:
-    """Every run in ``directory``, as FlowRun objects (unreadable ones are skipped)."""
-    runs = []
+def read_all(directory: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every run in ``directory`` as FlowRun objects, and why each unreadable one was skipped."""
+    runs, problems = [], []
     for name in names(directory):
         try:
             run = read(directory, name)
-        except StateError:
+        except StateError as exc:
+            problems.append(str(exc))
             continue
         if run is not None:
             runs.append(run)
-    return runs
+    return runs, problems
 
 
 def as_flowrun(name: str, flow: str, checkpoint: store.Checkpoint) -> dict[str, Any]:
