@@ -260,3 +260,47 @@ def _kubectl_row(cluster: Cluster, namespace: str, name: str) -> dict[str, str] 
         if cells[0] == name:
             return dict(zip(header.split(), cells, strict=True))
     return None
+
+
+def test_a_waiting_run_prints_decision_commands_that_work_when_pasted(
+    control_plane: Cluster, runs: FlowRuns
+) -> None:
+    runs.apply(
+        {
+            "kind": "Flow",
+            "metadata": {"name": "asks"},
+            "spec": {
+                "nodes": [
+                    {"id": "review", "approval": {"message": "Ship it?"}},
+                    {"id": "done", "transform": "=.nodes.review.json.decision"},
+                ],
+            },
+        }
+    )
+    waiting = run_cli(control_plane, runs.namespace, "start", "asks", "--wait", "-o", "name")
+    assert waiting.returncode == 3, waiting.stderr
+    name = waiting.stdout.splitlines()[0]
+    lines = waiting.stderr.splitlines()
+    assert lines[0] == f"run {name} waits for request 'review' (approval): Ship it?"
+    commands = dict(line.strip().split(":", 1) for line in lines[1:])
+    assert commands["approve"].strip() == f"agentflows approve {name} review -n {runs.namespace}"
+    assert commands["reject"].strip() == f"agentflows reject {name} review -n {runs.namespace}"
+
+    pasted = subprocess.run(
+        commands["approve"],
+        shell=True,
+        capture_output=True,
+        text=True,
+        env={
+            **os.environ,
+            "KUBECONFIG": str(control_plane.kubeconfig()),
+            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        },
+        timeout=120,
+        check=False,
+    )
+    assert pasted.returncode == 0, pasted.stderr
+    watched = run_cli(control_plane, runs.namespace, "watch", name, "--timeout", "200")
+    assert watched.returncode == 0, watched.stderr
+    assert watched.stdout.splitlines()[-1] == f"run {name} Succeeded"
+    assert runs.status(name)["output"] == "approve"

@@ -91,9 +91,20 @@ def start(
                 last = seen
             status = await cluster.resolve_outputs(api, ns, last)
             click.echo(views.render_run(views.summary(last, status), output))
+            _print_decisions(last, ns)
             return cluster.exit_code(status.get("phase"))
 
     sys.exit(cluster.run_async(go()))
+
+
+def _print_decisions(run: dict[str, Any], namespace: str) -> None:
+    """On stderr, for each pending request of a waiting run: a command per choice."""
+    from agentflows.cli import hints
+
+    name = run["metadata"]["name"]
+    for rid, request in views.pending_requests(run).items():
+        commands = hints.cluster_commands(name, rid, request, namespace)
+        click.echo(hints.describe(name, rid, request, commands), err=True)
 
 
 def get_from_cluster(
@@ -173,6 +184,7 @@ def watch(run_name: str, timeout: float, namespace: str | None, kubeconfig: str 
                     phase = (run.get("status") or {}).get("phase")
             except kube.ApiError as exc:
                 _fail(exc)
+            _print_decisions(before, ns)
             return cluster.exit_code(phase)
 
     sys.exit(cluster.run_async(go()))

@@ -1,10 +1,12 @@
-"""The commands the CLI prints when a local run waits: one complete command per choice.
+"""The commands the CLI prints when a run waits: one complete command per choice.
 
 Each command is shell-quoted (:func:`shlex.join`) so pasting it runs exactly that decision —
 never ``--decision approve|reject``, which a shell reads as a pipe into ``reject`` after
 approving. The choices of a request are the decisions its kind takes
 (``flowrun.DECISIONS``): approve and reject, ``--data`` for an input request (with an example
-made from its schema, to edit before running), ``--edits`` when a proposal can be edited.
+made from its schema, to edit before running), ``--edits`` when a proposal can be edited. A
+local run is decided with ``agentflows resume`` (:func:`commands`), a FlowRun with ``approve``,
+``reject`` or ``respond`` (:func:`cluster_commands`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,26 @@ _MAX_DEPTH = 6
 _ORDER = (Decision.APPROVE, Decision.RESPOND, Decision.EDIT, Decision.REJECT)
 
 
+def choices(request: dict[str, Any]) -> list[tuple[Decision, Any]]:
+    """The decisions to offer for a request, each with its JSON payload (data, edits or None)."""
+    kind = str(request.get("kind", ""))
+    allowed = flowrun_api.DECISIONS.get(kind, frozenset(Decision))
+    offered: list[tuple[Decision, Any]] = []
+    for decision in _ORDER:
+        if decision not in allowed:
+            continue
+        if decision == Decision.RESPOND:
+            if kind == flowrun_api.RequestKind.INPUT:
+                offered.append((decision, example(request.get("schema"))))
+        elif decision == Decision.EDIT:
+            edits = _proposed_arguments(request.get("proposal"))
+            if edits is not None:
+                offered.append((decision, edits))
+        else:
+            offered.append((decision, None))
+    return offered
+
+
 def commands(
     run: str, request_id: str, request: dict[str, Any], state_dir: str | None
 ) -> list[tuple[str, str]]:
@@ -29,25 +51,49 @@ def commands(
     base = ["agentflows", "resume", run, "--request", request_id]
     if state_dir is not None:
         base += ["--state-dir", state_dir]
-    kind = str(request.get("kind", ""))
-    allowed = flowrun_api.DECISIONS.get(kind, frozenset(Decision))
-    choices = []
-    for decision in _ORDER:
-        if decision not in allowed:
-            continue
+    lines = []
+    for decision, payload in choices(request):
         if decision == Decision.RESPOND:
-            if kind != flowrun_api.RequestKind.INPUT:
-                continue
-            data = json.dumps(example(request.get("schema")), ensure_ascii=False)
-            choices.append(("respond", shlex.join([*base, "--data", data])))
+            words = [*base, "--data", _json(payload)]
         elif decision == Decision.EDIT:
-            edits = _proposed_arguments(request.get("proposal"))
-            if edits is not None:
-                text = json.dumps(edits, ensure_ascii=False)
-                choices.append(("edit", shlex.join([*base, "--decision", "edit", "--edits", text])))
+            words = [*base, "--decision", "edit", "--edits", _json(payload)]
         else:
-            choices.append((decision.value, shlex.join([*base, "--decision", decision.value])))
-    return choices
+            words = [*base, "--decision", decision.value]
+        lines.append((decision.value, shlex.join(words)))
+    return lines
+
+
+def cluster_commands(
+    run: str, request_id: str, request: dict[str, Any], namespace: str
+) -> list[tuple[str, str]]:
+    """``(choice, command)`` for each way to decide a pending request of a FlowRun."""
+    where = [run, request_id, "-n", namespace]
+    lines = []
+    for decision, payload in choices(request):
+        if decision == Decision.RESPOND:
+            words = ["agentflows", "respond", *where, "--data", _json(payload)]
+        elif decision == Decision.EDIT:
+            words = ["agentflows", "approve", *where, "--edits", _json(payload)]
+        else:
+            words = ["agentflows", decision.value, *where]
+        lines.append((decision.value, shlex.join(words)))
+    return lines
+
+
+def describe(
+    run: str, request_id: str, request: dict[str, Any], commands: list[tuple[str, str]]
+) -> str:
+    """What a waiting run prints for one request: the question, then a command per choice."""
+    lines = [
+        f"run {run} waits for request {request_id!r} ({request.get('kind')}): "
+        f"{request.get('message', '')}"
+    ]
+    lines += [f"  {choice + ':':<9} {command}" for choice, command in commands]
+    return "\n".join(lines)
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
 
 
 def example(schema: Any, name: str = "value", depth: int = 0) -> Any:

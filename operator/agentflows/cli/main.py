@@ -162,9 +162,8 @@ def _execute(
     phase = outcome.phase.value
     if phase == "Waiting":
         for rid, request in views.pending_requests(shown).items():
-            _err(f"run {name} waits for request {rid!r} ({request['kind']}): {request['message']}")
-            for choice, command in hints.commands(name, rid, request, state_dir):
-                _err(f"  {choice + ':':<9} {command}")
+            commands = hints.commands(name, rid, request, state_dir)
+            _err(hints.describe(name, rid, request, commands))
         sys.exit(group.EXIT_WAITING)
     _err(
         f"run {name} {phase}"
