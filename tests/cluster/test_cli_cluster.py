@@ -1,4 +1,4 @@
-"""The ``agentflows`` cluster commands (start, get, watch, logs) against the running operator.
+"""The ``agentflows`` cluster commands (start, get, list, watch, logs) against the operator.
 
 Each command runs as a subprocess with the admin kubeconfig, as a user would type it; the
 operator runs as in ``test_operator.py``. ``kubectl get flowruns`` is checked for the printer
@@ -8,12 +8,14 @@ columns of the CRD.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.cluster.harness import Cluster, wait_for
 from tests.cluster.operator_fixtures import *  # noqa: F403
@@ -130,6 +132,55 @@ def test_start_with_wait_prints_the_run_name_and_the_final_json(
     missing = run_cli(control_plane, runs.namespace, "get", "no-such-run")
     assert missing.returncode == 2 and "error:" in missing.stderr
 
+    assert_every_output_format_of_a_cluster_run(control_plane, runs.namespace, name, info)
+
+
+def assert_every_output_format_of_a_cluster_run(
+    cluster: Cluster, namespace: str, name: str, info: dict[str, Any]
+) -> None:
+    """``get``/``list`` in each ``-o`` format, and run names completing in the shell."""
+    as_yaml = run_cli(cluster, namespace, "get", name, "-o", "yaml")
+    assert yaml.safe_load(as_yaml.stdout) == info
+    assert run_cli(cluster, namespace, "get", name, "-o", "name").stdout == f"{name}\n"
+    wide = run_cli(cluster, namespace, "get", name, "-o", "wide").stdout
+    assert "  attempts 1  usage " in wide and "started 20" in wide
+
+    listed = run_cli(cluster, namespace, "list")
+    assert listed.returncode == 0, listed.stderr
+    header, *rows = listed.stdout.splitlines()
+    assert header.split() == [
+        "NAME", "FLOW", "PHASE", "NODE", "ATTEMPT", "DURATION", "TRIGGER", "AGE"
+    ]  # fmt: skip
+    row = next(r.split() for r in rows if r.split()[0] == name)
+    assert row[1:3] == ["shout", "Succeeded"] and row[4] == "1" and row[6] == "manual"
+    wide_rows = run_cli(cluster, namespace, "list", "-o", "wide").stdout.splitlines()
+    assert wide_rows[0].split()[-3:] == ["REASON", "REQUESTS", "MESSAGE"]
+    assert name in run_cli(cluster, namespace, "list", "-o", "name").stdout.splitlines()
+    (listed_info,) = [
+        i
+        for i in json.loads(run_cli(cluster, namespace, "list", "-o", "json").stdout)
+        if i["name"] == name
+    ]
+    assert (listed_info["flow"], listed_info["phase"]) == ("shout", "Succeeded")
+    everywhere = run_cli(cluster, namespace, "list", "-A", "--flow", "shout").stdout
+    assert any(line.split()[:2] == [namespace, name] for line in everywhere.splitlines())
+
+    completed = subprocess.run(
+        [str(Path(sys.executable).parent / "agentflows")],
+        env={
+            **os.environ,
+            "_AGENTFLOWS_COMPLETE": "bash_complete",
+            "COMP_WORDS": f"agentflows watch -n {namespace} --kubeconfig "
+            f"{cluster.kubeconfig()} {name[:7]}",
+            "COMP_CWORD": "6",
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert f"plain,{name}" in completed.stdout.splitlines(), completed.stderr
+
 
 def test_watch_prints_node_lines_until_the_run_ends_and_logs_show_the_runner(
     control_plane: Cluster, runs: FlowRuns, tmp_path: Path
@@ -209,3 +260,47 @@ def _kubectl_row(cluster: Cluster, namespace: str, name: str) -> dict[str, str] 
         if cells[0] == name:
             return dict(zip(header.split(), cells, strict=True))
     return None
+
+
+def test_a_waiting_run_prints_decision_commands_that_work_when_pasted(
+    control_plane: Cluster, runs: FlowRuns
+) -> None:
+    runs.apply(
+        {
+            "kind": "Flow",
+            "metadata": {"name": "asks"},
+            "spec": {
+                "nodes": [
+                    {"id": "review", "approval": {"message": "Ship it?"}},
+                    {"id": "done", "transform": "=.nodes.review.json.decision"},
+                ],
+            },
+        }
+    )
+    waiting = run_cli(control_plane, runs.namespace, "start", "asks", "--wait", "-o", "name")
+    assert waiting.returncode == 3, waiting.stderr
+    name = waiting.stdout.splitlines()[0]
+    lines = waiting.stderr.splitlines()
+    assert lines[0] == f"run {name} waits for request 'review' (approval): Ship it?"
+    commands = dict(line.strip().split(":", 1) for line in lines[1:])
+    assert commands["approve"].strip() == f"agentflows approve {name} review -n {runs.namespace}"
+    assert commands["reject"].strip() == f"agentflows reject {name} review -n {runs.namespace}"
+
+    pasted = subprocess.run(
+        commands["approve"],
+        shell=True,
+        capture_output=True,
+        text=True,
+        env={
+            **os.environ,
+            "KUBECONFIG": str(control_plane.kubeconfig()),
+            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        },
+        timeout=120,
+        check=False,
+    )
+    assert pasted.returncode == 0, pasted.stderr
+    watched = run_cli(control_plane, runs.namespace, "watch", name, "--timeout", "200")
+    assert watched.returncode == 0, watched.stderr
+    assert watched.stdout.splitlines()[-1] == f"run {name} Succeeded"
+    assert runs.status(name)["output"] == "approve"

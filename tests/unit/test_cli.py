@@ -162,17 +162,18 @@ def test_resume_rejects_data_that_does_not_match_the_schema(tmp_path: Path) -> N
     assert "--data does not match the request's schema: 'general' does not match '^#'" in err
 
 
-def test_invalid_input_fails_the_run_with_the_field_named(tmp_path: Path) -> None:
-    code, out, _ = invoke(
+def test_invalid_input_is_refused_with_the_field_named_and_nothing_runs(tmp_path: Path) -> None:
+    code, out, err = invoke(
         "run",
         str(ROOT / "examples" / "hello.yaml"),
         "--state-dir",
-        str(tmp_path),
+        str(tmp_path / "runs"),
         "--input",
         "name=3",
     )
-    assert code == 1
-    assert "input.name: 3 is not of type 'string'" in json.loads(out)["message"]
+    assert code == 2 and out == ""
+    assert "error: input.name: 3 is not of type 'string'" in err
+    assert not (tmp_path / "runs").exists()
 
 
 def test_without_credentials_the_run_uses_the_mock_and_says_so(

@@ -26,7 +26,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-#: Context window assumed for a model the table does not know (DESIGN: "else 128000").
+#: Context window assumed for a model the table does not know (docs/architecture.md).
 DEFAULT_CONTEXT_WINDOW = 128_000
 #: Characters per token in the rough estimate used when no tokenizer applies.
 CHARS_PER_TOKEN = 4

@@ -72,6 +72,15 @@ class Decision(enum.StrEnum):
     RESPOND = "respond"
 
 
+#: Decisions each kind of request takes: the operator takes back any other, the CLI offers these.
+DECISIONS: dict[str, frozenset[Decision]] = {
+    RequestKind.APPROVAL: frozenset({Decision.APPROVE, Decision.REJECT, Decision.EDIT}),
+    RequestKind.INPUT: frozenset({Decision.RESPOND, Decision.REJECT}),
+    RequestKind.REVIEW: frozenset(Decision),
+    RequestKind.TOOL: frozenset(Decision),
+}
+
+
 class TriggerRef(common.ApiModel):
     """What started the run (set by triggers)."""
 

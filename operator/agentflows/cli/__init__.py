@@ -1,1 +1,1 @@
-"""The ``agentflows`` command: local runs, validation, CRDs, and (later) cluster commands."""
+"""The ``agentflows`` command: local runs, validation, CRDs, runs and requests on a cluster."""

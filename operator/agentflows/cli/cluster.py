@@ -8,16 +8,14 @@ so ``agentflows get`` always shows the whole output.
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 from agentflows.api import flowrun as flowrun_api
+from agentflows.cli import views
 from agentflows.kube import client as kube
-
-TERMINAL = {"Succeeded", "Failed", "Cancelled"}
 
 
 def run_path(namespace: str, name: str | None = None) -> str:
@@ -64,52 +62,6 @@ async def resolve_outputs(api: kube.Client, namespace: str, run: dict[str, Any])
     return status
 
 
-def summary(run: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
-    """What ``agentflows get`` prints as JSON."""
-    return {
-        "name": run["metadata"]["name"],
-        "namespace": run["metadata"].get("namespace"),
-        "flow": run["spec"]["flow"],
-        "phase": status.get("phase"),
-        "reason": status.get("reason"),
-        "message": status.get("message"),
-        "attempt": status.get("attempt"),
-        "startTime": status.get("startTime"),
-        "completionTime": status.get("completionTime"),
-        "output": status.get("output"),
-        "usage": status.get("usage"),
-        "nodes": status.get("nodes", {}),
-        "requests": status.get("requests", {}),
-    }
-
-
-def render_table(info: dict[str, Any]) -> str:
-    """A human-readable view of a run."""
-    lines = [
-        f"{info['namespace']}/{info['name']}  flow {info['flow']}  phase {info['phase']}"
-        f"  attempt {info['attempt']}",
-    ]
-    if info.get("message"):
-        lines.append(f"  {info['reason']}: {info['message']}")
-    for key, record in info["nodes"].items():
-        took = ""
-        if record.get("startedAt") and record.get("finishedAt"):
-            from agentflows.engine import run as run_mod
-
-            seconds = (
-                run_mod.parse_time(record["finishedAt"]) - run_mod.parse_time(record["startedAt"])
-            ).total_seconds()
-            took = f" {seconds:.2f}s"
-        error = f"  error: {record['error']}" if record.get("error") else ""
-        lines.append(f"  {record.get('phase', '?'):<9} {key}{took}{error}")
-    for rid, request in info["requests"].items():
-        state = request.get("decision") or "pending"
-        lines.append(f"  request {rid} ({request.get('kind')}): {request.get('message')} [{state}]")
-    if info.get("output") is not None:
-        lines.append("output: " + json.dumps(info["output"], ensure_ascii=False)[:4000])
-    return "\n".join(lines)
-
-
 async def follow(
     api: kube.Client, namespace: str, name: str, *, give_up_after: float
 ) -> AsyncIterator[dict[str, Any]]:
@@ -118,7 +70,7 @@ async def follow(
     run = await get_run(api, namespace, name)
     yield run
     while time.monotonic() < deadline:
-        if (run.get("status") or {}).get("phase") in TERMINAL | {"Waiting"}:
+        if (run.get("status") or {}).get("phase") in views.TERMINAL | {"Waiting"}:
             return
         remaining = max(1, int(deadline - time.monotonic()))
         try:
@@ -131,7 +83,7 @@ async def follow(
                 if event.get("type") in ("ADDED", "MODIFIED"):
                     run = event["object"]
                     yield run
-                    if (run.get("status") or {}).get("phase") in TERMINAL | {"Waiting"}:
+                    if (run.get("status") or {}).get("phase") in views.TERMINAL | {"Waiting"}:
                         return
                 elif event.get("type") == "ERROR":
                     break
@@ -173,7 +125,7 @@ def exit_code(phase: str | None) -> int:
         return 0
     if phase == flowrun_api.RunPhase.WAITING:
         return 3
-    if phase in TERMINAL:
+    if phase in views.TERMINAL:
         return 1
     return 4
 

@@ -1,8 +1,9 @@
-"""Click commands that work on a cluster: start, get, watch, logs, and the human requests.
+"""Click commands that work on a cluster: start, watch, logs, and deciding human requests.
 
-``requests`` lists pending requests; ``approve``, ``reject`` and ``respond`` decide one
-(``RUN [ID]``) or, for approve and reject, every pending request of a Flow's runs
-(``--all --flow NAME``), as the caller (:mod:`agentflows.cli.requests`).
+``approve``, ``reject`` and ``respond`` decide one request (``RUN [ID]``) or, for approve and
+reject, every pending request of a Flow's runs (``--all --flow NAME``), as the caller
+(:mod:`agentflows.cli.requests`); each shows only its own options. The cluster halves of
+``get``, ``list`` and ``requests`` (:mod:`agentflows.cli.commands_runs`) are here too.
 
 Registered on the ``agentflows`` group by :mod:`agentflows.cli.main`; the HTTP client and the
 kube modules are imported when a command runs, not when the CLI starts.
@@ -12,11 +13,11 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
-from agentflows.cli import local
+from agentflows.cli import completion, group, local, views
 
 namespace_option = click.option(
     "-n", "--namespace", default=None, help="Namespace (default: the kubeconfig's)."
@@ -26,19 +27,21 @@ kubeconfig_option = click.option(
 )
 
 
-def _client(kubeconfig: str | None) -> Any:
+def _client(kubeconfig: str | None, looked_locally: str | None = None) -> Any:
+    """The API client, or exit 2 saying why not (and ``looked_locally``: where else we looked)."""
     from agentflows.kube import client as kube
 
     try:
         return kube.Client.from_env(kubeconfig, retry_seconds=10)
     except (kube.ApiError, OSError, KeyError, StopIteration) as exc:
-        click.echo(f"error: cannot load a kubeconfig: {exc}", err=True)
-        sys.exit(2)
+        also = f"{looked_locally}, and " if looked_locally else ""
+        click.echo(f"error: {also}cannot load a kubeconfig: {exc}", err=True)
+        sys.exit(group.EXIT_INVALID)
 
 
-def _fail(exc: Exception) -> None:
+def _fail(exc: Exception) -> NoReturn:
     click.echo(f"error: {exc}", err=True)
-    sys.exit(2)
+    sys.exit(group.EXIT_INVALID)
 
 
 @click.command()
@@ -46,8 +49,9 @@ def _fail(exc: Exception) -> None:
 @click.option("--input", "inputs", multiple=True, metavar="KEY=VALUE", help="Input field.")
 @click.option("--input-json", help="The whole input as JSON.")
 @click.option("--name", help="Run name (default: <flow>-<random>).")
-@click.option("--wait", is_flag=True, help="Wait until the run ends or waits, and print it.")
+@click.option("--wait", is_flag=True, help="Wait until the run ends or waits, and print it (-o).")
 @click.option("--timeout", default=3600.0, help="Seconds to wait with --wait.")
+@views.output_option(default="json")
 @namespace_option
 @kubeconfig_option
 def start(
@@ -57,6 +61,7 @@ def start(
     name: str | None,
     wait: bool,
     timeout: float,
+    output: str,
     namespace: str | None,
     kubeconfig: str | None,
 ) -> None:
@@ -85,23 +90,35 @@ def start(
             async for seen in cluster.follow(api, ns, run_name, give_up_after=timeout):
                 last = seen
             status = await cluster.resolve_outputs(api, ns, last)
-            click.echo(json.dumps(cluster.summary(last, status), indent=2, ensure_ascii=False))
+            click.echo(views.render_run(views.summary(last, status), output))
+            _print_decisions(last, ns)
             return cluster.exit_code(status.get("phase"))
 
     sys.exit(cluster.run_async(go()))
 
 
-@click.command()
-@click.argument("run_name")
-@click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table")
-@namespace_option
-@kubeconfig_option
-def get(run_name: str, output: str, namespace: str | None, kubeconfig: str | None) -> None:
-    """Show a run: phase, every node, requests and outputs (offloaded ones included)."""
+def _print_decisions(run: dict[str, Any], namespace: str) -> None:
+    """On stderr, for each pending request of a waiting run: a command per choice."""
+    from agentflows.cli import hints
+
+    name = run["metadata"]["name"]
+    for rid, request in views.pending_requests(run).items():
+        commands = hints.cluster_commands(name, rid, request, namespace)
+        click.echo(hints.describe(name, rid, request, commands), err=True)
+
+
+def get_from_cluster(
+    run_name: str,
+    output: str,
+    namespace: str | None,
+    kubeconfig: str | None,
+    looked_locally: str | None,
+) -> None:
+    """``agentflows get`` of a FlowRun: its summary with offloaded outputs read back."""
     from agentflows.cli import cluster
     from agentflows.kube import client as kube
 
-    api = _client(kubeconfig)
+    api = _client(kubeconfig, looked_locally)
     ns = namespace or api.config.namespace
 
     async def go() -> None:
@@ -111,17 +128,39 @@ def get(run_name: str, output: str, namespace: str | None, kubeconfig: str | Non
                 status = await cluster.resolve_outputs(api, ns, run)
             except kube.ApiError as exc:
                 _fail(exc)
-            info = cluster.summary(run, status)
-            if output == "json":
-                click.echo(json.dumps(info, indent=2, ensure_ascii=False))
-            else:
-                click.echo(cluster.render_table(info))
+            click.echo(views.render_run(views.summary(run, status), output))
 
     cluster.run_async(go())
 
 
+def runs_from_cluster(
+    flow: str | None,
+    all_namespaces: bool,
+    namespace: str | None,
+    kubeconfig: str | None,
+    looked_locally: str | None,
+) -> tuple[list[dict[str, Any]], str]:
+    """FlowRuns of a namespace (or all), optionally of one Flow, and where they were looked for."""
+    from agentflows.cli import cluster
+    from agentflows.cli import requests as requests_mod
+    from agentflows.kube import client as kube
+
+    api = _client(kubeconfig, looked_locally)
+    ns = None if all_namespaces else (namespace or api.config.namespace)
+
+    async def go() -> list[dict[str, Any]]:
+        async with api:
+            try:
+                return await requests_mod.list_runs(api, ns, flow)
+            except kube.ApiError as exc:
+                _fail(exc)
+
+    runs: list[dict[str, Any]] = cluster.run_async(go())
+    return runs, ("in any namespace" if ns is None else f"in namespace {ns}")
+
+
 @click.command()
-@click.argument("run_name")
+@click.argument("run_name", shell_complete=completion.run_names)
 @click.option("--timeout", default=3600.0, help="Give up after this many seconds.")
 @namespace_option
 @kubeconfig_option
@@ -145,13 +184,14 @@ def watch(run_name: str, timeout: float, namespace: str | None, kubeconfig: str 
                     phase = (run.get("status") or {}).get("phase")
             except kube.ApiError as exc:
                 _fail(exc)
+            _print_decisions(before, ns)
             return cluster.exit_code(phase)
 
     sys.exit(cluster.run_async(go()))
 
 
 @click.command()
-@click.argument("run_name")
+@click.argument("run_name", shell_complete=completion.run_names)
 @click.option("--attempt", type=int, default=None, help="Attempt (default: the current one).")
 @namespace_option
 @kubeconfig_option
@@ -173,82 +213,7 @@ def logs(run_name: str, attempt: int | None, namespace: str | None, kubeconfig: 
     cluster.run_async(go())
 
 
-COMMANDS = [start, get, watch, logs]
-
-
-#: Longest message or summary shown in a cell of the ``requests`` table.
-_CELL_CHARS = 60
-
-
-def _cell(text: Any) -> str:
-    """One line of at most ``_CELL_CHARS`` characters."""
-    line = " ".join(str(text or "").split())
-    return line if len(line) <= _CELL_CHARS else line[: _CELL_CHARS - 3] + "..."
-
-
-def _request_rows(runs: list[dict[str, Any]]) -> list[tuple[str, ...]]:
-    from agentflows.cli import requests as requests_mod
-
-    rows = []
-    for run in runs:
-        for rid, request in requests_mod.pending_requests(run).items():
-            rows.append(
-                (
-                    run["metadata"]["namespace"],
-                    run["spec"]["flow"],
-                    run["metadata"]["name"],
-                    rid,
-                    str(request.get("kind", "")),
-                    _cell(request.get("message")),
-                    _cell(request.get("summary")),
-                    requests_mod.age(request.get("requestedAt")),
-                )
-            )
-    return sorted(rows)
-
-
-def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    return "\n".join(
-        "   ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip()
-        for row in [header, *rows]
-    )
-
-
-@click.command()
-@click.option("-A", "--all-namespaces", is_flag=True, help="Requests in every namespace.")
-@click.option("--flow", help="Only runs of this Flow.")
-@namespace_option
-@kubeconfig_option
-def requests(
-    all_namespaces: bool, flow: str | None, namespace: str | None, kubeconfig: str | None
-) -> None:
-    """List pending human requests: flow, run, request, kind, message, summary and age."""
-    from agentflows.cli import cluster
-    from agentflows.cli import requests as requests_mod
-    from agentflows.kube import client as kube
-
-    api = _client(kubeconfig)
-    ns = None if all_namespaces else (namespace or api.config.namespace)
-
-    async def go() -> None:
-        async with api:
-            try:
-                runs = await requests_mod.list_runs(api, ns, flow)
-            except kube.ApiError as exc:
-                _fail(exc)
-            rows = _request_rows(runs)
-            if not rows:
-                where = "any namespace" if ns is None else f"namespace {ns}"
-                click.echo(f"No pending requests in {where}.", err=True)
-                return
-            header = ("FLOW", "RUN", "REQUEST", "KIND", "MESSAGE", "SUMMARY", "AGE")
-            if ns is None:
-                click.echo(_table(("NAMESPACE", *header), rows))
-            else:
-                click.echo(_table(header, [row[1:] for row in rows]))
-
-    cluster.run_async(go())
+COMMANDS = [start, watch, logs]
 
 
 _DECIDE_HELP = {
@@ -270,9 +235,7 @@ def _json_options(edits: str | None, data: str | None) -> dict[str, Any]:
 
 
 def _pick_request(run: dict[str, Any], request_id: str | None, parsed: dict[str, Any]) -> str:
-    from agentflows.cli import requests as requests_mod
-
-    pending = requests_mod.pending_requests(run)
+    pending = views.pending_requests(run)
     names = ", ".join(pending) or "none"
     if request_id is None and len(pending) != 1:
         _fail(local.UsageError(f"{len(pending)} requests pending ({names}); name one"))
@@ -312,7 +275,7 @@ async def _decide(
             click.echo(f"{name} {rid}: " + (f"denied: {error}" if error else decision))
         failed = sum(1 for row in rows if row[2])
         click.echo(f"{len(rows) - failed} request(s) decided {decision} by {who}", err=True)
-        return 1 if failed else 0
+        return group.EXIT_INVALID if failed else 0
     run = await cluster.get_run(api, ns, target)
     rid = _pick_request(run, request_id, parsed)
     await requests_mod.decide(
@@ -330,36 +293,42 @@ async def _decide(
     return 0
 
 
+#: The options of each deciding command beyond RUN [ID], --comment, -n and --kubeconfig.
+_DECIDE_OPTIONS: dict[str, tuple[Any, ...]] = {
+    "approve": (
+        click.option("--edits", help="Replacement arguments as JSON (approve with edits)."),
+        click.option("--all", "all_runs", is_flag=True, help="Every pending request of --flow."),
+        click.option("--flow", help="With --all: the Flow whose runs to decide."),
+    ),
+    "reject": (
+        click.option("--all", "all_runs", is_flag=True, help="Every pending request of --flow."),
+        click.option("--flow", help="With --all: the Flow whose runs to decide."),
+    ),
+    "respond": (
+        click.option("--data", required=True, help="The answer as JSON (checked by the schema)."),
+    ),
+}
+
+
 def _decide_command(decision: str) -> click.Command:
-    @click.command(decision, help=_DECIDE_HELP[decision])
-    @click.argument("run_name", required=False)
-    @click.argument("request_id", required=False)
-    @click.option("--comment", help="A comment kept with the decision.")
-    @click.option("--edits", help="Replacement arguments as JSON (edit a proposed action).")
-    @click.option("--data", help="The answer as JSON (input requests).")
-    @click.option("--all", "all_runs", is_flag=True, help="Every pending request of --flow.")
-    @click.option("--flow", help="With --all: the Flow whose runs to decide.")
-    @namespace_option
-    @kubeconfig_option
     def command(
         run_name: str | None,
         request_id: str | None,
         comment: str | None,
-        edits: str | None,
-        data: str | None,
-        all_runs: bool,
-        flow: str | None,
         namespace: str | None,
         kubeconfig: str | None,
+        edits: str | None = None,
+        data: str | None = None,
+        all_runs: bool = False,
+        flow: str | None = None,
     ) -> None:
         from agentflows.cli import cluster
         from agentflows.kube import client as kube
 
         if all_runs == (run_name is not None) or (all_runs and not flow):
-            _fail(local.UsageError("give RUN [ID], or --all --flow NAME"))
+            usage = "give RUN [ID], or --all --flow NAME" if decision != "respond" else "give RUN"
+            _fail(local.UsageError(usage))
         parsed = _json_options(edits, data)
-        if decision == "respond" and ("data" not in parsed or all_runs):
-            _fail(local.UsageError("respond needs RUN ID and --data JSON (no --all)"))
         chosen = "edit" if decision == "approve" and "edits" in parsed else decision
         api = _client(kubeconfig)
 
@@ -372,15 +341,27 @@ def _decide_command(decision: str) -> click.Command:
                     )
                 except kube.ApiError as exc:
                     click.echo(f"error: {exc.message or exc}", err=True)
-                    return 1
+                    return group.EXIT_INVALID
 
         sys.exit(cluster.run_async(go()))
 
-    return command
+    for option in reversed(
+        (
+            click.argument(
+                "run_name", required=decision == "respond", shell_complete=completion.run_names
+            ),
+            click.argument("request_id", required=False),
+            click.option("--comment", help="A comment kept with the decision."),
+            *_DECIDE_OPTIONS[decision],
+            namespace_option,
+            kubeconfig_option,
+        )
+    ):
+        command = option(command)
+    return click.command(decision, help=_DECIDE_HELP[decision])(command)
 
 
 COMMANDS += [
-    requests,
     _decide_command("approve"),
     _decide_command("reject"),
     _decide_command("respond"),

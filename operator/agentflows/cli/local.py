@@ -4,6 +4,10 @@
 checkpoint store) and ``<run>.snapshot.json`` (the Flow and Agents as they were at the start,
 and whether the run used the mock model). ``agentflows resume`` reads both, so editing a file
 after a run started never changes that run — the same rule the operator applies in a cluster.
+
+A run name is a DNS-1123 label (:func:`check_run_name`), as a FlowRun's name would be on a
+cluster: it can never name a path outside the state directory, and ``<run>.snapshot.json``
+and the store's temporary files always fit in a file name.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import secrets
 from collections.abc import Mapping
 from pathlib import Path
@@ -22,6 +27,12 @@ from agentflows.api import flow as flow_api
 from agentflows.engine import capabilities, graph
 
 DEFAULT_STATE_DIR = ".agentflows/runs"
+#: Longest run name: a DNS-1123 label's 63 characters.
+MAX_RUN_NAME = 63
+_RUN_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+#: Characters a generated run name cannot hold, replaced by "-".
+_NOT_IN_NAME = re.compile(r"[^a-z0-9-]+")
+SNAPSHOT_SUFFIX = ".snapshot.json"
 
 
 class UsageError(Exception):
@@ -31,6 +42,27 @@ class UsageError(Exception):
 def state_dir(option: str | None) -> Path:
     """The directory local runs are kept in."""
     return Path(option or os.environ.get("AGENTFLOWS_STATE_DIR") or DEFAULT_STATE_DIR)
+
+
+def state_path(directory: Path, name: str) -> Path:
+    """The checkpoint file of run ``name``."""
+    return directory / f"{name}.json"
+
+
+def snapshot_path(directory: Path, name: str) -> Path:
+    """The snapshot file of run ``name`` (its presence is what makes ``name`` a run)."""
+    return directory / f"{name}{SNAPSHOT_SUFFIX}"
+
+
+def check_run_name(name: str) -> str:
+    """``name`` when it is a valid run name, else a UsageError that says what is valid."""
+    if len(name) > MAX_RUN_NAME or not _RUN_NAME.match(name):
+        shown = name if len(name) <= 80 else name[:77] + "..."
+        raise UsageError(
+            f"--name {shown!r}: a run name is at most {MAX_RUN_NAME} lower-case letters, digits "
+            "and '-', starting and ending with a letter or digit (e.g. research-1)"
+        )
+    return name
 
 
 @dataclasses.dataclass
@@ -131,8 +163,15 @@ def parse_inputs(pairs: tuple[str, ...], json_text: str | None) -> Any:
 
 
 def new_run_name(flow_name: str) -> str:
-    """A generated run name, like Kubernetes generateName."""
-    return f"{flow_name}-{secrets.token_hex(3)}"
+    """A generated run name, like Kubernetes generateName: ``<flow>-<6 hex>``, always valid.
+
+    The flow's name is made a valid label first (lower case, other characters as "-") and cut
+    so the whole name stays within :data:`MAX_RUN_NAME`.
+    """
+    suffix = secrets.token_hex(3)
+    stem = _NOT_IN_NAME.sub("-", flow_name.lower()).strip("-")
+    stem = stem[: MAX_RUN_NAME - len(suffix) - 1].rstrip("-") or "run"
+    return f"{stem}-{suffix}"
 
 
 def models_used(

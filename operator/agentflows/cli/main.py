@@ -1,11 +1,9 @@
 """Entry point of the ``agentflows`` command (click).
 
-Local commands: ``run``, ``resume``, ``validate``, ``crds``. Heavy libraries (litellm, kopf,
-kubernetes) are imported inside the commands that need them, so ``agentflows run`` on a flow
-without model nodes starts its first node quickly.
-
-Exit codes: 0 success, 1 the run failed, 2 bad input or usage (nothing was run), 3 the run is
-waiting for a human (``agentflows resume`` continues it).
+Local commands: ``validate``, ``run``, ``resume`` (and ``list``/``get``/``requests``, which show
+local runs or a cluster's, :mod:`agentflows.cli.commands_runs`). Heavy libraries (litellm,
+kopf, kubernetes) are imported inside the commands that need them, so ``agentflows run`` on a
+flow without model nodes starts its first node quickly. Exit codes: :mod:`agentflows.cli.group`.
 """
 
 from __future__ import annotations
@@ -16,19 +14,34 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
-from agentflows.cli import commands_cluster, local
+from agentflows.api import flowrun as flowrun_api
+from agentflows.cli import (
+    commands_cluster,
+    commands_runs,
+    completion,
+    group,
+    hints,
+    local,
+    local_runs,
+    views,
+)
 
-EXIT_FAILED = 1
-EXIT_INVALID = 2
-EXIT_WAITING = 3
+if TYPE_CHECKING:  # imported by the commands that use them, to start quickly
+    from agentflows.api import flow as flow_api
+    from agentflows.engine import graph
 
 
 def _err(message: str) -> None:
     click.echo(message, err=True)
+
+
+def _usage(message: str) -> NoReturn:
+    _err(f"error: {message}")
+    sys.exit(group.EXIT_INVALID)
 
 
 class _Progress:
@@ -57,13 +70,17 @@ class _Progress:
         _err(line)
 
 
-@click.group()
+@click.group(cls=group.Group, context_settings=group.CONTEXT_SETTINGS)
 @click.version_option(package_name="agentflows")
 def main() -> None:
-    """Run LLM-agent workflows: locally from files, or on Kubernetes as custom resources."""
+    """Run LLM-agent workflows: locally from files, or on Kubernetes as custom resources.
+
+    Exit codes: 0 done, 1 the run failed, 2 bad input (nothing ran), 3 waiting for a human,
+    130 interrupted (Ctrl-C), 70 an internal error.
+    """
 
 
-for _command in commands_cluster.COMMANDS:
+for _command in [*commands_cluster.COMMANDS, *commands_runs.COMMANDS]:
     main.add_command(_command)
 
 
@@ -84,7 +101,7 @@ def validate(files: tuple[Path, ...]) -> None:
         click.echo(str(problem))
     if problems:
         _err(f"{len(problems)} problem(s) found")
-        sys.exit(EXIT_INVALID)
+        sys.exit(group.EXIT_INVALID)
     click.echo(f"{len(loaded.resources)} resource(s) valid")
 
 
@@ -106,64 +123,66 @@ def _capabilities(mock: bool, resolver: Any) -> Any:
     return host.LiveCapabilities(resolver)
 
 
-def _state_json(name: str, outcome: Any, checkpoint: Any) -> dict[str, Any]:
-    return {
-        "name": name,
-        "phase": outcome.phase.value,
-        "reason": outcome.reason,
-        "message": outcome.message,
-        "output": outcome.output,
-        "usage": outcome.usage.to_wire(),
-        "nodes": {k: v.to_wire() for k, v in checkpoint.nodes.items()},
-        "requests": {k: v.to_wire() for k, v in checkpoint.requests.items()},
-    }
+def _resume_command(name: str, state_dir: str | None) -> str:
+    import shlex
+
+    words = ["agentflows", "resume", name]
+    return shlex.join([*words, "--state-dir", state_dir] if state_dir is not None else words)
 
 
 def _execute(
     name: str,
     snapshot: local.Snapshot,
     input_value: Any,
-    directory: Path,
+    state_dir: str | None,
     quiet: bool,
-    trigger: Any = None,
-) -> None:
+    output: str,
+) -> NoReturn:
+    """Run (or resume) a local run to its end or next pause, print it, exit with its code."""
     from agentflows.engine import graph, run, store
 
+    directory = local.state_dir(state_dir)
     resolver = snapshot.resolver()
     spec = resolver.flow(snapshot.flow)
     assert spec is not None
     compiled = graph.compile_flow(spec, resolver)
-    file_store = store.FileStore(directory / f"{name}.json")
-    outcome = asyncio.run(
-        run.run_flow(
-            compiled,
-            run_name=name,
-            input_value=input_value,
-            store_=file_store,
-            caps=_capabilities(snapshot.mock, resolver),
-            resolver=resolver,
-            trigger=trigger,
-            observer=_Progress(quiet),
+    try:
+        outcome = asyncio.run(
+            run.run_flow(
+                compiled,
+                run_name=name,
+                input_value=input_value,
+                store_=store.FileStore(local.state_path(directory, name)),
+                caps=_capabilities(snapshot.mock, resolver),
+                resolver=resolver,
+                observer=_Progress(quiet),
+            )
         )
-    )
-    click.echo(
-        json.dumps(_state_json(name, outcome, file_store.read()), indent=2, ensure_ascii=False)
-    )
+    except KeyboardInterrupt:
+        local_runs.save_interrupted(directory, name)
+        _show(directory, name, output)
+        _err(f"run {name} interrupted; continue it with: {_resume_command(name, state_dir)}")
+        sys.exit(group.EXIT_INTERRUPTED)
+    shown = _show(directory, name, output)
     phase = outcome.phase.value
     if phase == "Waiting":
-        pending = [rid for rid, r in file_store.read().requests.items() if r.decision is None]
-        for rid in pending:
-            _err(
-                f"run {name} waits for request {rid!r}: "
-                f"agentflows resume {name} --request {rid} --decision approve|reject"
-            )
-        sys.exit(EXIT_WAITING)
+        for rid, request in views.pending_requests(shown).items():
+            commands = hints.commands(name, rid, request, state_dir)
+            _err(hints.describe(name, rid, request, commands))
+        sys.exit(group.EXIT_WAITING)
     _err(
         f"run {name} {phase}"
         + (f": {outcome.message}" if outcome.message and phase != "Succeeded" else "")
     )
-    if phase != "Succeeded":
-        sys.exit(EXIT_FAILED)
+    sys.exit(0 if phase == "Succeeded" else group.EXIT_FAILED)
+
+
+def _show(directory: Path, name: str, output: str) -> dict[str, Any]:
+    """Print the run as ``get`` would; return its FlowRun object."""
+    shown = local_runs.read(directory, name)
+    assert shown is not None, "the run's snapshot was written before it started"
+    click.echo(views.render_run(views.summary(shown), output))
+    return shown
 
 
 @main.command()
@@ -180,11 +199,14 @@ def _execute(
 @click.option(
     "--dry-run", is_flag=True, help="Use the deterministic mock model and tools; call nothing."
 )
-@click.option("--name", "run_name", help="Run name (default: <flow>-<random>).")
+@click.option(
+    "--name", "run_name", help="Run name: a DNS-1123 label (default: <flow>-<6 hex digits>)."
+)
 @click.option(
     "--state-dir",
     help="Where run state is kept (default: $AGENTFLOWS_STATE_DIR or .agentflows/runs).",
 )
+@views.output_option(default="json")
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
 def run(
     files: tuple[Path, ...],
@@ -194,28 +216,39 @@ def run(
     dry_run: bool,
     run_name: str | None,
     state_dir: str | None,
+    output: str,
     quiet: bool,
 ) -> None:
-    """Run a flow from FILES on this machine and print the final run state as JSON.
+    """Run a flow from FILES on this machine and print the final run state (JSON by default).
 
     Without --dry-run, models with a key (OPENAI_API_KEY, ... or an Agent's apiKey secret
     exported as AGENTFLOWS_SECRET_<NAME>_<KEY>) or an apiBase are called for real; when a
-    model has neither, the whole run uses the embedded mock model and says so.
+    model has neither, the whole run uses the embedded mock model and says so. Ctrl-C saves
+    the run; agentflows resume RUN continues it.
     """
     from agentflows.api import documents
+    from agentflows.engine import run as run_mod
 
     loaded = documents.load_paths(files)
     problems = local.validate_loaded(loaded)
     if problems:
         for problem in problems:
             click.echo(str(problem), err=True)
-        sys.exit(EXIT_INVALID)
+        sys.exit(group.EXIT_INVALID)
     try:
         chosen = local.pick_flow(loaded, flow_name)
         value = local.parse_inputs(inputs, input_json)
+        name = local.check_run_name(run_name or local.new_run_name(chosen.metadata.name or ""))
     except local.UsageError as exc:
-        _err(f"error: {exc}")
-        sys.exit(EXIT_INVALID)
+        _usage(str(exc))
+    bad_input = run_mod.input_problems(chosen.spec.input, value)
+    if bad_input:
+        for line in bad_input:
+            _err(f"error: {line}")
+        _usage(
+            f"the input does not match Flow {chosen.metadata.name}'s spec.input "
+            "(give fields with --input KEY=VALUE, or all of it with --input-json JSON)"
+        )
     resolver = local.resolver_of(loaded)
     mock = dry_run
     if not dry_run:
@@ -226,27 +259,38 @@ def run(
                 "(export the provider's key, e.g. OPENAI_API_KEY, or set model.apiBase to call it)"
             )
             mock = True
-    name = run_name or local.new_run_name(chosen.metadata.name or "flow")
-    directory = local.state_dir(state_dir)
-    if (directory / f"{name}.json").exists():
-        _err(f"error: run {name} already exists in {directory}; use agentflows resume {name}")
-        sys.exit(EXIT_INVALID)
+    snapshot = _snapshot(local.state_dir(state_dir), name, chosen, resolver, mock)
+    _err(f"run {name}: flow {chosen.metadata.name}" + (" (mock model)" if mock else ""))
+    _execute(name, snapshot, value, state_dir, quiet, output)
+
+
+def _snapshot(
+    directory: Path, name: str, chosen: flow_api.Flow, resolver: graph.StaticResolver, mock: bool
+) -> local.Snapshot:
+    """Write a new run's snapshot, the first file of a run (exit 2 when it cannot be)."""
+    if local.snapshot_path(directory, name).exists():
+        _usage(f"run {name} already exists in {directory}; use agentflows resume {name}")
     snapshot = local.Snapshot(
         flow=chosen.metadata.name or "",
         flows={n: s.to_wire() for n, s in resolver.flows.items()},
         agents={n: s.to_wire() for n, s in resolver.agents.items()},
         mock=mock,
     )
-    snapshot.save(directory / f"{name}.snapshot.json")
-    _err(f"run {name}: flow {chosen.metadata.name}" + (" (mock model)" if mock else ""))
-    _execute(name, snapshot, value, directory, quiet)
+    try:
+        snapshot.save(local.snapshot_path(directory, name))
+    except OSError as exc:
+        _usage(
+            f"cannot keep run state in {directory}: {exc.strerror or exc} "
+            "(--state-dir or $AGENTFLOWS_STATE_DIR names a writable directory)"
+        )
+    return snapshot
 
 
 @main.command()
-@click.argument("run_name")
+@click.argument("run_name", shell_complete=completion.run_names)
 @click.option(
     "--decision",
-    type=click.Choice(["approve", "reject", "edit", "respond"]),
+    type=click.Choice([d.value for d in flowrun_api.Decision]),
     help="The decision (default: respond with --data, edit with --edits).",
 )
 @click.option("--request", "request_id", help="Request to decide when several are pending.")
@@ -257,6 +301,7 @@ def run(
     "--by", "decided_by", default=lambda: os.environ.get("USER", "local"), help="Who decides."
 )
 @click.option("--state-dir", help="Where run state is kept.")
+@views.output_option(default="json")
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
 def resume(
     run_name: str,
@@ -267,33 +312,40 @@ def resume(
     comment: str | None,
     decided_by: str,
     state_dir: str | None,
+    output: str,
     quiet: bool,
 ) -> None:
-    """Decide a pending request of a local run and continue it from its saved state."""
+    """Continue a local run from its saved state, deciding a pending request if one is given.
+
+    A run that waits needs a decision; a run stopped by Ctrl-C (or a killed process) goes on
+    from where it stopped, without running its finished nodes again.
+    """
     from agentflows.engine import run as run_mod
     from agentflows.engine import store
 
     directory = local.state_dir(state_dir)
-    snapshot_path = directory / f"{run_name}.snapshot.json"
-    if not snapshot_path.exists():
-        _err(f"error: no local run {run_name} in {directory}")
-        sys.exit(EXIT_INVALID)
-    snapshot = local.Snapshot.load(snapshot_path)
-    file_store = store.FileStore(directory / f"{run_name}.json")
-    checkpoint = file_store.read()
+    snapshot_file = local.snapshot_path(directory, run_name)
+    if not snapshot_file.is_file():
+        _usage(f"no local run {run_name} in {directory}")
+    try:
+        snapshot = local.Snapshot.load(snapshot_file)
+        file_store = store.FileStore(local.state_path(directory, run_name))
+        checkpoint = file_store.read()
+    except (OSError, ValueError, TypeError) as exc:
+        _usage(f"cannot read run {run_name} in {directory}: {exc}")
     pending = {rid: r for rid, r in checkpoint.requests.items() if r.decision is None}
     try:
         fields = _decision_fields(pending, request_id, decision, edits, data, comment, decided_by)
     except local.UsageError as exc:
-        _err(f"error: {exc}")
-        sys.exit(EXIT_INVALID)
+        _usage(str(exc))
     if fields is not None:
         rid, values = fields
         values["decided_at"] = run_mod.timestamp()
         asyncio.run(file_store.decide(rid, **values))
         _err(f"request {rid}: {values['decision']} by {decided_by}")
     run_record = checkpoint.run
-    _execute(run_name, snapshot, run_record.input if run_record else None, directory, quiet)
+    input_value = run_record.input if run_record else None
+    _execute(run_name, snapshot, input_value, state_dir, quiet, output)
 
 
 def _decision_fields(
@@ -331,14 +383,18 @@ def _decision_fields(
     request = pending[request_id]
     if decision is None:
         decision = "respond" if data is not None else "edit"
+    allowed = flowrun_api.DECISIONS.get(request.kind.value, frozenset())
+    if decision not in allowed:
+        raise local.UsageError(
+            f"--decision {decision} is not valid for request {request_id!r} of kind "
+            f"{request.kind.value} (valid: {', '.join(sorted(allowed))})"
+        )
     if data is not None and request.schema_ is not None:
         errors = list(jsonschema.Draft202012Validator(request.schema_).iter_errors(values["data"]))
         if errors:
             raise local.UsageError(
                 f"--data does not match the request's schema: {errors[0].message}"
             )
-    if request.kind.value == "input" and decision == "approve":
-        raise local.UsageError("an input request needs --data (or --decision reject)")
     values["decision"] = decision
     return request_id, values
 
@@ -397,7 +453,7 @@ def trigger_command(flow_ref: str, trigger_name: str, kubeconfig: str | None) ->
         name = asyncio.run(schedule.run_trigger_command(flow_ref, trigger_name, kubeconfig))
     except trigger_common.TriggerError as exc:
         _err(f"error: {exc}")
-        sys.exit(EXIT_FAILED)
+        sys.exit(group.EXIT_INVALID)
     click.echo(name)
 
 

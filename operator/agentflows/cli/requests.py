@@ -12,6 +12,7 @@ import asyncio
 import datetime as dt
 from typing import Any
 
+from agentflows.cli import views
 from agentflows.kube import client as kube
 from agentflows.kube import status_store
 
@@ -33,28 +34,6 @@ def _pointer(part: str) -> str:
 def now() -> str:
     """RFC 3339 UTC time, as Kubernetes writes it."""
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def pending_requests(run: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Requests of a run that wait for a decision (not decided, not expired, node waiting)."""
-    status = run.get("status") or {}
-    if status.get("phase") in ("Succeeded", "Failed", "Cancelled"):
-        return {}
-    nodes = status.get("nodes") or {}
-    found = {}
-    for rid, request in (status.get("requests") or {}).items():
-        if request.get("decision"):
-            continue
-        expires = request.get("expiresAt")
-        if expires and dt.datetime.fromisoformat(expires.replace("Z", "+00:00")) <= dt.datetime.now(
-            dt.UTC
-        ):
-            continue
-        node = nodes.get(request.get("node", ""), {})
-        if node and node.get("phase") not in ("Waiting", "Running"):
-            continue
-        found[rid] = request
-    return found
 
 
 async def decide(
@@ -96,19 +75,6 @@ async def list_runs(
     return [r for r in items if not flow or (r.get("spec") or {}).get("flow") == flow]
 
 
-def age(timestamp: str | None) -> str:
-    """Short age of a timestamp: 45s, 12m, 3h, 2d."""
-    if not timestamp:
-        return "?"
-    seconds = (
-        dt.datetime.now(dt.UTC) - dt.datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
-    ).total_seconds()
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{int(seconds // size)}{unit}"
-    return f"{int(seconds)}s"
-
-
 async def decide_all(
     api: kube.Client,
     runs: list[dict[str, Any]],
@@ -139,5 +105,5 @@ async def decide_all(
             except kube.ApiError as exc:
                 rows.append((name, rid, exc.message or str(exc)))
 
-    await asyncio.gather(*(one(r, rid) for r in runs for rid in pending_requests(r)))
+    await asyncio.gather(*(one(r, rid) for r in runs for rid in views.pending_requests(r)))
     return sorted(rows)

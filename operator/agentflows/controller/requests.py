@@ -5,7 +5,7 @@ requests. The runner writes a request's question and exits; a human (or ``agentf
 writes the decision fields; the admission policy (``config/policies/request-decisions.yaml``)
 has already checked *who* decided. This module checks *what* was decided:
 
-- a decision must be one the request's kind takes (:data:`ALLOWED`), ``edit`` needs ``edits``,
+- a decision must be one the request's kind takes (``DECISIONS``), ``edit`` needs ``edits``,
   ``respond`` needs ``data``, and an input request's ``data`` must match its JSON Schema;
 - a decision that fails is taken back: the operator (exempt from the policy) removes the
   decision fields with one JSON patch guarded by a ``test`` of the decision, writes ``error`` on
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import jsonschema
 
 from agentflows.api import schemas
-from agentflows.api.flowrun import Decision, RequestKind
+from agentflows.api.flowrun import DECISIONS, Decision, RequestKind
 from agentflows.controller import conditions, context, events
 from agentflows.kube import status_store
 
@@ -39,13 +39,6 @@ ANNOTATION = "agentflows.io/requests"
 CREATED = "created"
 DECIDED = "decided"
 
-#: Decisions each kind of request takes.
-ALLOWED: dict[str, frozenset[str]] = {
-    RequestKind.APPROVAL: frozenset({Decision.APPROVE, Decision.REJECT, Decision.EDIT}),
-    RequestKind.INPUT: frozenset({Decision.RESPOND, Decision.REJECT}),
-    RequestKind.REVIEW: frozenset(Decision),
-    RequestKind.TOOL: frozenset(Decision),
-}
 #: Kinds whose expiry the engine applies on the next attempt (approval and input nodes).
 EXPIRING_KINDS = frozenset({RequestKind.APPROVAL, RequestKind.INPUT})
 #: The fields a human writes; all of them are removed when a decision is taken back.
@@ -154,7 +147,7 @@ async def problem(
     """Why the request's decision cannot be accepted, or None when it can."""
     decision = request.get("decision")
     kind = str(request.get("kind", ""))
-    allowed = ALLOWED.get(kind, frozenset(Decision))
+    allowed = DECISIONS.get(kind, frozenset(Decision))
     if decision not in allowed:
         valid = ", ".join(sorted(allowed))
         article = "an" if kind[:1] in ("a", "i") else "a"

@@ -18,7 +18,7 @@ from agentflows.api import common
 from agentflows.api import flow as flow_api
 from agentflows.api import flowrun as flowrun_api
 
-#: Sub-flow and sub-agent nesting deeper than this fails (DESIGN.md section 2).
+#: Sub-flow and sub-agent nesting deeper than this fails (docs/architecture.md, invariants).
 MAX_DEPTH = 5
 
 

@@ -325,7 +325,8 @@ class _Execution:
         return {s: (outputs[s] or {}).get("json") for s in sinks}
 
 
-def _input_problems(schema: Any, value: Any) -> list[str]:
+def input_problems(schema: Any, value: Any) -> list[str]:
+    """Why ``value`` does not match the Flow's input ``schema``, one ``input.<path>: ...`` each."""
     if schema is None:
         return []
     validator = schemas.validator(schema)
@@ -336,7 +337,8 @@ def _input_problems(schema: Any, value: Any) -> list[str]:
     return problems
 
 
-def _total_usage(checkpoint: store.Checkpoint) -> common.Usage:
+def total_usage(checkpoint: store.Checkpoint) -> common.Usage:
+    """Usage of every node recorded in the checkpoint."""
     total = common.Usage()
     for record in checkpoint.nodes.values():
         if record.usage is not None:
@@ -364,7 +366,7 @@ async def run_flow(
     if checkpoint.outcome is not None and checkpoint.outcome.phase.terminal:
         return checkpoint.outcome
     run = Run(run_name, compiled.spec, store_, caps, resolver, checkpoint, observer)
-    run.usage = _total_usage(checkpoint)
+    run.usage = total_usage(checkpoint)
     run.executions = sum(r.attempts for r in checkpoint.nodes.values())
     if checkpoint.run is None:
         checkpoint.run = store.RunRecord(run_name, input_value, trigger, timestamp())
@@ -379,7 +381,7 @@ async def run_flow(
 async def _run_with_limits(
     run: Run, compiled: graph.CompiledFlow, value: Any, started: dt.datetime
 ) -> store.Outcome:
-    problems = _input_problems(compiled.spec.input, value)
+    problems = input_problems(compiled.spec.input, value)
     if problems:
         return store.Outcome(
             flowrun_api.RunPhase.FAILED,

@@ -1,0 +1,82 @@
+"""The ``agentflows`` click group: help in sections, ``-h``, and the exit codes of the CLI.
+
+Exit codes, for every command (a script can tell them apart):
+
+- 0 success; 1 the run failed (Failed or Cancelled) — nothing else exits 1;
+- 2 bad input or usage: nothing was run (click's own usage errors are 2 as well);
+- 3 the run waits for a human; 4 ``watch``/``start --wait`` gave up while the run goes on;
+- 130 interrupted by Ctrl-C (a local run is saved and ``agentflows resume`` continues it);
+- 70 an internal error: a bug, reported in one line (the traceback with ``AGENTFLOWS_DEBUG=1``).
+
+click turns Ctrl-C into "Aborted!" and exit 1, and Python exits 1 on an uncaught exception:
+both would read as a failed run, so :class:`Group` maps them to 130 and 70.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from typing import Any
+
+import click
+
+EXIT_FAILED = 1
+EXIT_INVALID = 2
+EXIT_WAITING = 3
+EXIT_INTERNAL = 70
+EXIT_INTERRUPTED = 130
+
+#: Help sections: title -> command names, in the order shown.
+SECTIONS: dict[str, tuple[str, ...]] = {
+    "Run flows on this machine": ("validate", "run", "resume"),
+    "Runs and human requests (local, or on a cluster)": ("list", "get", "requests"),
+    "On a cluster": ("start", "watch", "logs", "approve", "reject", "respond", "crds"),
+    "Internal (run by the operator's pods, CronJobs and Deployments)": (
+        "operator",
+        "runner",
+        "trigger",
+        "webhook",
+    ),
+}
+
+CONTEXT_SETTINGS: dict[str, Any] = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+class Group(click.Group):
+    """A click group that lists its commands in :data:`SECTIONS` and owns the exit codes."""
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """Write the commands section by section (any command not placed: under Other)."""
+        placed = {name for names in SECTIONS.values() for name in names}
+        sections = [*SECTIONS.items(), ("Other", tuple(sorted(set(self.commands) - placed)))]
+        shown = {n: c for n, c in self.commands.items() if not c.hidden}
+        width = max(len(name) for name in shown)  # one column width across the sections
+        for title, names in sections:
+            rows = [
+                (name.ljust(width), shown[name].get_short_help_str(formatter.width - width - 6))
+                for name in names
+                if name in shown
+            ]
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the command; Ctrl-C exits 130 and an unexpected exception 70, never 1."""
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            sys.exit(EXIT_INTERRUPTED)
+        except Exception as exc:
+            if os.environ.get("AGENTFLOWS_DEBUG"):
+                traceback.print_exc()
+            click.echo(
+                f"internal error: {type(exc).__name__}: {exc} (a bug in agentflows; "
+                "AGENTFLOWS_DEBUG=1 shows the traceback)",
+                err=True,
+            )
+            sys.exit(EXIT_INTERNAL)
