@@ -37,7 +37,7 @@ import pydantic
 
 from agentflows.api import documents
 from agentflows.api import flowrun as flowrun_api
-from agentflows.engine import graph, store
+from agentflows.engine import clock, graph, state, store
 from agentflows.engine import run as run_mod
 from agentflows.kube import client as kube_client
 from agentflows.kube import snapshot as snapshot_mod
@@ -75,7 +75,7 @@ class Progress:
         self._started: dict[str, float] = {}
         self._pending: dict[str, asyncio.Task[None]] = {}
 
-    def __call__(self, event: run_mod.RunEvent) -> None:
+    def __call__(self, event: state.RunEvent) -> None:
         """Take one engine event (the engine calls observers synchronously)."""
         if event.kind == "started":
             self._started[event.key] = time.monotonic()
@@ -96,7 +96,7 @@ class Progress:
 
     def line(self, text: str) -> None:
         """Print one progress line."""
-        print(f"{run_mod.timestamp()} {text}", file=self.out, flush=True)
+        print(f"{clock.timestamp()} {text}", file=self.out, flush=True)
 
     async def _report(self, key: str) -> None:
         try:
@@ -120,10 +120,10 @@ async def _fail(checkpoints: status_store.StatusStore, reason: str, message: str
         flowrun_api.RunPhase.FAILED,
         reason=reason,
         message=message,
-        completed_at=run_mod.timestamp(),
+        completed_at=clock.timestamp(),
     )
     await checkpoints.save_outcome(outcome)
-    print(f"{run_mod.timestamp()} run Failed ({reason}): {message}", flush=True)
+    print(f"{clock.timestamp()} run Failed ({reason}): {message}", flush=True)
     return EXIT_FAILED
 
 
@@ -149,7 +149,7 @@ async def run_attempt(client: kube_client.Client, namespace: str, name: str) -> 
     flowrun = await checkpoints.flowrun()
     spec = flowrun.get("spec") or {}
     attempt = (flowrun.get("status") or {}).get("attempt", 0)
-    print(f"{run_mod.timestamp()} run {namespace}/{name} attempt {attempt}", flush=True)
+    print(f"{clock.timestamp()} run {namespace}/{name} attempt {attempt}", flush=True)
     try:
         snap = await snapshot_mod.read_snapshot(client, namespace, name)
     except snapshot_mod.SnapshotError as exc:
@@ -203,7 +203,7 @@ async def _main(namespace: str, name: str) -> int:
         except asyncio.CancelledError:
             if not terminated:
                 raise
-            print(f"{run_mod.timestamp()} run stopped by SIGTERM", flush=True)
+            print(f"{clock.timestamp()} run stopped by SIGTERM", flush=True)
             return EXIT_TERMINATED
         except (kube_client.ApiError, status_store.OffloadError) as exc:
             log.error("attempt lost: %s", exc)
