@@ -35,6 +35,7 @@ from typing import Any
 
 from agentflows.agents import secrets, tools
 from agentflows.api import agent as agent_api
+from agentflows.api import flow as flow_api
 from agentflows.engine import capabilities
 
 #: Longest function name the OpenAI API accepts.
@@ -120,7 +121,9 @@ class McpToolProvider:
         try:
             listed = await self._connection.open(self._connect_timeout)
         except McpUnavailable as exc:
-            raise capabilities.CapabilityError(str(exc), retryable=True) from None
+            raise capabilities.CapabilityError(
+                str(exc), retryable=True, source=flow_api.RetryOn.TOOL
+            ) from None
         defs = []
         for entry in listed:
             if not selected(self._spec, entry.name):

@@ -58,6 +58,8 @@ class ToolOutcome:
     error: str | None = None
     #: Model usage spent by the tool itself (a sub-agent's turn), added to the node's.
     usage: common.Usage | None = None
+    #: The failure is temporary (a timeout, a 5xx): calling again later may succeed.
+    retryable: bool = False
 
     @classmethod
     def success(cls, value: Any) -> ToolOutcome:
@@ -65,9 +67,9 @@ class ToolOutcome:
         return cls("success", value=value)
 
     @classmethod
-    def failure(cls, error: str, *, timeout: bool = False) -> ToolOutcome:
-        """Return a failed outcome; the model sees ``error``."""
-        return cls("timeout" if timeout else "error", error=error)
+    def failure(cls, error: str, *, timeout: bool = False, retryable: bool = False) -> ToolOutcome:
+        """Return a failed outcome; the model sees ``error``. A timeout is always retryable."""
+        return cls("timeout" if timeout else "error", error=error, retryable=retryable or timeout)
 
     def content(self) -> str:
         """Return the tool message content sent to the model (bounded)."""
