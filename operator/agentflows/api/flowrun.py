@@ -50,6 +50,16 @@ class RunReason(enum.StrEnum):
     PENDING = "Pending"
     #: Held back by the Flow's concurrency policy (Queue).
     QUEUED = "Queued"
+    #: A runner attempt is starting (its pod is being created).
+    ATTEMPT_STARTED = "AttemptStarted"
+    #: The runner pod is created and not yet running.
+    POD_PENDING = "PodPending"
+    #: The runner pod could not be created; the operator tries again.
+    POD_CREATE_FAILED = "PodCreateFailed"
+    #: A runner executes nodes.
+    RUNNING = "Running"
+    #: A runner pod ended without a result; another attempt follows after a backoff.
+    ATTEMPT_LOST = "AttemptLost"
     #: Every node finished; the output is set.
     SUCCEEDED = "Succeeded"
     #: Paused on human requests.
@@ -84,6 +94,8 @@ class RunReason(enum.StrEnum):
     RETRIES_EXHAUSTED = "RetriesExhausted"
     #: The runner ended without saying how.
     RUN_FAILED = "RunFailed"
+    #: spec.cancel was set.
+    CANCELLED = "Cancelled"
     #: Cancelled by the Flow's Forbid concurrency policy.
     CONCURRENCY_FORBID = "ConcurrencyForbid"
 

@@ -38,7 +38,7 @@ from typing import Any
 
 from agentflows.api import common
 from agentflows.api import flowrun as flowrun_api
-from agentflows.engine import clock, store
+from agentflows.engine import clock, errors, store
 from agentflows.kube import client as kube_client
 
 #: Largest part of an offloaded value, in bytes of UTF-8 (a ConfigMap holds at most 1 MiB).
@@ -69,8 +69,8 @@ _QUESTION_FIELDS = (
 _FREE_FORM_QUESTION_FIELDS = ("schema_", "proposal")
 
 
-class OffloadError(Exception):
-    """An offload reference is malformed or its ConfigMaps are gone (permanent)."""
+class OffloadError(errors.PermanentError):
+    """An offload reference is malformed or its ConfigMaps are gone: no retry brings it back."""
 
 
 def _pointer(*parts: str) -> str:
