@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import json
+import re
 from typing import Any
 
 from agentflows.api import agent as agent_api
@@ -24,6 +26,7 @@ Phase = flowrun_api.NodePhase
 Reason = flowrun_api.RunReason
 #: Who "decides" an expired request, recorded in decidedBy.
 TIMEOUT_DECIDER = "agentflows:timeout"
+_ITEMS_WORD = re.compile(r"\bitems\b")
 
 
 async def dispatch(
@@ -344,13 +347,16 @@ async def _map(
     kind = next(k for k in ("agent", "tool", "flow") if getattr(spec, k) is not None)
     pending = iter(todo)
     paused = False
+    # jq parses its whole input on every evaluation: handing each item the whole list would
+    # make a long map quadratic, so the list is only there when the body can read it
+    whole = {"items": items} if _reads_items(spec) else {}
 
     async def worker() -> None:
         nonlocal paused
         for index in pending:
 
             async def body(previous: flowrun_api.NodeStatus | None, index: int = index) -> Any:
-                item_scope = frame.scope.scope(item=items[index], items=items)
+                item_scope = frame.scope.scope(item=items[index], **whole)
                 return await _map_body(frame, node, spec, keys[index], item_scope, previous)
 
             try:
@@ -366,6 +372,12 @@ async def _map(
     output = envelope.from_value([(r or {}).get("json") for r in results])
     output["items"] = results
     return capabilities.NodeResult(output)
+
+
+def _reads_items(spec: flow_api.MapNode) -> bool:
+    """Whether the map's body may read ``.items`` (its text names ``items`` anywhere)."""
+    body = spec.model_dump(exclude={"items", "concurrency", "max_items"}, exclude_none=True)
+    return _ITEMS_WORD.search(json.dumps(body)) is not None
 
 
 def _phase(run: state.Run, key: str) -> Phase | None:

@@ -255,7 +255,8 @@ class FileStore:
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.")
         try:
             with os.fdopen(fd, "w", encoding="ascii") as handle:
-                json.dump(checkpoint.to_json(), handle, indent=1)
+                # dumps, not dump(indent=...): only the one-shot encoder is the C one
+                handle.write(json.dumps(checkpoint.to_json(), separators=(",", ":")))
             os.replace(tmp, self.path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)

@@ -66,3 +66,19 @@ async def test_a_map_over_thousands_of_items_runs_on_the_file_store(tmp_path: Pa
     assert outcome.phase == RunPhase.SUCCEEDED and len(outcome.output) == 2_000
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.json"]
     assert len(store.FileStore(tmp_path / "run.json").read().nodes) == 2_001
+
+
+async def test_a_map_body_that_reads_items_sees_the_whole_list() -> None:
+    spec = flow_spec("""
+nodes:
+  - id: fan
+    map:
+      items: '=["a", "b", "c"]'
+      tool: {python: {script: x}, args: {item: "=.item", of: "=.items | length"}}
+""")
+    outcome = await run_once(spec, store.MemoryStore(), CountingHost())
+    assert [o["args"] for o in outcome.output] == [
+        {"item": "a", "of": 3},
+        {"item": "b", "of": 3},
+        {"item": "c", "of": 3},
+    ]
