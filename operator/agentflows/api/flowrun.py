@@ -15,8 +15,8 @@ from pydantic import Field, StringConstraints
 from agentflows.api import common
 
 #: A node record keeps the errors of this many earlier attempts, each cut to this length.
-MAX_ATTEMPT_ERRORS = 10
-MAX_ATTEMPT_ERROR_CHARS = 2048
+MAX_ATTEMPT_ERRORS = 5
+MAX_ATTEMPT_ERROR_CHARS = 512
 
 
 class RunPhase(enum.StrEnum):

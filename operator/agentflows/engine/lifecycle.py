@@ -51,7 +51,7 @@ async def execute(
     record = flowrun_api.NodeStatus(
         phase=Phase.RUNNING,
         started_at=previous.started_at if previous and previous.started_at else run.timestamp(),
-        attempts=previous.attempts if previous else 0,
+        attempts=(previous.attempts if previous else 0) + 1,
         attempt_errors=previous.attempt_errors if previous else [],
         usage=carried if _has_usage(carried) else None,
         detail=previous.detail if previous else None,
@@ -60,7 +60,8 @@ async def execute(
     while True:
         tries += 1
         run.count_execution()
-        record = record.model_copy(update={"attempts": record.attempts + 1})
+        if tries > 1:
+            record = record.model_copy(update={"attempts": record.attempts + 1})
         if kind not in _CHEAP_KINDS:
             await run.save_node(key, record)
         run.emit("started" if tries == 1 else "retrying", key, kind, record)

@@ -21,9 +21,15 @@ class FlakyHost:
     """Fails the first ``failures`` calls of each node key with the given error, then succeeds."""
 
     def __init__(
-        self, failures: int, *, retryable: bool = True, source: flow_api.RetryOn = Model
+        self,
+        failures: int,
+        *,
+        retryable: bool = True,
+        source: flow_api.RetryOn = Model,
+        message: str = "HTTP 503 try {n}",
     ) -> None:
         self.failures = failures
+        self.message = message
         self.retryable = retryable
         self.source = source
         self.calls: dict[str, int] = {}
@@ -32,7 +38,7 @@ class FlakyHost:
         n = self.calls[ctx.node_key] = self.calls.get(ctx.node_key, 0) + 1
         if n <= self.failures:
             raise capabilities.CapabilityError(
-                f"HTTP 503 try {n}", retryable=self.retryable, source=self.source
+                self.message.format(n=n), retryable=self.retryable, source=self.source
             )
         return capabilities.NodeResult(
             envelope.from_value(f"ok after {n}"), usage=common.Usage(prompt_tokens=1)
@@ -148,19 +154,19 @@ async def test_the_observer_hears_each_retry() -> None:
     assert heard == ["started", "retrying", "retrying", "succeeded"]
 
 
-async def test_a_node_keeps_the_errors_of_only_its_last_ten_attempts() -> None:
+async def test_a_node_keeps_the_errors_of_only_its_last_five_attempts_each_cut_short() -> None:
     st = store.MemoryStore()
-    policy = "{maxAttempts: 10, backoffSeconds: 0}"
+    policy = "{maxAttempts: 4, backoffSeconds: 0}"
     await run_once(_flow(retry=policy), st, FlakyHost(100))
     first = st.checkpoint.nodes["n"]
-    assert len(first.attempt_errors) == 9
-    spec = _flow(retry=policy)
+    assert len(first.attempt_errors) == 3
     st.checkpoint.outcome = None  # a second runner attempt of the same run
     st.checkpoint.nodes["n"] = first.model_copy(update={"phase": flowrun_api.NodePhase.RUNNING})
-    await run_once(spec, st, FlakyHost(100))
+    await run_once(_flow(retry=policy), st, FlakyHost(100, message="x" * 1000))
     record = st.checkpoint.nodes["n"]
-    assert record.attempts == 20 and len(record.attempt_errors) == 10
-    assert record.attempt_errors[-1] == "attempt 19: HTTP 503 try 9"
+    assert record.attempts == 8 and len(record.attempt_errors) == 5
+    assert record.attempt_errors[:2] == ["attempt 2: HTTP 503 try 2", "attempt 3: HTTP 503 try 3"]
+    assert record.attempt_errors[-1] == "attempt 7: " + "x" * 501
 
 
 @pytest.mark.parametrize("tries", [1, 2, 3, 8])
