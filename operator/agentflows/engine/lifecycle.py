@@ -34,6 +34,7 @@ Phase = flowrun_api.NodePhase
 Body = Callable[[flowrun_api.NodeStatus | None], Awaitable[state.Result]]
 #: Errors that fail a node (anything else is a bug, or a stop of the whole run).
 NODE_ERRORS = (capabilities.CapabilityError, state.NodeFailed, expressions.ExpressionError)
+_NO_USAGE = common.Usage()
 #: Kinds that run in microseconds: a re-run costs nothing, so their Running record is not saved.
 _CHEAP_KINDS = ("transform", "branch")
 
@@ -99,7 +100,7 @@ async def _finish(
     carried: common.Usage,
     result: state.Result,
 ) -> Phase:
-    whole = carried.add(result.usage)
+    whole = carried.add(result.usage) if _has_usage(carried) else result.usage
     update: dict[str, object] = {"usage": whole if _has_usage(whole) else None}
     if isinstance(result, state.Waiting):
         phase = Phase.WAITING
@@ -115,7 +116,8 @@ async def _finish(
     done = record.model_copy(update={"phase": phase, **update})
     await run.save_node(key, done)
     run.emit(phase.value.lower(), key, kind, done)
-    run.add_usage(result.usage)
+    if _has_usage(result.usage):
+        run.add_usage(result.usage)
     return phase
 
 
@@ -144,11 +146,11 @@ def _with_attempt_error(record: flowrun_api.NodeStatus, exc: Exception) -> flowr
 def _carried_usage(previous: flowrun_api.NodeStatus | None) -> common.Usage:
     """Usage of earlier executions still part of this node's work (turns before a pause)."""
     if previous is None or previous.usage is None:
-        return common.Usage()
+        return _NO_USAGE
     if previous.phase in (Phase.WAITING, Phase.RUNNING):
         return previous.usage
-    return common.Usage()
+    return _NO_USAGE
 
 
 def _has_usage(usage: common.Usage) -> bool:
-    return usage != common.Usage()
+    return usage != _NO_USAGE
