@@ -186,7 +186,10 @@ class RetryOn(enum.StrEnum):
 
 
 class NodeRetry(common.ApiModel):
-    """How a node is tried again after a temporary failure (a lost pod is spec.retry's)."""
+    """How a node is tried again after a temporary failure (a lost pod is spec.retry's).
+
+    A retried agent node starts its turn again: tools it called before the failure run again.
+    """
 
     max_attempts: int = Field(
         default=1,
