@@ -228,7 +228,7 @@ async def test_approval_waits_then_a_second_runner_finishes_without_rerunning_no
     assert _marks(log) == ["before", "after"]
 
 
-async def test_invalid_flow_in_the_snapshot_fails_the_run_with_reason_invalid_flow(
+async def test_invalid_flow_in_the_snapshot_fails_the_run_with_reason_flow_invalid(
     runs: Runs,
 ) -> None:
     flow = {"nodes": [{"id": "ask", "agent": {"name": "ghost", "prompt": "hi"}}]}
@@ -236,8 +236,22 @@ async def test_invalid_flow_in_the_snapshot_fails_the_run_with_reason_invalid_fl
     done = await runs.run(name)
     assert done.returncode == 1, done.stderr
     result = (await runs.status(name))["result"]
-    assert (result["phase"], result["reason"]) == ("Failed", "InvalidFlow")
+    assert (result["phase"], result["reason"]) == ("Failed", "FlowInvalid")
     assert "ghost" in result["message"]
+
+
+async def test_an_offloaded_output_whose_configmap_is_gone_fails_the_run_for_good(
+    runs: Runs,
+) -> None:
+    flow = {"nodes": [{"id": "a", "transform": "=1"}, {"id": "b", "transform": "=.nodes.a.json"}]}
+    name = await runs.create(flow)
+    lost = {"phase": "Succeeded", "attempts": 1, "outputRef": "configmap:lost-out:1"}
+    await patch_status(runs.api, runs.namespace, name, {"nodes": {"a": lost}})
+    done = await runs.run(name)
+    assert done.returncode == 1, done.stderr
+    result = (await runs.status(name))["result"]
+    assert (result["phase"], result["reason"]) == ("Failed", "StateLost")
+    assert result["message"] == f"ConfigMap {runs.namespace}/lost-out-0 is gone"
 
 
 async def test_sigterm_leaves_no_result_and_the_next_attempt_redoes_only_the_node_in_flight(

@@ -30,8 +30,7 @@ from typing import Any
 
 from agentflows.agents import tools
 from agentflows.api import common
-from agentflows.engine import capabilities
-from agentflows.engine import run as run_mod
+from agentflows.engine import capabilities, state
 
 #: Reasons of a stopped run that stop the calling run too (limits), not just the call.
 RUN_LIMIT_REASONS = frozenset(
@@ -160,7 +159,7 @@ class SubFlowProvider:
             return tools.ToolOutcome.failure("sub-flows cannot run here (no engine run)")
         try:
             value = await ctx.run_flow(flow_name, args.get("input"), ctx)
-        except run_mod.RunStopped as exc:
+        except state.RunStopped as exc:
             if exc.reason in RUN_LIMIT_REASONS:
                 raise
             return tools.ToolOutcome.failure(f"sub-flow {flow_name!r} failed: {exc.message}")

@@ -198,7 +198,8 @@ class LiveCapabilities:
         if outcome.status != "success":
             raise capabilities.CapabilityError(
                 self.redactor(f"tool {task.tool_name} failed: {outcome.error}"),
-                retryable=outcome.status == "timeout",
+                retryable=outcome.retryable,
+                source=flow_api.RetryOn.HTTP if task.tool.http else flow_api.RetryOn.TOOL,
             )
         return capabilities.NodeResult(
             output=envelope.from_value(outcome.value),
@@ -219,6 +220,7 @@ def _check_schema(output: dict[str, Any], schema: Any, text: str) -> None:
         raise capabilities.CapabilityError(
             f"the model's reply is not JSON, but the node's outputSchema needs JSON: {quoted!r}",
             retryable=True,
+            source=flow_api.RetryOn.MODEL,
         )
     import jsonschema  # loaded only for llm nodes with an output schema
 
@@ -233,4 +235,5 @@ def _check_schema(output: dict[str, Any], schema: Any, text: str) -> None:
         raise capabilities.CapabilityError(
             f"the model's reply does not match outputSchema at {where}: {exc.message}",
             retryable=True,
+            source=flow_api.RetryOn.MODEL,
         ) from None

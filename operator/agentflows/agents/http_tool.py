@@ -161,12 +161,13 @@ class HttpToolRunner:
             )
         except (HostNotAllowed, InvalidUrl) as exc:
             return tools.ToolOutcome.failure(self._redactor(f"{self.name}: {exc}"))
-        except (
-            httpx.HTTPError,
-            httpx.InvalidURL,
-            expressions.ExpressionError,
-            _ResponseError,
-        ) as exc:
+        except _ResponseError as exc:
+            text = self._redactor(f"{self.name}: {exc}")
+            return tools.ToolOutcome.failure(text, retryable=exc.retryable)
+        except httpx.TransportError as exc:  # refused, reset: the endpoint may be back soon
+            text = self._redactor(f"{self.name}: {exc}")
+            return tools.ToolOutcome.failure(text, retryable=True)
+        except (httpx.HTTPError, httpx.InvalidURL, expressions.ExpressionError) as exc:
             return tools.ToolOutcome.failure(self._redactor(f"{self.name}: {exc}"))
         # A server may echo what it was sent, secret headers included.
         return tools.ToolOutcome.success(self._redactor.value(value))
@@ -284,6 +285,11 @@ class HttpToolRunner:
 
 class _ResponseError(Exception):
     """The endpoint answered, but not with something the tool can return."""
+
+    def __init__(self, message: str, *, retryable: bool = False) -> None:
+        super().__init__(message)
+        #: The endpoint said "later" (429 or 5xx): the same call may succeed then.
+        self.retryable = retryable
 
 
 class _Target:
@@ -434,7 +440,10 @@ def _result(response: httpx.Response, body: bytes, host: str) -> Any:
     text = body.decode(response.encoding or "utf-8", errors="replace")
     if response.status_code >= 400:
         snippet = text[:_MAX_ERROR_BODY_CHARS]
-        raise _ResponseError(f"HTTP {response.status_code} from {host}: {snippet}")
+        raise _ResponseError(
+            f"HTTP {response.status_code} from {host}: {snippet}",
+            retryable=response.status_code == 429 or response.status_code >= 500,
+        )
     try:
         return json.loads(text) if text.strip() else None
     except ValueError:

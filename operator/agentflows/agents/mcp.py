@@ -45,6 +45,7 @@ from typing import Any
 
 from agentflows.agents import containment, http_tool, secrets, tools
 from agentflows.api import agent as agent_api
+from agentflows.api import flow as flow_api
 from agentflows.engine import capabilities
 
 #: Longest function name the OpenAI API accepts.
@@ -142,7 +143,9 @@ class McpToolProvider:
             listed = await self._connection.open(self._connect_timeout)
         except McpUnavailable as exc:
             raise capabilities.CapabilityError(
-                str(exc), retryable=not isinstance(exc, McpRefused)
+                str(exc),
+                retryable=not isinstance(exc, McpRefused),
+                source=flow_api.RetryOn.TOOL,
             ) from None
         defs = []
         for entry in listed:

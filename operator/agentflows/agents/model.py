@@ -45,6 +45,7 @@ from typing import Any
 from agentflows.agents import costs, secrets
 from agentflows.api import agent as agent_api
 from agentflows.api import common
+from agentflows.api import flow as flow_api
 from agentflows.engine import capabilities
 
 #: The variable each provider's API key is usually found in. A model name without a provider
@@ -297,7 +298,9 @@ def _error(
     where = f" (HTTP {status})" if status is not None else ""
     tries = f" after {attempts} attempts" if attempts > 1 else ""
     return capabilities.CapabilityError(
-        f"model {model_name} failed{where}{tries}: {text}", retryable=retryable
+        f"model {model_name} failed{where}{tries}: {text}",
+        retryable=retryable,
+        source=flow_api.RetryOn.MODEL,
     )
 
 

@@ -11,7 +11,7 @@ MCP servers (:mod:`agentflows.agents.mcp`), sub-agents and sub-flows
 
 A tool that fails returns an error :class:`ToolOutcome`; the turn sends it to the model as the
 tool's result and goes on. The one exception that passes through is the engine's
-:class:`~agentflows.engine.run.RunStopped` (a sub-flow hit the run's token or cost limit): the
+:class:`~agentflows.engine.state.RunStopped` (a sub-flow hit the run's token or cost limit): the
 whole run stops. Only a bad tool *definition* (a template that does not compile) is a
 :class:`~agentflows.engine.capabilities.CapabilityError`, raised before the model is called.
 """
@@ -25,8 +25,7 @@ from typing import Any, Literal, Protocol
 
 from agentflows.api import common
 from agentflows.api import flow as flow_api
-from agentflows.engine import capabilities
-from agentflows.engine import run as run_mod
+from agentflows.engine import capabilities, state
 
 #: What the model is told a tool accepts when its definition gives no schema.
 ANY_OBJECT: dict[str, Any] = {"type": "object", "additionalProperties": True}
@@ -59,6 +58,8 @@ class ToolOutcome:
     error: str | None = None
     #: Model usage spent by the tool itself (a sub-agent's turn), added to the node's.
     usage: common.Usage | None = None
+    #: The failure is temporary (a timeout, a 5xx): calling again later may succeed.
+    retryable: bool = False
 
     @classmethod
     def success(cls, value: Any) -> ToolOutcome:
@@ -66,9 +67,9 @@ class ToolOutcome:
         return cls("success", value=value)
 
     @classmethod
-    def failure(cls, error: str, *, timeout: bool = False) -> ToolOutcome:
-        """Return a failed outcome; the model sees ``error``."""
-        return cls("timeout" if timeout else "error", error=error)
+    def failure(cls, error: str, *, timeout: bool = False, retryable: bool = False) -> ToolOutcome:
+        """Return a failed outcome; the model sees ``error``. A timeout is always retryable."""
+        return cls("timeout" if timeout else "error", error=error, retryable=retryable or timeout)
 
     def content(self) -> str:
         """Return the tool message content sent to the model (bounded)."""
@@ -175,7 +176,7 @@ class ToolRegistry:
             return ToolOutcome.failure(f"no tool named {name!r}")
         try:
             return await entry[1].call(name, args, ctx)
-        except run_mod.RunStopped:
+        except state.RunStopped:
             raise
         except capabilities.CapabilityError as exc:
             return ToolOutcome.failure(str(exc))

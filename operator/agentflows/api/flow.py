@@ -181,6 +181,54 @@ class InputRequest(common.ApiModel):
     on_timeout: OnTimeout = Field(default=OnTimeout.FAIL, description="reject or fail.")
 
 
+class RetryOn(enum.StrEnum):
+    """A kind of temporary failure a node retry policy may retry."""
+
+    #: A model call answered 429 or 5xx, timed out, lost its connection or gave a reply that
+    #: does not match the node's output schema.
+    MODEL = "Model"
+    #: A tool (python or MCP) failed in a way it marks temporary: a timeout, an unreachable server.
+    TOOL = "Tool"
+    #: An http tool's endpoint answered 429 or 5xx, timed out or could not be reached.
+    HTTP = "Http"
+
+
+class NodeRetry(common.ApiModel):
+    """How a node is tried again after a temporary failure (a lost pod is spec.retry's).
+
+    A retried agent node starts its turn again: tools it called before the failure run again.
+    """
+
+    max_attempts: int = Field(
+        default=1,
+        ge=1,
+        le=10,
+        description="Attempts in total, the first included; 1 never retries.",
+    )
+    backoff_seconds: float = Field(
+        default=1.0,
+        ge=0,
+        le=300,
+        description="Delay before the second attempt; it doubles for each later one.",
+    )
+    max_backoff_seconds: float = Field(
+        default=30.0, ge=0, le=3600, description="Upper bound of one delay, before jitter."
+    )
+    jitter: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        description="Random share of a delay: 0.5 waits between 50% and 100% of it.",
+    )
+    retry_on: list[RetryOn] = Field(
+        default_factory=lambda: list(RetryOn),
+        max_length=len(RetryOn),
+        description="Which temporary failures are retried: Model, Tool, Http (default: all). "
+        "Permanent failures (a bad request, a missing secret, a rejected approval) never are.",
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
+
+
 class Node(common.ApiModel):
     """One step of the flow: an id plus exactly one kind."""
 
@@ -209,6 +257,10 @@ class Node(common.ApiModel):
     approval: Approval | None = Field(default=None, description="Wait for a human decision.")
     input: InputRequest | None = Field(default=None, description="Wait for human input.")
     flow: FlowCall | None = Field(default=None, description="Run a sub-flow.")
+    retry: NodeRetry | None = Field(
+        default=None,
+        description="Retry this node after a temporary failure (default: spec.nodeRetry).",
+    )
 
     @model_validator(mode="after")
     def _exactly_one_kind(self) -> Node:
@@ -466,6 +518,11 @@ class FlowSpec(common.ApiModel):
     autonomy: Autonomy = Field(default=Autonomy.FULL, description="readonly, supervised or full.")
     runner: RunnerSpec = Field(default_factory=RunnerSpec, description="Runner pod overrides.")
     retry: Retry = Field(default_factory=Retry, description="Runner retries.")
+    node_retry: NodeRetry = Field(
+        default_factory=NodeRetry,
+        description="Default retry of every node after a temporary failure; nodes[].retry "
+        "replaces it for one node (default: no retry).",
+    )
     ttl_seconds_after_finished: int | None = Field(
         default=None, ge=0, le=2_147_483_647, description="Delete finished runs after this long."
     )

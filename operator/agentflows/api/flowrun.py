@@ -8,11 +8,15 @@ requests) and humans (the decision fields of a request).
 from __future__ import annotations
 
 import enum
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, StringConstraints
 
 from agentflows.api import common
+
+#: A node record keeps the errors of this many earlier attempts, each cut to this length.
+MAX_ATTEMPT_ERRORS = 5
+MAX_ATTEMPT_ERROR_CHARS = 512
 
 
 class RunPhase(enum.StrEnum):
@@ -37,6 +41,63 @@ class RunPhase(enum.StrEnum):
     def terminal(self) -> bool:
         """True once the run can change no more."""
         return self in (RunPhase.SUCCEEDED, RunPhase.FAILED, RunPhase.CANCELLED)
+
+
+class RunReason(enum.StrEnum):
+    """Why a run is in its phase: status.reason and the Succeeded condition's reason."""
+
+    #: Created; no runner pod yet.
+    PENDING = "Pending"
+    #: Held back by the Flow's concurrency policy (Queue).
+    QUEUED = "Queued"
+    #: A runner attempt is starting (its pod is being created).
+    ATTEMPT_STARTED = "AttemptStarted"
+    #: The runner pod is created and not yet running.
+    POD_PENDING = "PodPending"
+    #: The runner pod could not be created; the operator tries again.
+    POD_CREATE_FAILED = "PodCreateFailed"
+    #: A runner executes nodes.
+    RUNNING = "Running"
+    #: A runner pod ended without a result; another attempt follows after a backoff.
+    ATTEMPT_LOST = "AttemptLost"
+    #: Every node finished; the output is set.
+    SUCCEEDED = "Succeeded"
+    #: Paused on human requests.
+    WAITING = "Waiting"
+    #: The run input does not match the Flow's input schema.
+    INVALID_INPUT = "InvalidInput"
+    #: The run took longer than limits.timeoutSeconds.
+    TIMEOUT = "Timeout"
+    #: A human rejected an approval or input request that no branch routes.
+    REJECTED = "Rejected"
+    #: A human request expired with onTimeout fail.
+    REQUEST_EXPIRED = "RequestExpired"
+    #: A node failed (after its retries, if any).
+    NODE_FAILED = "NodeFailed"
+    #: The run used more than limits.maxTokens.
+    TOKEN_LIMIT_EXCEEDED = "TokenLimitExceeded"
+    #: The run cost more than limits.maxCostUSD.
+    COST_LIMIT_EXCEEDED = "CostLimitExceeded"
+    #: The run executed more than limits.maxNodeExecutions nodes.
+    NODE_EXECUTION_LIMIT_EXCEEDED = "NodeExecutionLimitExceeded"
+    #: spec.output could not be evaluated.
+    OUTPUT_FAILED = "OutputFailed"
+    #: The run's snapshot of its Flow and Agents is missing or unreadable.
+    SNAPSHOT_MISSING = "SnapshotMissing"
+    #: The Flow does not exist.
+    FLOW_NOT_FOUND = "FlowNotFound"
+    #: The Flow (or the snapshot of it) does not validate.
+    FLOW_INVALID = "FlowInvalid"
+    #: Stored state the run needs is malformed or gone (e.g. an offloaded output).
+    STATE_LOST = "StateLost"
+    #: Runner pods were lost more often than spec.retry.maxAttempts allows.
+    RETRIES_EXHAUSTED = "RetriesExhausted"
+    #: The runner ended without saying how.
+    RUN_FAILED = "RunFailed"
+    #: spec.cancel was set.
+    CANCELLED = "Cancelled"
+    #: Cancelled by the Flow's Forbid concurrency policy.
+    CONCURRENCY_FORBID = "ConcurrencyForbid"
 
 
 class NodePhase(enum.StrEnum):
@@ -107,6 +168,14 @@ class NodeStatus(common.ApiModel):
     started_at: str | None = Field(default=None, description="RFC 3339 start time.")
     finished_at: str | None = Field(default=None, description="RFC 3339 finish time.")
     attempts: int = Field(default=0, ge=0, description="Times the node was started.")
+    attempt_errors: list[Annotated[str, StringConstraints(max_length=MAX_ATTEMPT_ERROR_CHARS)]] = (
+        Field(
+            default_factory=list,
+            max_length=MAX_ATTEMPT_ERRORS,
+            description="Errors of earlier attempts that were retried, oldest first (the last "
+            f"{MAX_ATTEMPT_ERRORS}, each cut to {MAX_ATTEMPT_ERROR_CHARS} characters).",
+        )
+    )
     output: common.JsonValue = Field(default=None, description="The node's output (bounded).")
     output_ref: str | None = Field(
         default=None, description="Where a large output was offloaded (ConfigMap or file)."

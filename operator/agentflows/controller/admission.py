@@ -19,7 +19,7 @@ import enum
 from typing import Any
 
 from agentflows.api import flow as flow_api
-from agentflows.api.flowrun import RunPhase
+from agentflows.api.flowrun import RunPhase, RunReason
 from agentflows.controller import attempts, finishing, flows, resolve, runstate, snapshots
 from agentflows.controller import context as context_mod
 from agentflows.engine import graph
@@ -86,17 +86,17 @@ async def start(ctl: context_mod.Controller, run: runstate.RunContext) -> float 
         if not exc.not_found:
             raise
         message = f'Flow "{run.flow}" does not exist in namespace {run.namespace}'
-        return await finishing.finish(ctl, run, RunPhase.FAILED, "FlowNotFound", message)
+        return await finishing.finish(ctl, run, RunPhase.FAILED, RunReason.FLOW_NOT_FOUND, message)
     ns = await resolve.load_namespace(ctl.api, run.namespace)
     spec = ns.flows.get(run.flow)
     if spec is None:
         message = f'Flow "{run.flow}" does not parse; see its Ready condition'
-        return await finishing.finish(ctl, run, RunPhase.FAILED, "FlowInvalid", message)
+        return await finishing.finish(ctl, run, RunPhase.FAILED, RunReason.FLOW_INVALID, message)
     problems = [str(p) for p in graph.validate(spec, ns.resolver())]
     problems += [f"{name} does not exist" for name in resolve.reach(run.flow, ns).missing]
     if problems:
         message = "; ".join(problems)
-        return await finishing.finish(ctl, run, RunPhase.FAILED, "FlowInvalid", message)
+        return await finishing.finish(ctl, run, RunPhase.FAILED, RunReason.FLOW_INVALID, message)
     if spec.concurrency.policy is flow_api.ConcurrencyPolicy.ALLOW:
         # nothing to count: runs of an Allow Flow never wait on each other's admission
         return await _begin(ctl, run, ns)
@@ -110,11 +110,11 @@ async def start(ctl: context_mod.Controller, run: runstate.RunContext) -> float 
                 "(concurrency policy Forbid)"
             )
             return await finishing.finish(
-                ctl, run, RunPhase.CANCELLED, "ConcurrencyForbid", message
+                ctl, run, RunPhase.CANCELLED, RunReason.CONCURRENCY_FORBID, message
             )
         if admission is Admission.QUEUE:
             message = f"queued: Flow {run.flow} allows {spec.concurrency.max} active run(s)"
-            run.set_phase(RunPhase.QUEUED, "Queued", message)
+            run.set_phase(RunPhase.QUEUED, RunReason.QUEUED, message)
             await run.save(ctl)
             return ctl.config.resync_seconds
         return await _begin(ctl, run, ns)
@@ -126,6 +126,6 @@ async def _begin(
     """Snapshot the Flow and its Agents as they are now, then start attempt 1."""
     snapshot = await snapshots.ensure(ctl.api, run.obj, snapshots.document(run.flow, ns))
     run.reserve_attempt(1)
-    run.set_phase(RunPhase.PENDING, "AttemptStarted", "attempt 1: starting the runner pod")
+    run.set_phase(RunPhase.PENDING, RunReason.ATTEMPT_STARTED, "attempt 1: starting the runner pod")
     await run.save(ctl)
     return await attempts.create_pod(ctl, run, snapshot)

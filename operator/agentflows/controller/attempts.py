@@ -14,7 +14,7 @@ from typing import Any
 
 from agentflows.api import agent as agent_api
 from agentflows.api import flow as flow_api
-from agentflows.api.flowrun import RunPhase
+from agentflows.api.flowrun import RunPhase, RunReason
 from agentflows.controller import conditions, context, events, labels, pods, runstate, snapshots
 from agentflows.kube import client as kube
 
@@ -48,7 +48,7 @@ async def start_next(
     """Reserve attempt ``run.attempt + 1``, save, and create its pod."""
     attempt = run.attempt + 1
     run.reserve_attempt(attempt)
-    run.set_phase(RunPhase.PENDING, "AttemptStarted", f"attempt {attempt}: {why}")
+    run.set_phase(RunPhase.PENDING, RunReason.ATTEMPT_STARTED, f"attempt {attempt}: {why}")
     await run.save(ctl)
     return await create_pod(ctl, run, snapshot)
 
@@ -75,9 +75,9 @@ async def create_pod(
         if not exc.conflict:
             log.warning("pod %s/%s: %s", run.namespace, body["metadata"]["name"], exc)
             message = f"cannot create runner pod {body['metadata']['name']}: {exc.message}"
-            if run.get("reason") != "PodCreateFailed":
-                run.event(events.WARNING, "PodCreateFailed", message)
-            run.set_message("PodCreateFailed", message)
+            if run.get("reason") != RunReason.POD_CREATE_FAILED:
+                run.event(events.WARNING, RunReason.POD_CREATE_FAILED, message)
+            run.set_message(RunReason.POD_CREATE_FAILED, message)
             await run.save(ctl)
             return POD_CREATE_RETRY_SECONDS
     else:

@@ -25,7 +25,7 @@ import logging
 from typing import Any
 
 from agentflows.api import flow as flow_api
-from agentflows.api.flowrun import RunPhase
+from agentflows.api.flowrun import RunPhase, RunReason
 from agentflows.controller import (
     admission,
     attempts,
@@ -62,10 +62,15 @@ async def reconcile(ctl: context.Controller, key: workqueue.Key) -> float | None
     await _ensure_flow_label(ctl, run)
     if (obj.get("spec") or {}).get("cancel"):
         return await finishing.finish(
-            ctl, run, RunPhase.CANCELLED, "Cancelled", "spec.cancel was set", delete_pod=True
+            ctl,
+            run,
+            RunPhase.CANCELLED,
+            RunReason.CANCELLED,
+            "spec.cancel was set",
+            delete_pod=True,
         )
     if run.phase is None:
-        run.set_phase(RunPhase.PENDING, "Pending", f"run of Flow {run.flow} created")
+        run.set_phase(RunPhase.PENDING, RunReason.PENDING, f"run of Flow {run.flow} created")
         await run.save(ctl)
     if run.attempt == 0:
         return await admission.start(ctl, run)
@@ -73,7 +78,7 @@ async def reconcile(ctl: context.Controller, key: workqueue.Key) -> float | None
     if snapshot is None:
         message = f"snapshot ConfigMap {snapshots.name_of(run.name)} is missing"
         return await finishing.finish(
-            ctl, run, RunPhase.FAILED, "SnapshotMissing", message, delete_pod=True
+            ctl, run, RunPhase.FAILED, RunReason.SNAPSHOT_MISSING, message, delete_pod=True
         )
     flow_spec = snapshots.specs(snapshot)[0]
     if run.status.get("requests"):
@@ -82,7 +87,7 @@ async def reconcile(ctl: context.Controller, key: workqueue.Key) -> float | None
     if remaining is not None and remaining <= 0:
         message = f"the run exceeded limits.timeoutSeconds={flow_spec.limits.timeout_seconds}"
         return await finishing.finish(
-            ctl, run, RunPhase.FAILED, "Timeout", message, delete_pod=True
+            ctl, run, RunPhase.FAILED, RunReason.TIMEOUT, message, delete_pod=True
         )
     requeue = await _follow(ctl, run, snapshot, flow_spec)
     await run.save(ctl)
@@ -132,11 +137,13 @@ async def _follow(
     pod_phase = (pod.get("status") or {}).get("phase", "Pending")
     if pod_phase == "Pending":
         if run.phase is not RunPhase.PENDING:
-            run.set_phase(RunPhase.PENDING, "PodPending", f"runner pod {pod_name} is starting")
+            run.set_phase(
+                RunPhase.PENDING, RunReason.POD_PENDING, f"runner pod {pod_name} is starting"
+            )
         return None
     if pod_phase == "Running":
         run.set_phase(
-            RunPhase.RUNNING, "Running", f"attempt {run.attempt} running in pod {pod_name}"
+            RunPhase.RUNNING, RunReason.RUNNING, f"attempt {run.attempt} running in pod {pod_name}"
         )
         return None
     if pod_phase not in ("Succeeded", "Failed"):
@@ -172,12 +179,12 @@ async def _on_result(
     phase = result.get("phase")
     message = str(result.get("message") or "")
     if phase == RunPhase.SUCCEEDED.value:
-        reason = result.get("reason") or "Succeeded"
+        reason = result.get("reason") or RunReason.SUCCEEDED
         return await finishing.finish(
             ctl, run, RunPhase.SUCCEEDED, reason, message or "the flow finished"
         )
     if phase == RunPhase.FAILED.value:
-        reason = result.get("reason") or "RunFailed"
+        reason = result.get("reason") or RunReason.RUN_FAILED
         return await finishing.finish(ctl, run, RunPhase.FAILED, reason, message or "failed")
     return await _on_waiting(ctl, run, snapshot, message)
 
@@ -197,7 +204,7 @@ async def _on_waiting(
         return await attempts.start_next(ctl, run, snapshot, why)
     undecided = sorted(requests.pending(run.status))
     text = f"waiting for a decision on request(s) {', '.join(undecided) or '(none)'}"
-    run.set_phase(RunPhase.WAITING, "Waiting", message or text)
+    run.set_phase(RunPhase.WAITING, RunReason.WAITING, message or text)
     return requests.seconds_to_expiry(run.status)
 
 
@@ -212,16 +219,18 @@ async def _lost(
     retry = flow_spec.retry
     if run.attempt >= retry.max_attempts:
         message = f"{why}; attempt {run.attempt} of {retry.max_attempts} was the last"
-        return await finishing.finish(ctl, run, RunPhase.FAILED, "RetriesExhausted", message)
+        return await finishing.finish(
+            ctl, run, RunPhase.FAILED, RunReason.RETRIES_EXHAUSTED, message
+        )
     key = (run.namespace, run.name, run.attempt)
     loop = asyncio.get_running_loop()
     if key not in ctl.lost_at:
         ctl.lost_at[key] = loop.time()
-        run.event(events.WARNING, "AttemptLost", f"attempt {run.attempt}: {why}")
+        run.event(events.WARNING, RunReason.ATTEMPT_LOST, f"attempt {run.attempt}: {why}")
     backoff = float(retry.backoff_seconds) * 2.0 ** (run.attempt - 1)
     left = backoff - (loop.time() - ctl.lost_at[key])
     if left > 0:
-        run.set_message("AttemptLost", f"{why}; attempt {run.attempt + 1} in {left:.0f}s")
+        run.set_message(RunReason.ATTEMPT_LOST, f"{why}; attempt {run.attempt + 1} in {left:.0f}s")
         return left
     del ctl.lost_at[key]
     return await attempts.start_next(ctl, run, snapshot, f"retrying after: {why}")

@@ -17,6 +17,7 @@ from agentflows.api import agent as agent_api
 from agentflows.api import common
 from agentflows.api import flow as flow_api
 from agentflows.api import flowrun as flowrun_api
+from agentflows.engine import errors
 
 #: Sub-flow and sub-agent nesting deeper than this fails (docs/architecture.md, invariants).
 MAX_DEPTH = 5
@@ -131,9 +132,20 @@ class Capabilities(Protocol):
         ...
 
 
-class CapabilityError(Exception):
-    """A capability failed; ``retryable`` says whether trying the node again may help."""
+class CapabilityError(errors.AgentflowsError):
+    """A capability failed; ``retryable`` says whether trying the node again may help.
 
-    def __init__(self, message: str, *, retryable: bool = False) -> None:
+    ``source`` names the service that failed temporarily (a model, a tool, an http endpoint),
+    so a node's retry policy can choose which temporary failures it retries.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool = False,
+        source: flow_api.RetryOn | None = None,
+    ) -> None:
         super().__init__(message)
         self.retryable = retryable
+        self.source = source

@@ -1,6 +1,8 @@
-"""Node kinds, and the record lifecycle around them (Running -> Succeeded | Failed | Waiting).
+"""Node kinds: what each of agent, llm, tool, transform, branch, map, approval, input, flow does.
 
-How each of agent, llm, tool, transform, branch, map, approval, input and flow executes.
+The run loop calls :func:`dispatch`; the record around it (Running ->
+Succeeded | Failed | Waiting, usage, limits, events, retries) is
+:mod:`agentflows.engine.lifecycle`'s, for map items too.
 
 Executing a node is idempotent given the store: a paused node looks up its request and goes on
 only once the request carries a decision; a map re-runs only the items without a finished
@@ -10,126 +12,33 @@ record; a sub-flow re-runs only its unfinished nodes.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import datetime as dt
-from typing import TYPE_CHECKING, Any
+import json
+import re
+from typing import Any
 
 from agentflows.api import agent as agent_api
-from agentflows.api import common, schemas
 from agentflows.api import flow as flow_api
 from agentflows.api import flowrun as flowrun_api
-from agentflows.engine import capabilities, envelope, expressions
-from agentflows.engine import run as run_mod
-
-if TYPE_CHECKING:
-    from agentflows.engine import graph
+from agentflows.api import schemas
+from agentflows.engine import capabilities, clock, envelope, expressions, graph, lifecycle, state
 
 Phase = flowrun_api.NodePhase
+Reason = flowrun_api.RunReason
 #: Who "decides" an expired request, recorded in decidedBy.
 TIMEOUT_DECIDER = "agentflows:timeout"
+_ITEMS_WORD = re.compile(r"\bitems\b")
 
 
-@dataclasses.dataclass
-class _Waiting:
-    """A node result meaning: a request is pending; persist it and stop this path."""
-
-    request_id: str
-    state: Any = None
-    usage: common.Usage | None = None
-    detail: Any = None
-
-
-class _NodeFailed(Exception):
-    def __init__(self, message: str, *, reason: str = "NodeFailed") -> None:
-        super().__init__(message)
-        self.reason = reason
-
-
-Result = capabilities.NodeResult | _Waiting
-
-
-async def execute(execution: run_mod._Execution, node: graph.CompiledNode) -> Phase:
-    """Execute one node with its record lifecycle; return the phase it ended in."""
-    run = execution.run
-    key = execution.key(node.id)
-    previous = run.checkpoint.nodes.get(key)
-    run.count_execution()
-    record = flowrun_api.NodeStatus(
-        phase=Phase.RUNNING,
-        started_at=previous.started_at if previous and previous.started_at else run_mod.timestamp(),
-        attempts=(previous.attempts if previous else 0) + 1,
-        detail=previous.detail if previous else None,
-    )
-    if node.kind not in ("transform", "branch"):
-        # cheap nodes skip the Running write: a re-run costs nothing and saves a store write
-        await run.save_node(key, record)
-    run.emit("started", key, node.kind, record)
-    try:
-        result = await _dispatch(execution, node, key, previous)
-    except (capabilities.CapabilityError, _NodeFailed, expressions.ExpressionError) as exc:
-        reason = getattr(exc, "reason", "NodeFailed")
-        failed = record.model_copy(
-            update={
-                "phase": Phase.FAILED,
-                "error": str(exc)[:32768],
-                "finished_at": run_mod.timestamp(),
-            }
-        )
-        await run.save_node(key, failed)
-        run.emit("failed", key, node.kind, failed)
-        raise run_mod.RunStopped(reason, f'node "{key}" failed: {exc}') from exc
-    except run_mod._Paused:
-        run.emit("waiting", key, node.kind, record)
-        return Phase.WAITING
-    if isinstance(result, _Waiting):
-        waiting = record.model_copy(
-            update={
-                "phase": Phase.WAITING,
-                "usage": result.usage,
-                "detail": {
-                    "request": result.request_id,
-                    "state": result.state,
-                    "record": result.detail,
-                },
-            }
-        )
-        await run.save_node(key, waiting)
-        run.add_usage(result.usage)
-        run.emit("waiting", key, node.kind, waiting)
-        return Phase.WAITING
-    # a turn resumed after a pause: its record keeps the whole turn's usage (the part before
-    # the pause is already in the run total, so only result.usage is added to that below)
-    whole = result.usage
-    if previous is not None and previous.phase == Phase.WAITING and previous.usage is not None:
-        whole = previous.usage.add(result.usage)
-    done = record.model_copy(
-        update={
-            "phase": Phase.SUCCEEDED,
-            "output": result.output,
-            "usage": whole if _has_usage(whole) else None,
-            "detail": result.detail,
-            "finished_at": run_mod.timestamp(),
-        }
-    )
-    await run.save_node(key, done)
-    execution.scope.add(node.id, result.output)
-    run.emit("succeeded", key, node.kind, done)
-    run.add_usage(result.usage)
-    return Phase.SUCCEEDED
-
-
-def _has_usage(usage: common.Usage) -> bool:
-    return usage != common.Usage()
-
-
-async def _dispatch(
-    execution: run_mod._Execution,
+async def dispatch(
+    frame: state.Frame,
     node: graph.CompiledNode,
     key: str,
     previous: flowrun_api.NodeStatus | None,
-) -> Result:
+) -> state.Result:
+    """Compute ``node``'s result; ``previous`` is its record from an earlier execution."""
     spec = node.spec
-    scope = execution.scope.scope()
+    scope = frame.scope.scope()
     t = node.templates
     if spec.transform is not None:
         return capabilities.NodeResult(
@@ -138,19 +47,19 @@ async def _dispatch(
     if spec.branch is not None:
         return _branch(spec.branch, expressions.evaluate(t["value"], scope))
     if spec.approval is not None:
-        return await _human(execution, key, previous, node, scope)
+        return await _human(frame, key, previous, node, scope)
     if spec.input is not None:
-        return await _human(execution, key, previous, node, scope)
+        return await _human(frame, key, previous, node, scope)
     if spec.map is not None:
-        return await _map(execution, node, key, scope)
+        return await _map(frame, node, key, scope)
     if spec.flow is not None:
         value = expressions.evaluate(t["input"], scope)
-        output = await _subflow(execution, spec.flow.name, value, f"{key}/")
+        output = await _subflow(frame, spec.flow.name, value, f"{key}/")
         return capabilities.NodeResult(envelope.from_value(output))
-    resume = _resume_of(execution, previous)
-    ctx = execution.run.context(key, execution.depth, resume)
+    resume = _resume_of(frame, previous)
+    ctx = frame.run.context(key, frame.depth, resume)
     if spec.agent is not None:
-        return await _agent(execution, spec.agent, expressions.evaluate(t["prompt"], scope), ctx)
+        return await _agent(frame, spec.agent, expressions.evaluate(t["prompt"], scope), ctx)
     if spec.llm is not None:
         task = capabilities.LlmTask(
             model=spec.llm.model,
@@ -158,9 +67,9 @@ async def _dispatch(
             prompt=str(expressions.evaluate(t["prompt"], scope)),
             output_schema=spec.llm.output_schema,
         )
-        return await execution.run.caps.complete(task, ctx)
+        return await frame.run.caps.complete(task, ctx)
     assert spec.tool is not None
-    return await _tool(execution, spec.tool, expressions.evaluate(t["args"], scope), ctx)
+    return await _tool(frame, spec.tool, expressions.evaluate(t["args"], scope), ctx)
 
 
 def _branch(spec: flow_api.Branch, value: Any) -> capabilities.NodeResult:
@@ -173,29 +82,27 @@ def _branch(spec: flow_api.Branch, value: Any) -> capabilities.NodeResult:
 
 
 def _resume_of(
-    execution: run_mod._Execution, previous: flowrun_api.NodeStatus | None
+    frame: state.Frame, previous: flowrun_api.NodeStatus | None
 ) -> capabilities.Resume | None:
     if previous is None or previous.phase != Phase.WAITING or not isinstance(previous.detail, dict):
         return None
-    request = execution.run.checkpoint.requests.get(str(previous.detail.get("request")))
+    request = frame.run.checkpoint.requests.get(str(previous.detail.get("request")))
     if request is None or request.decision is None:
         return None
     return capabilities.Resume(state=previous.detail.get("state"), request=request)
 
 
-def _pending_request(
-    execution: run_mod._Execution, previous: flowrun_api.NodeStatus | None
-) -> str | None:
+def _pending_request(frame: state.Frame, previous: flowrun_api.NodeStatus | None) -> str | None:
     """The id of this node's undecided request, if it is waiting on one."""
     if previous is None or previous.phase != Phase.WAITING or not isinstance(previous.detail, dict):
         return None
     request_id = str(previous.detail.get("request"))
-    request = execution.run.checkpoint.requests.get(request_id)
+    request = frame.run.checkpoint.requests.get(request_id)
     return request_id if request is not None and request.decision is None else None
 
 
-def _new_request_id(execution: run_mod._Execution, key: str) -> str:
-    requests = execution.run.checkpoint.requests
+def _new_request_id(frame: state.Frame, key: str) -> str:
+    requests = frame.run.checkpoint.requests
     if key not in requests:
         return key
     n = 2
@@ -204,40 +111,40 @@ def _new_request_id(execution: run_mod._Execution, key: str) -> str:
     return f"{key}-{n}"
 
 
-async def _persist_request(
-    execution: run_mod._Execution, key: str, request: flowrun_api.HumanRequest
-) -> str:
-    request_id = _new_request_id(execution, key)
+async def _persist_request(frame: state.Frame, key: str, request: flowrun_api.HumanRequest) -> str:
+    request_id = _new_request_id(frame, key)
     if request.requested_at is None:
-        request = request.model_copy(update={"requested_at": run_mod.timestamp()})
-    await execution.run.save_request(request_id, request)
+        request = request.model_copy(update={"requested_at": frame.run.timestamp()})
+    await frame.run.save_request(request_id, request)
     return request_id
 
 
 async def _human(
-    execution: run_mod._Execution,
+    frame: state.Frame,
     key: str,
     previous: flowrun_api.NodeStatus | None,
     node: graph.CompiledNode,
     scope: expressions.Scope,
-) -> Result:
+) -> state.Result:
     """Approval and input nodes: ask once, then wait until decided or expired."""
     gate = node.spec.approval or node.spec.input
     assert gate is not None
     is_input = node.spec.input is not None
-    pending = _pending_request(execution, previous)
+    pending = _pending_request(frame, previous)
     if pending is not None:
-        request = execution.run.checkpoint.requests[pending]
-        if request.expires_at and run_mod.now() >= run_mod.parse_time(request.expires_at):
-            return _unless_unrouted_rejection(execution, node, _expired(pending, request, is_input))
-        return _Waiting(pending)
-    resume = _resume_of(execution, previous)
+        request = frame.run.checkpoint.requests[pending]
+        if request.expires_at and frame.run.clock() >= clock.parse_time(request.expires_at):
+            return _unless_unrouted_rejection(
+                frame, node, _expired(frame, pending, request, is_input)
+            )
+        return state.Waiting(pending)
+    resume = _resume_of(frame, previous)
     if resume is not None:
         result = _decided(resume.request, node.spec, is_input)
-        return _unless_unrouted_rejection(execution, node, result)
+        return _unless_unrouted_rejection(frame, node, result)
     expires = None
     if gate.timeout_seconds is not None:
-        expires = run_mod.timestamp(run_mod.now() + dt.timedelta(seconds=gate.timeout_seconds))
+        expires = clock.timestamp(frame.run.clock() + dt.timedelta(seconds=gate.timeout_seconds))
     request = flowrun_api.HumanRequest(
         node=key,
         kind=flowrun_api.RequestKind.INPUT if is_input else flowrun_api.RequestKind.APPROVAL,
@@ -250,12 +157,12 @@ async def _human(
         expires_at=expires,
         on_timeout=gate.on_timeout.value,
     )
-    return _Waiting(await _persist_request(execution, key, request))
+    return state.Waiting(await _persist_request(frame, key, request))
 
 
 def _unless_unrouted_rejection(
-    execution: run_mod._Execution, node: graph.CompiledNode, result: Result
-) -> Result:
+    frame: state.Frame, node: graph.CompiledNode, result: state.Result
+) -> state.Result:
     """A rejected approval with no branch after it ends the run: Failed, reason Rejected.
 
     Failed rather than Succeeded because whatever waits for the run to succeed (kubectl wait,
@@ -267,27 +174,29 @@ def _unless_unrouted_rejection(
     decision = (result.output.get("json") or {}).get("decision")
     if decision != flowrun_api.Decision.REJECT.value:
         return result
-    successors = execution.compiled.nodes[node.id].successors
-    if any(execution.compiled.nodes[s].kind == "branch" for s in successors):
+    successors = frame.compiled.nodes[node.id].successors
+    if any(frame.compiled.nodes[s].kind == "branch" for s in successors):
         return result
     data = result.output["json"]
     comment = f": {data['comment']}" if data.get("comment") else ""
-    raise _NodeFailed(f"rejected by {data.get('decidedBy')}{comment}", reason="Rejected")
+    raise state.NodeFailed(f"rejected by {data.get('decidedBy')}{comment}", reason=Reason.REJECTED)
 
 
-def _expired(request_id: str, request: flowrun_api.HumanRequest, is_input: bool) -> Result:
+def _expired(
+    frame: state.Frame, request_id: str, request: flowrun_api.HumanRequest, is_input: bool
+) -> state.Result:
     if request.on_timeout == flow_api.OnTimeout.FAIL.value or (
         is_input and request.on_timeout != "reject"
     ):
-        raise _NodeFailed(
-            f'request "{request_id}" expired at {request.expires_at}', reason="RequestExpired"
+        raise state.NodeFailed(
+            f'request "{request_id}" expired at {request.expires_at}', reason=Reason.REQUEST_EXPIRED
         )
     decided = request.model_copy(
         update={
             "decision": flowrun_api.Decision.REJECT,
             "comment": f"expired at {request.expires_at}",
             "decided_by": TIMEOUT_DECIDER,
-            "decided_at": run_mod.timestamp(),
+            "decided_at": frame.run.timestamp(),
         }
     )
     return capabilities.NodeResult(envelope.from_value(_decision_json(decided)))
@@ -310,45 +219,47 @@ def _decided(
     if is_input:
         assert spec.input is not None
         if request.decision == flowrun_api.Decision.REJECT:
-            raise _NodeFailed(f"input request rejected by {request.decided_by}", reason="Rejected")
+            raise state.NodeFailed(
+                f"input request rejected by {request.decided_by}", reason=Reason.REJECTED
+            )
         if spec.input.schema_ is not None:
             errors = list(schemas.validator(spec.input.schema_).iter_errors(request.data))
             if errors:
-                raise _NodeFailed(f"input does not match the schema: {errors[0].message}")
+                raise state.NodeFailed(f"input does not match the schema: {errors[0].message}")
         return capabilities.NodeResult(envelope.from_value(request.data))
     return capabilities.NodeResult(envelope.from_value(_decision_json(request)))
 
 
 async def _agent(
-    execution: run_mod._Execution,
+    frame: state.Frame,
     call: flow_api.AgentCall,
     prompt: Any,
     ctx: capabilities.NodeContext,
-) -> Result:
-    spec = execution.run.resolver.agent(call.name)
+) -> state.Result:
+    spec = frame.run.resolver.agent(call.name)
     if spec is None:
-        raise _NodeFailed(f'no Agent "{call.name}"')
+        raise state.NodeFailed(f'no Agent "{call.name}"')
     task = capabilities.AgentTask(call.name, spec, str(prompt))
-    pending = _pending_request(execution, execution.run.checkpoint.nodes.get(ctx.node_key))
+    pending = _pending_request(frame, frame.run.checkpoint.nodes.get(ctx.node_key))
     if pending is not None:
-        return _Waiting(pending, execution.run.checkpoint.nodes[ctx.node_key].detail.get("state"))
-    result = await execution.run.caps.run_agent(task, ctx)
-    return await _from_capability(execution, ctx.node_key, result)
+        return state.Waiting(pending, frame.run.checkpoint.nodes[ctx.node_key].detail.get("state"))
+    result = await frame.run.caps.run_agent(task, ctx)
+    return await _from_capability(frame, ctx.node_key, result)
 
 
 async def _from_capability(
-    execution: run_mod._Execution,
+    frame: state.Frame,
     key: str,
     result: capabilities.NodeResult | capabilities.Pause,
-) -> Result:
+) -> state.Result:
     if isinstance(result, capabilities.Pause):
-        request_id = await _persist_request(execution, key, result.request)
-        return _Waiting(request_id, result.state, result.usage, result.detail)
+        request_id = await _persist_request(frame, key, result.request)
+        return state.Waiting(request_id, result.state, result.usage, result.detail)
     return result
 
 
 def _tool_task(
-    execution: run_mod._Execution, call: flow_api.ToolCall, args: Any, node_id: str
+    frame: state.Frame, call: flow_api.ToolCall, args: Any, node_id: str
 ) -> capabilities.ToolTask:
     if call.http is not None:
         return capabilities.ToolTask(
@@ -359,16 +270,16 @@ def _tool_task(
             agent_api.Tool(name=_tool_id(node_id), python=call.python), node_id, args
         )
     assert call.agent is not None and call.name is not None
-    spec = execution.run.resolver.agent(call.agent)
+    spec = frame.run.resolver.agent(call.agent)
     if spec is None:
-        raise _NodeFailed(f'no Agent "{call.agent}"')
+        raise state.NodeFailed(f'no Agent "{call.agent}"')
     for tool in spec.tools:
         if tool.name == call.name:
             return capabilities.ToolTask(tool, call.name, args)
     for tool in spec.tools:
         if tool.mcp is not None and (not tool.mcp.include or call.name in tool.mcp.include):
             return capabilities.ToolTask(tool, call.name, args)
-    raise _NodeFailed(f'no tool "{call.name}" in Agent "{call.agent}"')
+    raise state.NodeFailed(f'no tool "{call.name}" in Agent "{call.agent}"')
 
 
 def _tool_id(node_id: str) -> str:
@@ -379,125 +290,126 @@ def _tool_id(node_id: str) -> str:
 
 
 async def _tool(
-    execution: run_mod._Execution, call: flow_api.ToolCall, args: Any, ctx: capabilities.NodeContext
-) -> Result:
-    pending = _pending_request(execution, execution.run.checkpoint.nodes.get(ctx.node_key))
+    frame: state.Frame, call: flow_api.ToolCall, args: Any, ctx: capabilities.NodeContext
+) -> state.Result:
+    pending = _pending_request(frame, frame.run.checkpoint.nodes.get(ctx.node_key))
     if pending is not None:
-        return _Waiting(pending, execution.run.checkpoint.nodes[ctx.node_key].detail.get("state"))
-    task = _tool_task(execution, call, args, ctx.node_key.rsplit("/", 1)[-1])
-    result = await execution.run.caps.call_tool(task, ctx)
-    return await _from_capability(execution, ctx.node_key, result)
+        return state.Waiting(pending, frame.run.checkpoint.nodes[ctx.node_key].detail.get("state"))
+    task = _tool_task(frame, call, args, ctx.node_key.rsplit("/", 1)[-1])
+    result = await frame.run.caps.call_tool(task, ctx)
+    return await _from_capability(frame, ctx.node_key, result)
 
 
-async def _subflow(execution: run_mod._Execution, name: str, value: Any, prefix: str) -> Any:
+async def _subflow(frame: state.Frame, name: str, value: Any, prefix: str) -> Any:
     try:
-        compiled = execution.run.compile_subflow(name, execution.depth + 1)
+        compiled = frame.run.compile_subflow(name, frame.depth + 1)
     except capabilities.CapabilityError as exc:
-        raise _NodeFailed(str(exc)) from exc
-    sub = run_mod._Execution(execution.run, compiled, prefix, execution.depth + 1, value)
-    return await sub.execute()
+        raise state.NodeFailed(str(exc)) from exc
+    return await frame.run.execute_flow(
+        state.Frame(frame.run, compiled, prefix, frame.depth + 1, value)
+    )
 
 
 async def _map(
-    execution: run_mod._Execution, node: graph.CompiledNode, key: str, scope: expressions.Scope
-) -> Result:
-    """Run the body once per item (bounded concurrency); merge results in item order."""
+    frame: state.Frame, node: graph.CompiledNode, key: str, scope: expressions.Scope
+) -> state.Result:
+    """Run the body once per item with ``concurrency`` workers; merge results in item order.
+
+    A map whose unfinished items alone would pass limits.maxNodeExecutions stops the run before
+    any item starts; the workers pull items one at a time, so memory follows the concurrency,
+    not the item count.
+    """
     spec = node.spec.map
     assert spec is not None
     items = expressions.evaluate(node.templates["items"], scope)
     if items is None:
         items = []
     if not isinstance(items, list):
-        raise _NodeFailed(f"map.items must give a list, got {type(items).__name__}")
+        raise state.NodeFailed(f"map.items must give a list, got {type(items).__name__}")
     if len(items) > spec.max_items:
-        raise _NodeFailed(f"map.items gave {len(items)} items, over map.maxItems={spec.max_items}")
-    run = execution.run
-    limit = asyncio.Semaphore(spec.concurrency)
-    results: list[Any] = [None] * len(items)
+        raise state.NodeFailed(
+            f"map.items gave {len(items)} items, over map.maxItems={spec.max_items}"
+        )
+    run = frame.run
+    keys = [f"{key}[{index}]" for index in range(len(items))]
+    todo = [i for i, k in enumerate(keys) if _phase(run, k) != Phase.SUCCEEDED]
+    if len(todo) > run.executions_left():
+        raise state.RunStopped(
+            Reason.NODE_EXECUTION_LIMIT_EXCEEDED,
+            f'node "{key}": map.items gave {len(todo)} items to run, over the '
+            f"{run.executions_left()} node executions limits.maxNodeExecutions="
+            f"{run.spec.limits.max_node_executions} leaves",
+        )
+    retry = node.spec.retry or frame.compiled.spec.node_retry
+    kind = next(k for k in ("agent", "tool", "flow") if getattr(spec, k) is not None)
+    pending = iter(todo)
     paused = False
+    # jq parses its whole input on every evaluation: handing each item the whole list would
+    # make a long map quadratic, so the list is only there when the body can read it
+    whole = {"items": items} if _reads_items(spec) else {}
 
-    async def one(index: int, item: Any) -> None:
+    async def worker() -> None:
         nonlocal paused
-        item_key = f"{key}[{index}]"
-        previous = run.checkpoint.nodes.get(item_key)
-        if previous is not None and previous.phase == Phase.SUCCEEDED:
-            results[index] = previous.output
-            return
-        async with limit:
-            item_scope = execution.scope.scope(item=item, items=items)
-            run.count_execution()
-            record = flowrun_api.NodeStatus(
-                phase=Phase.RUNNING,
-                started_at=run_mod.timestamp(),
-                attempts=(previous.attempts if previous else 0) + 1,
-                detail=previous.detail if previous else None,
-            )
-            await run.save_node(item_key, record)
-            try:
-                result = await _map_body(execution, node, spec, item_key, item_scope, previous)
-            except (capabilities.CapabilityError, _NodeFailed, expressions.ExpressionError) as exc:
-                failed = record.model_copy(
-                    update={
-                        "phase": Phase.FAILED,
-                        "error": str(exc)[:32768],
-                        "finished_at": run_mod.timestamp(),
-                    }
-                )
-                await run.save_node(item_key, failed)
-                raise _NodeFailed(f"item {index}: {exc}") from exc
-            except run_mod._Paused:
-                paused = True
-                return
-            if isinstance(result, _Waiting):
-                paused = True
-                await run.save_node(
-                    item_key,
-                    record.model_copy(
-                        update={
-                            "phase": Phase.WAITING,
-                            "usage": result.usage,
-                            "detail": {"request": result.request_id, "state": result.state},
-                        }
-                    ),
-                )
-                return
-            done = record.model_copy(
-                update={
-                    "phase": Phase.SUCCEEDED,
-                    "output": result.output,
-                    "usage": result.usage if _has_usage(result.usage) else None,
-                    "detail": result.detail,
-                    "finished_at": run_mod.timestamp(),
-                }
-            )
-            await run.save_node(item_key, done)
-            run.add_usage(result.usage)
-            results[index] = result.output
+        for index in pending:
 
-    await asyncio.gather(*(one(i, item) for i, item in enumerate(items)))
+            async def body(previous: flowrun_api.NodeStatus | None, index: int = index) -> Any:
+                item_scope = frame.scope.scope(item=items[index], **whole)
+                return await _map_body(frame, node, spec, keys[index], item_scope, previous)
+
+            try:
+                phase = await lifecycle.execute(run, keys[index], kind, body, retry)
+            except state.NodeFailed as exc:
+                raise state.NodeFailed(f"item {index}: {exc}", reason=exc.reason) from exc
+            paused = paused or phase == Phase.WAITING
+
+    await _all_or_none([worker() for _ in range(min(spec.concurrency, len(todo)))])
     if paused:
-        raise run_mod._Paused()
+        raise state.Paused()
+    results = [run.checkpoint.nodes[k].output for k in keys]
     output = envelope.from_value([(r or {}).get("json") for r in results])
     output["items"] = results
     return capabilities.NodeResult(output)
 
 
+def _reads_items(spec: flow_api.MapNode) -> bool:
+    """Whether the map's body may read ``.items`` (its text names ``items`` anywhere)."""
+    body = spec.model_dump(exclude={"items", "concurrency", "max_items"}, exclude_none=True)
+    return _ITEMS_WORD.search(json.dumps(body)) is not None
+
+
+def _phase(run: state.Run, key: str) -> Phase | None:
+    record = run.checkpoint.nodes.get(key)
+    return None if record is None else record.phase
+
+
+async def _all_or_none(coroutines: list[Any]) -> None:
+    """Await every coroutine; on the first error cancel the others and raise it."""
+    tasks = [asyncio.ensure_future(c) for c in coroutines]
+    try:
+        for task in asyncio.as_completed(tasks):
+            await task
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
 async def _map_body(
-    execution: run_mod._Execution,
+    frame: state.Frame,
     node: graph.CompiledNode,
     spec: flow_api.MapNode,
     item_key: str,
     scope: expressions.Scope,
     previous: flowrun_api.NodeStatus | None,
-) -> Result:
+) -> state.Result:
     t = node.templates
     if spec.flow is not None:
         value = expressions.evaluate(t["input"], scope)
         return capabilities.NodeResult(
-            envelope.from_value(await _subflow(execution, spec.flow.name, value, f"{item_key}/"))
+            envelope.from_value(await _subflow(frame, spec.flow.name, value, f"{item_key}/"))
         )
-    ctx = execution.run.context(item_key, execution.depth, _resume_of(execution, previous))
+    ctx = frame.run.context(item_key, frame.depth, _resume_of(frame, previous))
     if spec.agent is not None:
-        return await _agent(execution, spec.agent, expressions.evaluate(t["prompt"], scope), ctx)
+        return await _agent(frame, spec.agent, expressions.evaluate(t["prompt"], scope), ctx)
     assert spec.tool is not None
-    return await _tool(execution, spec.tool, expressions.evaluate(t["args"], scope), ctx)
+    return await _tool(frame, spec.tool, expressions.evaluate(t["args"], scope), ctx)

@@ -205,62 +205,99 @@ def _merge_request(
 
 
 class FileStore:
-    """A store in one JSON file, written atomically (temp file + rename) after every change.
+    """A store in one JSON file plus an append-only journal beside it (local runs).
 
-    Local runs use it: ``agentflows run`` writes ``<state-dir>/<run>.json`` and
-    ``agentflows resume`` reads it back.
+    ``agentflows run`` writes ``<state-dir>/<run>.json`` and ``agentflows resume`` reads it back.
+    A save appends one JSON line to ``.<run>.json.journal``, so a save costs the size of its
+    record, not of the run (a map over thousands of items would otherwise rewrite the whole
+    state per item). :meth:`load`, :meth:`save_outcome` and :meth:`decide` compact: they write
+    the state file atomically (temp file + rename) and only then drop the journal.
+
+    Crash safety: the state file is only ever replaced whole; a journal line cut short by a
+    killed process is the last one and is ignored; replaying a journal over a state file that
+    already holds it changes nothing (a later record of a key replaces an earlier one, and a
+    request keeps the decision already made). Text is written ASCII-escaped, so any string the
+    engine holds, a lone surrogate included, round-trips.
     """
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.journal = path.with_name(f".{path.name}.journal")
         self._lock = asyncio.Lock()
 
     def read(self) -> Checkpoint:
-        """Read the file synchronously (CLI commands that only look)."""
-        if not self.path.exists():
-            return Checkpoint()
-        return Checkpoint.from_json(json.loads(self.path.read_text()))
+        """Read the state file and replay its journal synchronously (CLI commands that look)."""
+        checkpoint = (
+            Checkpoint.from_json(json.loads(self.path.read_text(encoding="utf-8")))
+            if self.path.exists()
+            else Checkpoint()
+        )
+        for entry in self._journal_entries():
+            _replay(checkpoint, entry)
+        return checkpoint
 
-    def _write(self, checkpoint: Checkpoint) -> None:
+    def _journal_entries(self) -> list[dict[str, Any]]:
+        try:
+            lines = self.journal.read_text(encoding="utf-8").splitlines()
+        except FileNotFoundError:
+            return []
+        entries = []
+        for line in lines:
+            try:
+                entries.append(json.loads(line))
+            except ValueError:
+                break  # the tail of a write a killed process left unfinished
+        return entries
+
+    def _compact(self, checkpoint: Checkpoint) -> None:
+        """Write the whole state atomically, then drop the journal it now holds."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.")
         try:
-            with os.fdopen(fd, "w") as handle:
-                json.dump(checkpoint.to_json(), handle, ensure_ascii=False, indent=1)
+            with os.fdopen(fd, "w", encoding="ascii") as handle:
+                # dumps, not dump(indent=...): only the one-shot encoder is the C one
+                handle.write(json.dumps(checkpoint.to_json(), separators=(",", ":")))
             os.replace(tmp, self.path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+        self.journal.unlink(missing_ok=True)
+
+    async def _append(self, entry: dict[str, Any]) -> None:
+        line = json.dumps(entry, separators=(",", ":")) + "\n"
+        async with self._lock:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.journal.open("a", encoding="ascii") as handle:
+                handle.write(line)
 
     async def _update(self, change: Any) -> None:
         async with self._lock:
             checkpoint = self.read()
             change(checkpoint)
-            self._write(checkpoint)
+            self._compact(checkpoint)
 
     async def load(self) -> Checkpoint:
-        """Read the file."""
+        """Read the state, compacting the journal into the state file first."""
         async with self._lock:
-            return self.read()
+            checkpoint = self.read()
+            if self.journal.exists():
+                self._compact(checkpoint)
+            return checkpoint
 
     async def save_run(self, record: RunRecord) -> None:
-        """Write the run record."""
-        await self._update(lambda c: setattr(c, "run", record))
+        """Append the run record."""
+        await self._append({"run": record.to_json()})
 
     async def save_node(self, key: str, status: flowrun_api.NodeStatus) -> None:
-        """Write a node record."""
-        await self._update(lambda c: c.nodes.__setitem__(key, status))
+        """Append a node record."""
+        await self._append({"node": key, "status": status.to_wire()})
 
     async def save_request(self, request_id: str, request: flowrun_api.HumanRequest) -> None:
-        """Write a new request, keeping a decision already in the file."""
-        await self._update(
-            lambda c: c.requests.__setitem__(
-                request_id, _merge_request(c.requests.get(request_id), request)
-            )
-        )
+        """Append a new request (a decision already in the state is kept on replay)."""
+        await self._append({"request": request_id, "value": request.to_wire()})
 
     async def save_outcome(self, outcome: Outcome) -> None:
-        """Write the outcome."""
+        """Write the outcome and compact: a run that ended or paused leaves one file."""
         await self._update(lambda c: setattr(c, "outcome", outcome))
 
     async def decide(self, request_id: str, **fields: Any) -> None:
@@ -271,3 +308,17 @@ class FileStore:
             checkpoint.requests[request_id] = with_decision(request, fields)
 
         await self._update(change)
+
+
+def _replay(checkpoint: Checkpoint, entry: dict[str, Any]) -> None:
+    """Apply one journal entry written by :class:`FileStore`."""
+    if "run" in entry:
+        checkpoint.run = RunRecord(**entry["run"])
+    elif "node" in entry:
+        checkpoint.nodes[entry["node"]] = flowrun_api.NodeStatus.model_validate(entry["status"])
+    elif "request" in entry:
+        request = flowrun_api.HumanRequest.model_validate(entry["value"])
+        request_id = entry["request"]
+        checkpoint.requests[request_id] = _merge_request(
+            checkpoint.requests.get(request_id), request
+        )

@@ -8,7 +8,7 @@ The operator calls :func:`build_snapshot` (fed from the API through a plain look
 :mod:`agentflows.cli.local`. Edits to a Flow or an Agent never change a started run.
 
 A reference that cannot be resolved is left out rather than refused: compiling the Flow in
-the runner then fails the run with reason InvalidFlow and a message naming the missing
+the runner then fails the run with reason FlowInvalid and a message naming the missing
 Agent or Flow, which is where a user looks.
 """
 

@@ -38,8 +38,7 @@ from typing import Any
 
 from agentflows.api import common
 from agentflows.api import flowrun as flowrun_api
-from agentflows.engine import run as run_mod
-from agentflows.engine import store
+from agentflows.engine import clock, errors, store
 from agentflows.kube import client as kube_client
 
 #: Largest part of an offloaded value, in bytes of UTF-8 (a ConfigMap holds at most 1 MiB).
@@ -70,8 +69,8 @@ _QUESTION_FIELDS = (
 _FREE_FORM_QUESTION_FIELDS = ("schema_", "proposal")
 
 
-class OffloadError(Exception):
-    """An offload reference is malformed or its ConfigMaps are gone (permanent)."""
+class OffloadError(errors.PermanentError):
+    """An offload reference is malformed or its ConfigMaps are gone: no retry brings it back."""
 
 
 def _pointer(*parts: str) -> str:
@@ -194,7 +193,7 @@ class StatusStore:
                 trigger=spec.get("trigger"),
                 started_at=status.get("startTime")
                 or obj["metadata"].get("creationTimestamp")
-                or run_mod.timestamp(),
+                or clock.timestamp(),
             )
         nodes = status.get("nodes") or {}
         records = await asyncio.gather(*(self._node_of(v) for v in nodes.values()))
@@ -299,7 +298,7 @@ class StatusStore:
             phase=outcome.phase.value,  # the engine ends in Succeeded, Failed or Waiting
             reason=_truncate(outcome.reason, 256),
             message=_truncate(outcome.message),
-            finished_at=outcome.completed_at or run_mod.timestamp(),
+            finished_at=outcome.completed_at or clock.timestamp(),
         )
         ops: list[dict[str, Any]] = [
             {"op": "add", "path": _pointer("output"), "value": output},

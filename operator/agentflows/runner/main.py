@@ -5,16 +5,18 @@ Called by the ``runner`` command of :mod:`agentflows.cli.main` (the pod's comman
 1. read the FlowRun (``status.attempt`` is the attempt this pod belongs to) and the snapshot
    ConfigMap ``<run>-snapshot`` written by the operator;
 2. compile the snapshot's Flow; a bad Flow or snapshot ends the run: result Failed, reason
-   InvalidFlow (or SnapshotMissing), exit 1;
+   FlowInvalid (or SnapshotMissing), exit 1;
 3. run the engine with the FlowRun-status store and the live capabilities (secrets come from
    the environment the operator built from ``secretKeyRef``s);
 4. the store writes ``status.result`` with the outcome; exit 0 (Succeeded), 1 (Failed) or
    3 (Waiting).
 
 SIGTERM (pod deletion, cancel) cancels the run: nodes in flight stay Running in the status and
-the next attempt runs them again; no result is written and the exit status is 143. Any other
-error (the API server away for longer than the client's retries, a bug) exits 2 with no result,
-which the operator treats as a lost attempt to retry.
+the next attempt runs them again; no result is written and the exit status is 143. A permanent
+error (:class:`agentflows.engine.errors.PermanentError`: e.g. an offloaded output whose
+ConfigMap is gone) ends the run, since another pod would meet it again: result Failed, reason
+StateLost, exit 1. Any other error (the API server away for longer than the client's retries, a
+bug) exits 2 with no result, which the operator treats as a lost attempt to retry.
 
 Progress: one line per node on stdout (never a secret value: errors from the agents layer are
 redacted there), and ``status.currentNode``, written in the same patch as a node's Running
@@ -37,7 +39,7 @@ import pydantic
 
 from agentflows.api import documents
 from agentflows.api import flowrun as flowrun_api
-from agentflows.engine import graph, store
+from agentflows.engine import clock, errors, graph, state, store
 from agentflows.engine import run as run_mod
 from agentflows.kube import client as kube_client
 from agentflows.kube import snapshot as snapshot_mod
@@ -75,7 +77,7 @@ class Progress:
         self._started: dict[str, float] = {}
         self._pending: dict[str, asyncio.Task[None]] = {}
 
-    def __call__(self, event: run_mod.RunEvent) -> None:
+    def __call__(self, event: state.RunEvent) -> None:
         """Take one engine event (the engine calls observers synchronously)."""
         if event.kind == "started":
             self._started[event.key] = time.monotonic()
@@ -96,7 +98,7 @@ class Progress:
 
     def line(self, text: str) -> None:
         """Print one progress line."""
-        print(f"{run_mod.timestamp()} {text}", file=self.out, flush=True)
+        print(f"{clock.timestamp()} {text}", file=self.out, flush=True)
 
     async def _report(self, key: str) -> None:
         try:
@@ -115,15 +117,17 @@ class Progress:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def _fail(checkpoints: status_store.StatusStore, reason: str, message: str) -> int:
+async def _fail(
+    checkpoints: status_store.StatusStore, reason: flowrun_api.RunReason, message: str
+) -> int:
     outcome = store.Outcome(
         flowrun_api.RunPhase.FAILED,
         reason=reason,
         message=message,
-        completed_at=run_mod.timestamp(),
+        completed_at=clock.timestamp(),
     )
     await checkpoints.save_outcome(outcome)
-    print(f"{run_mod.timestamp()} run Failed ({reason}): {message}", flush=True)
+    print(f"{clock.timestamp()} run Failed ({reason}): {message}", flush=True)
     return EXIT_FAILED
 
 
@@ -149,15 +153,19 @@ async def run_attempt(client: kube_client.Client, namespace: str, name: str) -> 
     flowrun = await checkpoints.flowrun()
     spec = flowrun.get("spec") or {}
     attempt = (flowrun.get("status") or {}).get("attempt", 0)
-    print(f"{run_mod.timestamp()} run {namespace}/{name} attempt {attempt}", flush=True)
+    print(f"{clock.timestamp()} run {namespace}/{name} attempt {attempt}", flush=True)
     try:
         snap = await snapshot_mod.read_snapshot(client, namespace, name)
     except snapshot_mod.SnapshotError as exc:
-        return await _fail(checkpoints, "SnapshotMissing", str(exc))
+        return await _fail(checkpoints, flowrun_api.RunReason.SNAPSHOT_MISSING, str(exc))
     try:
         compiled, resolver = _compile(snap)
     except graph.FlowInvalid as exc:
-        return await _fail(checkpoints, "InvalidFlow", f'Flow "{snap.flow}" is invalid: {exc}')
+        return await _fail(
+            checkpoints,
+            flowrun_api.RunReason.FLOW_INVALID,
+            f'Flow "{snap.flow}" is invalid: {exc}',
+        )
     from agentflows.agents import host  # litellm is heavy: only once there is a flow to run
 
     progress = Progress(checkpoints)
@@ -172,6 +180,8 @@ async def run_attempt(client: kube_client.Client, namespace: str, name: str) -> 
             trigger=spec.get("trigger"),
             observer=progress,
         )
+    except errors.PermanentError as exc:  # the stored state is unusable: no retry can help
+        return await _fail(checkpoints, flowrun_api.RunReason.STATE_LOST, str(exc))
     finally:
         await progress.close()
     if not checkpoints.outcome_saved:
@@ -203,9 +213,9 @@ async def _main(namespace: str, name: str) -> int:
         except asyncio.CancelledError:
             if not terminated:
                 raise
-            print(f"{run_mod.timestamp()} run stopped by SIGTERM", flush=True)
+            print(f"{clock.timestamp()} run stopped by SIGTERM", flush=True)
             return EXIT_TERMINATED
-        except (kube_client.ApiError, status_store.OffloadError) as exc:
+        except kube_client.ApiError as exc:
             log.error("attempt lost: %s", exc)
             return EXIT_LOST
         finally:

@@ -7,13 +7,14 @@ the same way the CLI injects the live or mock host.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 from collections import Counter
 from typing import Any
 
 from agentflows.api import agent as agent_api
 from agentflows.api import documents
 from agentflows.api import flow as flow_api
-from agentflows.engine import capabilities, envelope, graph, run, store
+from agentflows.engine import capabilities, clock, envelope, graph, run, state, store
 
 
 def flow_spec(text: str) -> flow_api.FlowSpec:
@@ -76,7 +77,8 @@ async def run_once(
     host: Any,
     value: Any = None,
     resolver: graph.StaticResolver | None = None,
-    observer: run.Observer | None = None,
+    observer: state.Observer | None = None,
+    now: clock.Clock = clock.utc_now,
 ) -> store.Outcome:
     resolver = resolver or graph.StaticResolver(agents("a", "b"))
     compiled = graph.compile_flow(spec, resolver)
@@ -88,6 +90,7 @@ async def run_once(
         caps=host,
         resolver=resolver,
         observer=observer,
+        now=now,
     )
 
 
@@ -99,3 +102,16 @@ def chain(n: int, kind: str = "tool") -> flow_api.FlowSpec:
         else:
             nodes.append({"id": f"n{i}", "transform": f"={i}"})
     return flow_api.FlowSpec.model_validate({"nodes": nodes})
+
+
+class ManualClock:
+    """A clock a test moves by hand (the engine's injectable clock)."""
+
+    def __init__(self, start: str = "2026-01-01T00:00:00Z") -> None:
+        self.now = clock.parse_time(start)
+
+    def __call__(self) -> dt.datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += dt.timedelta(seconds=seconds)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from agentflows.api import flowrun as flowrun_api
-from agentflows.engine import run, store
+from agentflows.engine import state, store
 
 from .helpers import CountingHost, chain, run_once
 
@@ -106,7 +106,7 @@ class StoreContract:
         host = CountingHost()
         task: asyncio.Task[Any] | None = None
 
-        def stop(event: run.RunEvent) -> None:
+        def stop(event: state.RunEvent) -> None:
             if event.kind == "succeeded" and event.key == f"n{stop_after - 1}" and task is not None:
                 task.cancel()
 

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from agentflows.api import flowrun as flowrun_api
 from agentflows.engine import graph, store
 
-from .helpers import CountingHost, agents, chain, flow_spec, run_once
+from .helpers import CountingHost, ManualClock, agents, chain, flow_spec, run_once
 
 RunPhase = flowrun_api.RunPhase
 
@@ -157,9 +155,10 @@ nodes:
 output: "=.nodes.review.json"
 """)
     st = store.MemoryStore()
-    assert (await run_once(spec, st, CountingHost())).phase == RunPhase.WAITING
-    await asyncio.sleep(1.1)
-    outcome = await run_once(spec, st, CountingHost())
+    now = ManualClock()
+    assert (await run_once(spec, st, CountingHost(), now=now)).phase == RunPhase.WAITING
+    now.advance(1)
+    outcome = await run_once(spec, st, CountingHost(), now=now)
     assert (
         outcome.output["decision"] == "reject"
         and outcome.output["decidedBy"] == "agentflows:timeout"
@@ -172,9 +171,10 @@ nodes:
   - {id: ask, input: {message: "who?", timeoutSeconds: 1, onTimeout: fail}}
 """)
     st = store.MemoryStore()
-    await run_once(spec, st, CountingHost())
-    await asyncio.sleep(1.1)
-    outcome = await run_once(spec, st, CountingHost())
+    now = ManualClock()
+    await run_once(spec, st, CountingHost(), now=now)
+    now.advance(1)
+    outcome = await run_once(spec, st, CountingHost(), now=now)
     assert outcome.phase == RunPhase.FAILED and outcome.reason == "RequestExpired"
 
 
@@ -280,7 +280,8 @@ nodes:
   - {id: review, approval: {message: "ship?", timeoutSeconds: 1, onTimeout: reject}}
 """)
     st = store.MemoryStore()
-    await run_once(spec, st, CountingHost())
-    await asyncio.sleep(1.1)
-    outcome = await run_once(spec, st, CountingHost())
+    now = ManualClock()
+    await run_once(spec, st, CountingHost(), now=now)
+    now.advance(1)
+    outcome = await run_once(spec, st, CountingHost(), now=now)
     assert outcome.reason == "Rejected" and "agentflows:timeout" in (outcome.message or "")

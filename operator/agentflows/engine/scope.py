@@ -1,0 +1,52 @@
+"""The expression scope of a (sub-)flow: ``{run, nodes, ...}`` as JSON text, built incrementally.
+
+The run loop adds each finished node's output once; node kinds ask for a scope (with ``item``
+and ``items`` for map bodies) and expressions render only the node outputs they read.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from agentflows.engine import expressions
+
+
+class ScopeBuilder:
+    """Builds the expression scope as JSON text, serialising each node output only once."""
+
+    def __init__(self, run_values: dict[str, Any]) -> None:
+        self.run_values = run_values
+        self._run_json = json.dumps(run_values, ensure_ascii=False, default=str)
+        self._outputs: dict[str, Any] = {}
+        self._parts: dict[str, str] = {}
+
+    def add(self, node_id: str, output: Any) -> None:
+        """Make a node's output visible at ``.nodes.<id>``."""
+        self._outputs[node_id] = output
+        self._parts[node_id] = (
+            json.dumps(node_id) + ":" + json.dumps(output, ensure_ascii=False, default=str)
+        )
+
+    @property
+    def outputs(self) -> dict[str, Any]:
+        """Outputs by node id."""
+        return self._outputs
+
+    def scope(self, **extra: Any) -> expressions.Scope:
+        """The scope ``{run, nodes, ...extra}``."""
+        tail = "".join(
+            "," + json.dumps(key) + ":" + json.dumps(value, ensure_ascii=False, default=str)
+            for key, value in extra.items()
+        )
+        parts = self._parts
+
+        def render(needs: frozenset[str] | None) -> str:
+            if needs is None:
+                chosen = ",".join(parts.values())
+            else:
+                chosen = ",".join(parts[n] for n in needs if n in parts)
+            return '{"run":' + self._run_json + ',"nodes":{' + chosen + "}" + tail + "}"
+
+        values = {"run": self.run_values, "nodes": self._outputs, **extra}
+        return expressions.Scope(values, render)
