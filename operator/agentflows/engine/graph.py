@@ -91,14 +91,18 @@ class _Collector:
                 return expressions.compile_expression(value)
             return expressions.compile_template(value)
         except expressions.ExpressionError as exc:
-            if isinstance(value, (dict, list)):
-                self._each_leaf(path, value)
-            else:
+            # A bad leaf is reported at its own key; a problem of the whole value (its size)
+            # has no leaf to blame and is reported at the value's path.
+            if not (isinstance(value, (dict, list)) and self._each_leaf(path, value)):
                 self.add(path, str(exc))
             return expressions.Template("literal", value=None)
 
-    def _each_leaf(self, path: str, value: Any) -> None:
-        """Report every bad expression inside a mapping or list, each at its own path."""
+    def _each_leaf(self, path: str, value: Any) -> int:
+        """Report every bad expression inside a mapping or list, each at its own path.
+
+        Returns how many were reported.
+        """
+        found = 0
         stack = [(path, value)]
         while stack:
             where, item = stack.pop()
@@ -113,6 +117,8 @@ class _Collector:
                     expressions.compile_template(item)
                 except expressions.ExpressionError as exc:
                     self.add(where, str(exc))
+                    found += 1
+        return found
 
 
 def _node_templates(
