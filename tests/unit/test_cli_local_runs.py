@@ -21,6 +21,7 @@ from click.testing import CliRunner
 
 from agentflows.cli import group, local
 from agentflows.cli import main as cli
+from agentflows.engine import store
 
 ROOT = Path(__file__).resolve().parents[2]
 RESEARCH = ROOT / "examples" / "research.yaml"
@@ -156,10 +157,10 @@ spec:
 def _wait_for_node(state_file: Path, node: str, phase: str, seconds: float = 60) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        if state_file.exists():
-            nodes = json.loads(state_file.read_text()).get("nodes") or {}
-            if (nodes.get(node) or {}).get("phase") == phase:
-                return
+        # read as `agentflows get` does: the state file and the journal of saves beside it
+        record = store.FileStore(state_file).read().nodes.get(node)
+        if record is not None and record.phase == phase:
+            return
         time.sleep(0.05)
     raise AssertionError(f"node {node} never reached {phase}")
 
