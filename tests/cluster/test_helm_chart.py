@@ -228,13 +228,16 @@ def _get(port: int, path: str) -> str | None:
         return None
 
 
-def _install(helm: Helm, cluster: Cluster, system: str, values: list[str]) -> None:
-    """Dry-run every rendered manifest on the server, then install and wait for the pods."""
+def _check_before_install(helm: Helm, cluster: Cluster, system: str, values: list[str]) -> None:
+    """Every rendered manifest passes a server-side dry run; a typo in values is refused."""
     manifests = _rendered(helm, "agentflows", system, values)
     listed = json.dumps({"kind": "List", "apiVersion": "v1", "items": manifests})
     dry_run = cluster.kubectl("apply", "--dry-run=server", "-f", "-", stdin=listed)
     assert len(dry_run.stdout.splitlines()) == len(manifests), dry_run.stdout
-    helm("install", "agentflows", str(CHART), "-n", system, *values, "--wait", "--timeout=5m")
+    typo = helm("install", "agentflows", str(CHART), "-n", system, *values,
+                "--set", "webhook.enabeld=true", check=False)  # fmt: skip
+    assert typo.returncode != 0
+    assert "at '/webhook': additional properties 'enabeld' not allowed" in typo.stderr
 
 
 def _upgrade_rolls_the_operator(helm: Helm, cluster: Cluster, system: str) -> None:
@@ -278,8 +281,9 @@ def test_helm_install_upgrade_and_uninstall_with_editors_running_flows_and_appro
         "--set", "webhook.enabled=true",
         "--set", f"webhook.port={webhook_port}",
     ]  # fmt: skip
+    _check_before_install(helm, control_plane, system, values)
     started = time.monotonic()
-    _install(helm, control_plane, system, values)
+    helm("install", "agentflows", str(CHART), "-n", system, *values, "--wait", "--timeout=5m")
     wait_for(lambda: _get(metrics_port, "/healthz") is not None, 60, "the operator's probe")
     assert "agentflows_" in (_get(metrics_port, "/metrics") or "")
     wait_for(lambda: _get(webhook_port, "/healthz") is not None, 60, "the receiver's probe")
