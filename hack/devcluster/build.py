@@ -1,4 +1,4 @@
-"""Build and cache the pinned control-plane binaries: etcd, kube-apiserver, kube-controller-manager.
+"""Build and cache the pinned binaries: etcd, kube-apiserver, kube-controller-manager, and helm.
 
 Called by ``hack/control-plane build`` and, lazily, by :mod:`devcluster.controlplane` when it needs
 the binaries. Kubernetes is built from the Go module proxy through a throwaway wrapper module that
@@ -6,7 +6,9 @@ requires ``k8s.io/kubernetes`` and replaces every staging module (``k8s.io/api``
 at build time from the published ``go.mod`` of that release) by its ``v0.<minor>.<patch>`` tag,
 because the release's own ``go.mod`` points them at ``./staging`` directories that a module
 download does not have. etcd is built the same way, since its ``go.mod`` has ``replace`` lines
-too and ``go install pkg@version`` refuses those.
+too and ``go install pkg@version`` refuses those. helm's ``go.mod`` has no ``replace`` lines, so
+it is a plain ``go install helm.sh/helm/v3/cmd/helm@<version>``; it is not a control-plane binary
+and only the chart tests need it (``hack/control-plane build-helm``, :func:`helm_binary`).
 
 Binaries land in ``${AGENTFLOWS_BIN_CACHE:-/var/cache/agentflows/bin}/<component>-<version>/``;
 a second run finds them there and returns at once. ``AGENTFLOWS_CONTROL_PLANE_BIN`` names a
@@ -29,6 +31,10 @@ from pathlib import Path
 
 KUBERNETES_VERSION = "v1.34.4"
 ETCD_VERSION = "v3.6.16"
+HELM_VERSION = "v3.22.0"
+# The Kubernetes version helm assumes without a cluster (``helm template``, ``helm lint``): helm's
+# own release build derives it from its k8s.io/client-go requirement (v0.37 -> 1.37).
+HELM_KUBE_VERSION = ("1", "37")
 
 KUBERNETES_COMMANDS = ("kube-apiserver", "kube-controller-manager")
 BINARY_NAMES = ("etcd", *KUBERNETES_COMMANDS)
@@ -62,10 +68,10 @@ def _go_env() -> dict[str, str]:
     return env
 
 
-def _run_go(args: list[str], cwd: Path) -> str:
+def _run_go(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> str:
     """Run one go command in ``cwd``; raise with its output when it fails."""
     completed = subprocess.run(
-        ["go", *args], cwd=cwd, env=_go_env(), capture_output=True, text=True, check=False
+        ["go", *args], cwd=cwd, env=env or _go_env(), capture_output=True, text=True, check=False
     )
     if completed.returncode != 0:
         raise RuntimeError(
@@ -198,6 +204,43 @@ def build_etcd(version: str = ETCD_VERSION) -> Path:
         size_mib = (outdir / "etcd").stat().st_size / 2**20
         _log(f"built etcd in {time.monotonic() - started:.0f}s ({size_mib:.1f} MiB)")
     return outdir
+
+
+def _helm_ldflags(version: str) -> str:
+    major, minor = HELM_KUBE_VERSION
+    flags = ["-s", "-w", f"-X helm.sh/helm/v3/internal/version.version={version}"]
+    for package in ("helm.sh/helm/v3/pkg/chartutil", "helm.sh/helm/v3/pkg/lint/rules"):
+        flags += [f"-X {package}.k8sVersionMajor={major}", f"-X {package}.k8sVersionMinor={minor}"]
+    return " ".join(flags)
+
+
+def helm_binary(version: str = HELM_VERSION) -> Path:
+    """Return the cached ``helm`` ``version``, building it from the module proxy if needed."""
+    target = cache_root() / f"helm-{version}" / "helm"
+    if target.is_file():
+        return target
+    with tempfile.TemporaryDirectory(prefix="agentflows-helm-build-") as tmp:
+        workdir = Path(tmp)
+        env = {**_go_env(), "GOBIN": str(workdir / "bin"), "GOFLAGS": ""}
+        started = time.monotonic()
+        _log(f"building helm {version}")
+        _run_go(
+            [
+                "install",
+                "-p",
+                "2",
+                "-trimpath",
+                "-ldflags",
+                _helm_ldflags(version),
+                f"helm.sh/helm/v3/cmd/helm@{version}",
+            ],
+            workdir,
+            env,
+        )
+        _install(workdir / "bin" / "helm", target)
+        size_mib = target.stat().st_size / 2**20
+        _log(f"built helm in {time.monotonic() - started:.0f}s ({size_mib:.1f} MiB)")
+    return target
 
 
 def ensure_binaries() -> Binaries:

@@ -1,6 +1,7 @@
 """The ``hack/control-plane`` command line: build, up, down, status, env.
 
-``build`` makes sure the pinned binaries are cached (instant when they are); ``up`` starts a
+``build`` makes sure the pinned binaries are cached (instant when they are), ``build-helm`` the
+same for helm (which the chart tests use); ``up`` starts a
 control plane in ``$AGENTFLOWS_CP_DIR`` (default ``/tmp/agentflows-cp``) and waits until it is
 ready; ``down`` stops it and removes the directory; ``status`` reports on it; ``env`` prints the
 ``export KUBECONFIG=...`` line for ``eval``.
@@ -27,6 +28,14 @@ def _build(_: argparse.Namespace) -> int:
     for path in (binaries.etcd, binaries.kube_apiserver, binaries.kube_controller_manager):
         print(f"{path}  {path.stat().st_size / 2**20:.1f} MiB")
     print(f"binaries ready in {time.monotonic() - started:.1f}s", file=sys.stderr)
+    return 0
+
+
+def _build_helm(_: argparse.Namespace) -> int:
+    started = time.monotonic()
+    path = build.helm_binary()
+    print(f"{path}  {path.stat().st_size / 2**20:.1f} MiB")
+    print(f"helm ready in {time.monotonic() - started:.1f}s", file=sys.stderr)
     return 0
 
 
@@ -70,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--state-dir", help="default: $AGENTFLOWS_CP_DIR or /tmp/agentflows-cp")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("build", help="build or find the cached binaries").set_defaults(run=_build)
+    commands.add_parser("build-helm", help="build or find the cached helm").set_defaults(
+        run=_build_helm
+    )
     commands.add_parser("up", help="start and wait until ready").set_defaults(run=_up)
     commands.add_parser("down", help="stop everything, remove the state").set_defaults(run=_down)
     commands.add_parser("status", help="report processes and readiness").set_defaults(run=_status)

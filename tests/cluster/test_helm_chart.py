@@ -1,0 +1,322 @@
+"""charts/agentflows and the per-namespace kustomize identity, on the real control plane.
+
+The chart is installed with the pinned helm (``hack/control-plane build-helm``). Every rendered
+manifest passes a server-side dry run first; then ``helm install`` brings up the operator as a
+Deployment, whose pod the process kubelet runs (its command runs from this working tree), and
+that operator runs Flows in a namespace of ``runnerNamespaces``. The RBAC is the real thing: a
+user holding only the built-in ``edit`` role creates the Flow and FlowRun (aggregation), and one
+bound only to ``agentflows-approver`` decides the run's approval. ``helm upgrade`` with changed
+values rolls the operator while a run waits, and the run goes on. ``helm uninstall`` leaves the
+CRDs and nothing else of the release. The kustomize path is tested too: the README's
+``kubectl apply -k config/rbac/runner -n team-a``, verbatim.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from tests.cluster.harness import REPO, Cluster, wait_for
+
+sys.path.insert(0, str(REPO / "hack"))
+
+from devcluster import build
+
+pytestmark = pytest.mark.cluster
+
+CHART = REPO / "charts" / "agentflows"
+EDITOR = "alice"  # group editors; no RBAC of its own
+APPROVER = "bob"  # group viewers; no RBAC of its own
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _create_namespace(cluster: Cluster, name: str) -> None:
+    cluster.core().create_namespace(
+        {
+            "metadata": {
+                "name": name,
+                "labels": {"pod-security.kubernetes.io/enforce": "restricted"},
+            }
+        }
+    )
+
+
+class Helm:
+    """The pinned helm binary, talking to the control plane as admin."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.binary = build.helm_binary()
+        self.cluster = cluster
+
+    def __call__(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [str(self.binary), f"--kubeconfig={self.cluster.kubeconfig()}", *args],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        if check and done.returncode != 0:
+            pytest.fail(f"helm {' '.join(args)} failed: {done.stdout}{done.stderr}")
+        return done
+
+
+@pytest.fixture
+def helm(control_plane: Cluster) -> Helm:
+    return Helm(control_plane)
+
+
+@pytest.fixture
+def namespaces(control_plane: Cluster) -> Iterator[tuple[str, str]]:
+    """(the release's namespace, a namespace that runs flows), both restricted."""
+    suffix = uuid.uuid4().hex[:8]
+    names = (f"af-system-{suffix}", f"team-{suffix}")
+    for name in names:
+        _create_namespace(control_plane, name)
+    yield names
+    for name in names:
+        control_plane.core().delete_namespace(name)
+
+
+def _run_status(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
+    run = client.CustomObjectsApi(cluster.api()).get_namespaced_custom_object(
+        "agentflows.io", "v1alpha1", namespace, "flowruns", name
+    )
+    status: dict[str, Any] = run.get("status") or {}
+    return status
+
+
+def _wait_phase(cluster: Cluster, namespace: str, name: str, *phases: str) -> dict[str, Any]:
+    def reached() -> dict[str, Any] | None:
+        status = _run_status(cluster, namespace, name)
+        return status if status.get("phase") in phases else None
+
+    return wait_for(reached, 180, f"FlowRun {namespace}/{name} in {phases}")
+
+
+def _allowed(cluster: Cluster, user: str, verb: str, resource: str, namespace: str) -> bool:
+    """Whether RBAC lets ``user`` do ``verb`` on ``resource`` (``group/plural[/subresource]``)."""
+    group, plural, *sub = resource.split("/")
+    review = client.AuthorizationV1Api(cluster.api()).create_subject_access_review(
+        {
+            "spec": {
+                "user": user,
+                "groups": [],
+                "resourceAttributes": {
+                    "group": group,
+                    "resource": plural,
+                    "subresource": "".join(sub),
+                    "verb": verb,
+                    "namespace": namespace,
+                },
+            }
+        }
+    )
+    return bool(review.status.allowed)
+
+
+def test_the_readme_kustomize_command_gives_a_namespace_its_runner_identity(
+    control_plane: Cluster,
+) -> None:
+    control_plane.core().create_namespace({"metadata": {"name": "team-a"}})
+    env = {**os.environ, "KUBECONFIG": str(control_plane.kubeconfig())}
+    for component in ("runner", "trigger"):
+        done = subprocess.run(
+            ["kubectl", "apply", "-k", f"config/rbac/{component}", "-n", "team-a"],
+            cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert f"serviceaccount/agentflows-{component} created" in done.stdout
+    runner = "system:serviceaccount:team-a:agentflows-runner"
+    trigger = "system:serviceaccount:team-a:agentflows-trigger"
+    for account, verb, resource in (
+        (runner, "get", "agentflows.io/flowruns"),
+        (runner, "patch", "agentflows.io/flowruns/status"),
+        (runner, "create", "/configmaps"),
+        (trigger, "create", "agentflows.io/flowruns"),
+    ):
+        assert _allowed(control_plane, account, verb, resource, "team-a"), (account, verb, resource)
+    assert not _allowed(control_plane, runner, "get", "agentflows.io/flowruns", "default")
+
+
+def _bind(cluster: Cluster, namespace: str, role: str, user: str) -> None:
+    cluster.kubectl(
+        "create", "rolebinding", f"{user}-{role}", f"--clusterrole={role}",
+        f"--user={user}", "-n", namespace,
+    )  # fmt: skip
+
+
+def _rendered(helm: Helm, release: str, namespace: str, values: list[str]) -> list[dict[str, Any]]:
+    done = helm("template", release, str(CHART), "-n", namespace, *values)
+    return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+
+
+def _exists(cluster: Cluster, doc: dict[str, Any]) -> bool:
+    meta = doc["metadata"]
+    where = ["-n", meta["namespace"]] if meta.get("namespace") else []
+    group = doc["apiVersion"].rpartition("/")[0]
+    kind = f"{doc['kind'].lower()}.{group}" if group else doc["kind"].lower()
+    done = cluster.kubectl("get", kind, meta["name"], *where, "-o", "name", check=False)
+    if done.returncode == 0:
+        return True
+    assert "NotFound" in done.stderr, done.stderr
+    return False
+
+
+def _operator_pods(cluster: Cluster, namespace: str) -> list[str]:
+    """Names of the live operator pods of the release in ``namespace``."""
+    pods = cluster.core().list_namespaced_pod(
+        namespace, label_selector="app.kubernetes.io/component=operator"
+    )
+    return [p.metadata.name for p in pods.items if not p.metadata.deletion_timestamp]
+
+
+def _flows(approver: str) -> list[dict[str, Any]]:
+    gate = [
+        {"id": "review", "approval": {"message": "Ship it?", "approvers": {"users": [approver]}}},
+        {"id": "after", "transform": "={decision: .nodes.review.json.decision}"},
+    ]
+    hello = [{"id": "greet", "transform": '={greeting: ("hello " + .run.input.name)}'}]
+    return [
+        {"kind": "Flow", "metadata": {"name": name}, "spec": {"nodes": nodes, "output": out}}
+        for name, nodes, out in (
+            ("hello", hello, "=.nodes.greet.json"),
+            ("gate", gate, "=.nodes.after.json"),
+        )
+    ]
+
+
+def _as_editor(cluster: Cluster, namespace: str, *documents: dict[str, Any]) -> None:
+    for document in documents:
+        document = {"apiVersion": "agentflows.io/v1alpha1", **document}
+        document["metadata"]["namespace"] = namespace
+        cluster.apply(document, user=EDITOR)
+
+
+def _run(name: str, flow: str, value: Any = None) -> dict[str, Any]:
+    return {"kind": "FlowRun", "metadata": {"name": name}, "spec": {"flow": flow, "input": value}}
+
+
+def _get(port: int, path: str) -> str | None:
+    """The body of a 200 answer on loopback ``port``, or None while nothing listens there.
+
+    The process kubelet runs no probes (a pod is Ready once its process starts), so callers
+    poll until the server has bound its port.
+    """
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
+            return response.read().decode() if response.status == 200 else None
+    except OSError:
+        return None
+
+
+def _check_before_install(helm: Helm, cluster: Cluster, system: str, values: list[str]) -> None:
+    """Every rendered manifest passes a server-side dry run; a typo in values is refused."""
+    manifests = _rendered(helm, "agentflows", system, values)
+    listed = json.dumps({"kind": "List", "apiVersion": "v1", "items": manifests})
+    dry_run = cluster.kubectl("apply", "--dry-run=server", "-f", "-", stdin=listed)
+    assert len(dry_run.stdout.splitlines()) == len(manifests), dry_run.stdout
+    typo = helm("install", "agentflows", str(CHART), "-n", system, *values,
+                "--set", "webhook.enabeld=true", check=False)  # fmt: skip
+    assert typo.returncode != 0
+    assert "at '/webhook': additional properties 'enabeld' not allowed" in typo.stderr
+
+
+def _upgrade_rolls_the_operator(helm: Helm, cluster: Cluster, system: str) -> None:
+    before = _operator_pods(cluster, system)
+    helm("upgrade", "agentflows", str(CHART), "-n", system, "--reuse-values",
+         "--set", "operator.workers=3", "--wait", "--timeout=5m")  # fmt: skip
+    after = wait_for(
+        lambda: (pods := _operator_pods(cluster, system)) and pods[0] not in before and pods,
+        120,
+        "the operator's pod to be replaced",
+    )
+    assert "--workers=3" in cluster.pod(system, after[0]).spec.containers[0].command
+
+
+def _uninstall_leaves_only_the_crds(
+    helm: Helm, cluster: Cluster, system: str, manifests: list[dict[str, Any]]
+) -> None:
+    helm("uninstall", "agentflows", "-n", system, "--wait", "--timeout=5m")
+    left = {
+        f"{doc['kind']} {doc['metadata']['name']}" for doc in manifests if _exists(cluster, doc)
+    }
+    assert left == {
+        f"CustomResourceDefinition {plural}.agentflows.io"
+        for plural in ("agents", "flows", "flowruns")
+    }
+    wait_for(
+        lambda: not cluster.core().list_namespaced_pod(system).items,
+        120,
+        f"the operator's and the receiver's pods in {system} to go",
+    )
+
+
+def test_helm_install_upgrade_and_uninstall_with_editors_running_flows_and_approvers_deciding(
+    control_plane: Cluster, helm: Helm, namespaces: tuple[str, str]
+) -> None:
+    system, team = namespaces
+    metrics_port, webhook_port = _free_port(), _free_port()
+    values = [
+        "--set", f"runnerNamespaces={{{team}}}",
+        "--set", f"operator.metricsPort={metrics_port}",
+        "--set", "webhook.enabled=true",
+        "--set", f"webhook.port={webhook_port}",
+    ]  # fmt: skip
+    _check_before_install(helm, control_plane, system, values)
+    started = time.monotonic()
+    helm("install", "agentflows", str(CHART), "-n", system, *values, "--wait", "--timeout=5m")
+    wait_for(lambda: _get(metrics_port, "/healthz") is not None, 60, "the operator's probe")
+    assert "agentflows_" in (_get(metrics_port, "/metrics") or "")
+    wait_for(lambda: _get(webhook_port, "/healthz") is not None, 60, "the receiver's probe")
+    _bind(control_plane, team, "edit", EDITOR)
+    _bind(control_plane, team, "agentflows-approver", APPROVER)
+    wait_for(
+        lambda: _allowed(control_plane, EDITOR, "create", "agentflows.io/flowruns", team),
+        60,
+        "the edit role to aggregate agentflows-edit",
+    )
+    _as_editor(control_plane, team, *_flows(APPROVER), _run("hello-1", "hello", {"name": "helm"}))
+    status = _wait_phase(control_plane, team, "hello-1", "Succeeded", "Failed")
+    print(f"helm install -> first FlowRun Succeeded: {time.monotonic() - started:.1f}s")
+    assert status["phase"] == "Succeeded", status.get("message")
+    assert status["output"] == {"greeting": "hello helm"}
+    assert control_plane.pod(team, "hello-1-1").spec.service_account_name == "agentflows-runner"
+
+    _as_editor(control_plane, team, _run("gate-1", "gate"))
+    status = _wait_phase(control_plane, team, "gate-1", "Waiting", "Failed")
+    assert status["phase"] == "Waiting", status.get("message")
+    assert not _allowed(control_plane, EDITOR, "patch", "agentflows.io/flowruns/status", team)
+    # An upgrade with changed values rolls the operator; the waiting run goes on under the new one.
+    _upgrade_rolls_the_operator(helm, control_plane, system)
+    approve = subprocess.run(
+        [sys.executable, "-m", "agentflows.cli.main", "approve", "gate-1", "-n", team,
+         "--kubeconfig", str(control_plane.kubeconfig(APPROVER))],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert approve.returncode == 0, approve.stdout + approve.stderr
+    status = _wait_phase(control_plane, team, "gate-1", "Succeeded", "Failed")
+    assert status["phase"] == "Succeeded", status.get("message")
+    assert status["output"] == {"decision": "approve"}
+    assert status["requests"]["review"]["decidedBy"] == APPROVER
+
+    manifests = _rendered(helm, "agentflows", system, values)
+    _uninstall_leaves_only_the_crds(helm, control_plane, system, manifests)

@@ -1,0 +1,214 @@
+"""The Helm chart (charts/agentflows) as the built helm binary sees it: lint, render, schema.
+
+Runs the pinned helm from ``hack/devcluster/build.py`` (built from the Go module proxy and cached
+next to the control-plane binaries; ``hack/control-plane build-helm``). Every documented values
+combination of the chart README lints with ``--strict`` and renders; a typo in values fails with
+its path; the rendered RBAC, CRDs and admission policies are those of ``config/`` and ``crds/``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "agentflows"
+sys.path.insert(0, str(REPO / "hack"))
+
+from devcluster import build  # noqa: E402
+
+#: The combinations the chart README documents, as --set arguments.
+COMBINATIONS = {
+    "defaults": [],
+    "webhook-and-runner-namespaces": ["webhook.enabled=true", "runnerNamespaces={team-a,team-b}"],
+    "managed-elsewhere": [
+        "crds.install=false",
+        "policies.enabled=false",
+        "userRoles.enabled=false",
+    ],
+    "namespaced-operator": ["operator.namespaces={team-a}", "runnerNamespaces={team-a}"],
+}
+
+
+@pytest.fixture(scope="module")
+def helm() -> Path:
+    return build.helm_binary()
+
+
+def run_helm(helm: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(helm), *args], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def render(helm: Path, *sets: str) -> list[dict[str, Any]]:
+    args = [arg for value in sets for arg in ("--set", value)]
+    done = run_helm(helm, "template", "agentflows", str(CHART), "-n", "agentflows-system", *args)
+    assert done.returncode == 0, done.stderr
+    return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+
+
+def one(
+    documents: list[dict[str, Any]], kind: str, name: str, namespace: str | None = None
+) -> dict[str, Any]:
+    found = [
+        doc
+        for doc in documents
+        if doc["kind"] == kind
+        and doc["metadata"]["name"] == name
+        and doc["metadata"].get("namespace") == namespace
+    ]
+    assert len(found) == 1, f"{kind} {namespace}/{name}: {len(found)} rendered"
+    return found[0]
+
+
+def config_documents(path: Path) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+@pytest.mark.parametrize("combination", sorted(COMBINATIONS))
+def test_every_documented_combination_lints_strictly_and_renders(
+    helm: Path, combination: str
+) -> None:
+    args = [arg for value in COMBINATIONS[combination] for arg in ("--set", value)]
+    linted = run_helm(helm, "lint", "--strict", str(CHART), "-n", "agentflows-system", *args)
+    assert linted.returncode == 0, linted.stdout + linted.stderr
+    assert "0 chart(s) failed" in linted.stdout
+    assert "[WARNING]" not in linted.stdout and "[INFO]" not in linted.stdout, linted.stdout
+    kinds = {doc["kind"] for doc in render(helm, *COMBINATIONS[combination])}
+    assert {"Deployment", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"} <= kinds
+
+
+def test_a_typo_in_values_fails_with_its_path(helm: Path) -> None:
+    done = run_helm(helm, "template", str(CHART), "--set", "webhook.enabeld=true")
+    assert done.returncode != 0
+    assert "at '/webhook': additional properties 'enabeld' not allowed" in done.stderr, done.stderr
+
+
+def test_a_wrong_type_in_values_fails_with_its_path(helm: Path) -> None:
+    done = run_helm(helm, "template", str(CHART), "--set", "runnerNamespaces=team-a")
+    assert done.returncode != 0
+    assert "at '/runnerNamespaces': got string, want array" in done.stderr, done.stderr
+
+
+def test_app_version_is_the_package_version() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    package = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert chart["appVersion"] == package
+
+
+def test_the_operator_role_grants_exactly_what_config_rbac_grants(helm: Path) -> None:
+    rendered = one(render(helm), "ClusterRole", "agentflows-operator")
+    (config,) = config_documents(REPO / "config/rbac/role.yaml")
+    assert rendered["rules"] == config["rules"]
+
+
+def test_the_webhook_role_grants_exactly_what_config_webhook_grants(helm: Path) -> None:
+    rendered = one(render(helm, "webhook.enabled=true"), "ClusterRole", "agentflows-webhook")
+    config = config_documents(REPO / "config/webhook/rbac.yaml")
+    (role,) = [doc for doc in config if doc["kind"] == "ClusterRole"]
+    assert rendered["rules"] == role["rules"]
+
+
+def test_each_runner_namespace_gets_the_runner_and_trigger_identities_of_config_rbac(
+    helm: Path,
+) -> None:
+    documents = render(helm, "runnerNamespaces={team-a,team-b}")
+    for namespace in ("team-a", "team-b"):
+        for component in ("runner", "trigger"):
+            name = f"agentflows-{component}"
+            one(documents, "ServiceAccount", name, namespace)
+            role = one(documents, "Role", name, namespace)
+            (config,) = config_documents(REPO / f"config/rbac/{component}/role.yaml")
+            assert role["rules"] == config["rules"]
+            binding = one(documents, "RoleBinding", name, namespace)
+            assert binding["subjects"] == [
+                {"kind": "ServiceAccount", "name": name, "namespace": namespace}
+            ]
+
+
+def test_every_policy_of_config_policies_is_rendered_for_the_release_namespace(
+    helm: Path,
+) -> None:
+    documents = render(helm)
+    rendered = {
+        (doc["kind"], doc["metadata"]["name"])
+        for doc in documents
+        if doc["kind"].startswith("ValidatingAdmissionPolicy")
+    }
+    shipped = {
+        (doc["kind"], doc["metadata"]["name"])
+        for path in (REPO / "config/policies").glob("*.yaml")
+        if path.name != "kustomization.yaml"
+        for doc in config_documents(path)
+    }
+    assert shipped and rendered == shipped
+    text = yaml.safe_dump_all(render(helm), sort_keys=False)
+    assert "system:serviceaccount:agentflows-system:agentflows-operator" in text
+    moved = yaml.safe_dump_all(
+        [
+            doc
+            for doc in yaml.safe_load_all(
+                run_helm(helm, "template", "x", str(CHART), "-n", "ops").stdout
+            )
+            if doc
+        ]
+    )
+    assert "system:serviceaccount:agentflows-system:" not in moved
+    assert "system:serviceaccount:ops:agentflows-operator" in moved
+
+
+def test_the_crds_are_those_of_crds_and_are_kept_on_uninstall(helm: Path) -> None:
+    documents = render(helm)
+    crds = {
+        doc["metadata"]["name"]: doc
+        for doc in documents
+        if doc["kind"] == "CustomResourceDefinition"
+    }
+    for path in sorted((REPO / "crds").glob("*.yaml")):
+        (generated,) = config_documents(path)
+        crd = crds.pop(generated["metadata"]["name"])
+        assert crd["spec"] == generated["spec"]
+        assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert crds == {}
+    assert not any(
+        doc["kind"] == "CustomResourceDefinition" for doc in render(helm, "crds.install=false")
+    )
+
+
+def test_user_roles_aggregate_into_the_built_in_roles_and_the_approver_decides_only(
+    helm: Path,
+) -> None:
+    documents = render(helm)
+    view = one(documents, "ClusterRole", "agentflows-view")
+    edit = one(documents, "ClusterRole", "agentflows-edit")
+    aggregate = "rbac.authorization.k8s.io/aggregate-to-"
+    assert {f"{aggregate}{r}" for r in ("view", "edit", "admin")} <= set(view["metadata"]["labels"])
+    assert {f"{aggregate}{r}" for r in ("edit", "admin")} <= set(edit["metadata"]["labels"])
+    assert f"{aggregate}view" not in edit["metadata"]["labels"]
+    approver = one(documents, "ClusterRole", "agentflows-approver")
+    assert approver["rules"] == [
+        {"apiGroups": ["agentflows.io"], "resources": ["flowruns"], "verbs": ["get"]},
+        {"apiGroups": ["agentflows.io"], "resources": ["flowruns/status"], "verbs": ["patch"]},
+    ]
+
+
+def test_the_operator_pod_meets_the_restricted_pod_security_standard(helm: Path) -> None:
+    deployment = one(render(helm), "Deployment", "agentflows-operator", "agentflows-system")
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    (container,) = pod["containers"]
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert container["resources"]["limits"]["memory"]
