@@ -42,10 +42,10 @@ async def dispatch(
     t = node.templates
     if spec.transform is not None:
         return capabilities.NodeResult(
-            envelope.from_value(expressions.evaluate(t["transform"], scope))
+            envelope.from_value(await expressions.evaluate_async(t["transform"], scope))
         )
     if spec.branch is not None:
-        return _branch(spec.branch, expressions.evaluate(t["value"], scope))
+        return _branch(spec.branch, await expressions.evaluate_async(t["value"], scope))
     if spec.approval is not None:
         return await _human(frame, key, previous, node, scope)
     if spec.input is not None:
@@ -53,23 +53,25 @@ async def dispatch(
     if spec.map is not None:
         return await _map(frame, node, key, scope)
     if spec.flow is not None:
-        value = expressions.evaluate(t["input"], scope)
+        value = await expressions.evaluate_async(t["input"], scope)
         output = await _subflow(frame, spec.flow.name, value, f"{key}/")
         return capabilities.NodeResult(envelope.from_value(output))
     resume = _resume_of(frame, previous)
     ctx = frame.run.context(key, frame.depth, resume)
     if spec.agent is not None:
-        return await _agent(frame, spec.agent, expressions.evaluate(t["prompt"], scope), ctx)
+        return await _agent(
+            frame, spec.agent, await expressions.evaluate_async(t["prompt"], scope), ctx
+        )
     if spec.llm is not None:
         task = capabilities.LlmTask(
             model=spec.llm.model,
-            system=str(expressions.evaluate(t["system"], scope) or ""),
-            prompt=str(expressions.evaluate(t["prompt"], scope)),
+            system=str(await expressions.evaluate_async(t["system"], scope) or ""),
+            prompt=str(await expressions.evaluate_async(t["prompt"], scope)),
             output_schema=spec.llm.output_schema,
         )
         return await frame.run.caps.complete(task, ctx)
     assert spec.tool is not None
-    return await _tool(frame, spec.tool, expressions.evaluate(t["args"], scope), ctx)
+    return await _tool(frame, spec.tool, await expressions.evaluate_async(t["args"], scope), ctx)
 
 
 def _branch(spec: flow_api.Branch, value: Any) -> capabilities.NodeResult:
@@ -148,8 +150,8 @@ async def _human(
     request = flowrun_api.HumanRequest(
         node=key,
         kind=flowrun_api.RequestKind.INPUT if is_input else flowrun_api.RequestKind.APPROVAL,
-        message=str(expressions.evaluate(node.templates["message"], scope) or ""),
-        summary=str(expressions.evaluate(node.templates["summary"], scope) or "")
+        message=str(await expressions.evaluate_async(node.templates["message"], scope) or ""),
+        summary=str(await expressions.evaluate_async(node.templates["summary"], scope) or "")
         if "summary" in node.templates
         else "",
         schema_=node.spec.input.schema_ if node.spec.input is not None else None,
@@ -321,7 +323,7 @@ async def _map(
     """
     spec = node.spec.map
     assert spec is not None
-    items = expressions.evaluate(node.templates["items"], scope)
+    items = await expressions.evaluate_async(node.templates["items"], scope)
     if items is None:
         items = []
     if not isinstance(items, list):
@@ -404,12 +406,14 @@ async def _map_body(
 ) -> state.Result:
     t = node.templates
     if spec.flow is not None:
-        value = expressions.evaluate(t["input"], scope)
+        value = await expressions.evaluate_async(t["input"], scope)
         return capabilities.NodeResult(
             envelope.from_value(await _subflow(frame, spec.flow.name, value, f"{item_key}/"))
         )
     ctx = frame.run.context(item_key, frame.depth, _resume_of(frame, previous))
     if spec.agent is not None:
-        return await _agent(frame, spec.agent, expressions.evaluate(t["prompt"], scope), ctx)
+        return await _agent(
+            frame, spec.agent, await expressions.evaluate_async(t["prompt"], scope), ctx
+        )
     assert spec.tool is not None
-    return await _tool(frame, spec.tool, expressions.evaluate(t["args"], scope), ctx)
+    return await _tool(frame, spec.tool, await expressions.evaluate_async(t["args"], scope), ctx)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import functools
+import time
 from typing import Any
 
 from agentflows.api import common, schemas
@@ -111,7 +112,7 @@ async def execute_frame(frame: state.Frame) -> Any:
             await asyncio.gather(*running, return_exceptions=True)
     if waiting:
         raise state.Paused()
-    return _output(frame)
+    return await _output(frame)
 
 
 async def _skip(frame: state.Frame, node: graph.CompiledNode) -> None:
@@ -135,11 +136,11 @@ async def _execute_node(frame: state.Frame, node: graph.CompiledNode) -> Phase:
     return phase
 
 
-def _output(frame: state.Frame) -> Any:
+async def _output(frame: state.Frame) -> Any:
     """The (sub-)flow output: the output expression, else the finished sinks' json."""
     if frame.compiled.output is not None:
         try:
-            return expressions.evaluate(frame.compiled.output, frame.scope.scope())
+            return await expressions.evaluate_async(frame.compiled.output, frame.scope.scope())
         except expressions.ExpressionError as exc:
             raise state.RunStopped(Reason.OUTPUT_FAILED, f"spec.output: {exc}") from exc
     outputs = frame.scope.outputs
@@ -222,6 +223,8 @@ async def _run_with_limits(
         return _failed(run, Reason.INVALID_INPUT, "invalid input: " + "; ".join(problems))
     timeout = compiled.spec.limits.timeout_seconds
     remaining = None if timeout is None else timeout - (run.clock() - started).total_seconds()
+    # expressions are bounded by the same deadline (a looping jq program blocks no timer)
+    run.deadline = None if remaining is None else time.monotonic() + remaining
     try:
         if remaining is not None and remaining <= 0:
             raise TimeoutError

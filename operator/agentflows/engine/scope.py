@@ -15,8 +15,10 @@ from agentflows.engine import expressions
 class ScopeBuilder:
     """Builds the expression scope as JSON text, serialising each node output only once."""
 
-    def __init__(self, run_values: dict[str, Any]) -> None:
+    def __init__(self, run_values: dict[str, Any], *, deadline: float | None = None) -> None:
         self.run_values = run_values
+        #: A time.monotonic() instant every expression over this scope must finish by.
+        self.deadline = deadline
         self._run_json = json.dumps(run_values, ensure_ascii=False, default=str)
         self._outputs: dict[str, Any] = {}
         self._parts: dict[str, str] = {}
@@ -49,4 +51,4 @@ class ScopeBuilder:
             return '{"run":' + self._run_json + ',"nodes":{' + chosen + "}" + tail + "}"
 
         values = {"run": self.run_values, "nodes": self._outputs, **extra}
-        return expressions.Scope(values, render)
+        return expressions.Scope(values, render, deadline=self.deadline)

@@ -87,7 +87,7 @@ class Frame:
         run_values: dict[str, Any] = {"name": self.run.name, "input": self.input}
         if self.run.checkpoint.run is not None and not self.prefix:
             run_values["trigger"] = self.run.checkpoint.run.trigger
-        self.scope = scope.ScopeBuilder(run_values)
+        self.scope = scope.ScopeBuilder(run_values, deadline=self.run.deadline)
 
     def key(self, node_id: str) -> str:
         """Status key of a node of this (sub-)flow."""
@@ -113,6 +113,9 @@ class Run:
     observer: Observer | None = None
     usage: common.Usage = dataclasses.field(default_factory=common.Usage)
     executions: int = 0
+    #: The end of limits.timeoutSeconds as a time.monotonic() instant (None: no limit); every
+    #: expression evaluated for this run stops by then.
+    deadline: float | None = None
 
     def timestamp(self) -> str:
         """Now, by the run's clock, in RFC 3339."""
