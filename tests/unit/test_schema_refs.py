@@ -177,3 +177,15 @@ def test_the_shared_validator_never_retrieves_even_an_unchecked_schema(listener:
     with pytest.raises(referencing.exceptions.Unresolvable):
         list(validator.iter_errors("anything"))
     assert listener.paths == []
+
+
+def test_data_checked_against_a_schema_with_a_remote_ref_is_a_mismatch_never_a_fetch(
+    listener: Listener,
+) -> None:
+    # the operator checks a human's answer against the request's schema: a schema that slipped
+    # past validation must neither fetch nor raise out of the reconcile
+    found = schemas.mismatch({"$ref": f"{listener.url}/answer"}, {"a": 1})
+    assert found is not None and found.bad_schema and found.where == "(schema)"
+    assert listener.paths == []
+    wrong = schemas.mismatch({"properties": {"n": {"type": "integer"}}}, {"n": "x"})
+    assert wrong is not None and wrong.path == ("n",) and "integer" in wrong.message

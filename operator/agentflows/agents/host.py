@@ -28,7 +28,7 @@ from typing import Any
 from agentflows.agents import approval, delegation, review, secrets, spec_tools, tools, turn
 from agentflows.agents import model as model_client
 from agentflows.api import agent as agent_api
-from agentflows.api import common
+from agentflows.api import common, schemas
 from agentflows.api import flow as flow_api
 from agentflows.engine import capabilities, envelope
 
@@ -222,18 +222,14 @@ def _check_schema(output: dict[str, Any], schema: Any, text: str) -> None:
             retryable=True,
             source=flow_api.RetryOn.MODEL,
         )
-    import jsonschema  # loaded only for llm nodes with an output schema
-
-    try:
-        jsonschema.validate(output["json"], schema)
-    except jsonschema.SchemaError as exc:
+    found = schemas.mismatch(schema, output["json"])
+    if found is not None:
+        if found.bad_schema:  # permanent: no reply can match it
+            raise capabilities.CapabilityError(
+                f"outputSchema is not a valid JSON Schema: {found.message}"
+            )
         raise capabilities.CapabilityError(
-            f"outputSchema is not a valid JSON Schema: {exc.message}"
-        ) from None
-    except jsonschema.ValidationError as exc:
-        where = "/".join(str(part) for part in exc.absolute_path) or "(root)"
-        raise capabilities.CapabilityError(
-            f"the model's reply does not match outputSchema at {where}: {exc.message}",
+            f"the model's reply does not match outputSchema at {found.where}: {found.message}",
             retryable=True,
             source=flow_api.RetryOn.MODEL,
-        ) from None
+        )

@@ -23,7 +23,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Protocol
 
-from agentflows.api import common
+from agentflows.api import common, schemas
 from agentflows.api import flow as flow_api
 from agentflows.engine import capabilities, state
 
@@ -156,17 +156,11 @@ class ToolRegistry:
             return None, ToolOutcome.failure(f"arguments of {name} are not valid JSON: {exc}")
         if entry[0].parameters is None:
             return args, None
-        import jsonschema  # loaded only when a tool with a schema is called
-
-        try:
-            jsonschema.validate(args, dict(entry[0].parameters))
-        except jsonschema.ValidationError as exc:
-            where = "/".join(str(part) for part in exc.absolute_path) or "(root)"
+        found = schemas.mismatch(dict(entry[0].parameters), args)
+        if found is not None:
             return None, ToolOutcome.failure(
-                f"arguments of {name} do not match its schema at {where}: {exc.message}"
+                f"arguments of {name} do not match its schema at {found.where}: {found.message}"
             )
-        except jsonschema.SchemaError as exc:
-            return None, ToolOutcome.failure(f"tool {name} has an invalid schema: {exc.message}")
         return args, None
 
     async def call(self, name: str, args: Any, ctx: capabilities.NodeContext) -> ToolOutcome:

@@ -17,6 +17,7 @@ decisions in the operator, model outputs, tool arguments):
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 import urllib.parse
@@ -328,3 +329,46 @@ def validator(schema: Any) -> jsonschema.Draft202012Validator:
     import jsonschema
 
     return jsonschema.Draft202012Validator(schema, registry=_registry())
+
+
+@dataclasses.dataclass(frozen=True)
+class Mismatch:
+    """Why a value does not match a schema: the best error's path in the value and message."""
+
+    path: tuple[str | int, ...]
+    message: str
+    #: True when the schema itself cannot be applied (invalid, or an unresolvable reference).
+    bad_schema: bool = False
+
+    @property
+    def where(self) -> str:
+        """The path joined with ``/``; ``(root)`` for the value itself, ``(schema)``."""
+        if self.bad_schema:
+            return "(schema)"
+        return "/".join(str(part) for part in self.path) or "(root)"
+
+
+def mismatch(schema: Any, value: Any) -> Mismatch | None:
+    """Why ``value`` does not match ``schema`` (the best error), or None when it matches.
+
+    A schema that cannot be applied (invalid, or a reference that does not resolve) is
+    reported as a mismatch with ``bad_schema`` rather than raised: callers answer bad data and
+    bad schemas alike, and an operator never fails a reconcile on a user's schema.
+    """
+    import jsonschema
+    import referencing.exceptions
+
+    try:
+        error = jsonschema.exceptions.best_match(validator(schema).iter_errors(value))
+    except (
+        jsonschema.SchemaError,
+        jsonschema.exceptions.UnknownType,
+        referencing.exceptions.Unresolvable,
+        re.error,
+        RecursionError,
+    ) as exc:
+        text = getattr(exc, "message", None) or str(exc).splitlines()[0]
+        return Mismatch((), text[:512], bad_schema=True)
+    if error is None:
+        return None
+    return Mismatch(tuple(error.absolute_path), error.message)

@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 
 import click
 
+from agentflows.api import schemas
 from agentflows.cli import completion, group, local, views
 
 namespace_option = click.option(
@@ -244,11 +245,13 @@ def _pick_request(run: dict[str, Any], request_id: str | None, parsed: dict[str,
         _fail(local.UsageError(f"no pending request {chosen!r} (pending: {names})"))
     schema = pending[chosen].get("schema")
     if "data" in parsed and schema is not None:
-        import jsonschema
-
-        errors = list(jsonschema.Draft202012Validator(schema).iter_errors(parsed["data"]))
-        if errors:
-            _fail(local.UsageError(f"--data does not match the schema: {errors[0].message}"))
+        found = schemas.mismatch(schema, parsed["data"])
+        if found is not None:
+            _fail(
+                local.UsageError(
+                    f"--data does not match the schema at {found.where}: {found.message}"
+                )
+            )
     return chosen
 
 

@@ -357,7 +357,7 @@ def _decision_fields(
     comment: str | None,
     decided_by: str,
 ) -> tuple[str, dict[str, Any]] | None:
-    import jsonschema
+    from agentflows.api import schemas
 
     if decision is None and edits is None and data is None:
         return None
@@ -390,10 +390,10 @@ def _decision_fields(
             f"{request.kind.value} (valid: {', '.join(sorted(allowed))})"
         )
     if data is not None and request.schema_ is not None:
-        errors = list(jsonschema.Draft202012Validator(request.schema_).iter_errors(values["data"]))
-        if errors:
+        found = schemas.mismatch(request.schema_, values["data"])
+        if found is not None:
             raise local.UsageError(
-                f"--data does not match the request's schema: {errors[0].message}"
+                f"--data does not match the request's schema at {found.where}: {found.message}"
             )
     values["decision"] = decision
     return request_id, values

@@ -92,7 +92,7 @@ async def start(ctl: context_mod.Controller, run: runstate.RunContext) -> float 
     if spec is None:
         message = f'Flow "{run.flow}" does not parse; see its Ready condition'
         return await finishing.finish(ctl, run, RunPhase.FAILED, RunReason.FLOW_INVALID, message)
-    problems = [str(p) for p in graph.validate(spec, ns.resolver())]
+    problems = [str(p) for p in graph.validate(spec, ns.resolver(), name=run.flow)]
     problems += [f"{name} does not exist" for name in resolve.reach(run.flow, ns).missing]
     if problems:
         message = "; ".join(problems)

@@ -17,6 +17,7 @@ from agentflows.agents import spec_tools
 from agentflows.api import agent as agent_api
 from agentflows.api import documents
 from agentflows.controller import conditions, context, resolve, tooldiscovery, workqueue
+from agentflows.engine import graph
 from agentflows.kube import client as kube
 
 log = logging.getLogger(__name__)
@@ -26,7 +27,7 @@ async def problems_of(
     ctl: context.Controller, namespace: str, spec: agent_api.AgentSpec, ns: resolve.Namespace
 ) -> list[documents.Problem]:
     """Every reason the Agent is not Ready."""
-    problems: list[documents.Problem] = []
+    problems = graph.validate_agent(spec)
     for index, name in enumerate(spec.sub_agents):
         if name not in ns.agents:
             problems.append(documents.Problem(f"spec.subAgents[{index}]", f'no Agent "{name}"'))

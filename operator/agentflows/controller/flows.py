@@ -82,8 +82,7 @@ async def reconcile(ctl: context.Controller, key: workqueue.Key) -> float | None
     spec, problems = resolve.parse_spec(flow_api.FlowSpec, obj.get("spec"))
     if spec is not None:
         ns = await resolve.load_namespace(ctl.api, key.namespace)
-        problems = graph.validate(spec, ns.resolver())
-        problems += flowtriggers.expression_problems(spec)
+        problems = graph.validate(spec, ns.resolver(), name=key.name)
         refs = resolve.flow_secret_refs(spec) + resolve.trigger_secret_refs(spec)
         problems += await resolve.missing_secrets(ctl.api, key.namespace, refs)
     status = agents.ready_status(obj, problems, await run_summary(ctl, key.namespace, key.name))

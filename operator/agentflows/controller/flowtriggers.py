@@ -21,9 +21,6 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from agentflows.api import documents
-from agentflows.api import flow as flow_api
-from agentflows.engine import expressions
 from agentflows.kube import client as kube
 from agentflows.triggers import common, kubernetes, schedule
 
@@ -39,26 +36,6 @@ class Outcome:
     reason: str
     message: str = ""
     retry: kube.ApiError | None = None
-
-
-def expression_problems(spec: flow_api.FlowSpec) -> list[documents.Problem]:
-    """One path-named problem per trigger whose ``input`` or jq ``filter`` does not compile."""
-    problems = []
-    for index, trigger in enumerate(spec.triggers):
-        try:
-            common.check_expressions(trigger)
-        except common.TriggerError as exc:
-            problems.append(documents.Problem(_failing_path(index, trigger), str(exc)))
-    return problems
-
-
-def _failing_path(index: int, trigger: flow_api.Trigger) -> str:
-    # check_expressions compiles the input first, then the filter: find which one it refused.
-    try:
-        expressions.compile_template(trigger.input)
-    except expressions.ExpressionError:
-        return f"spec.triggers[{index}].input"
-    return f"spec.triggers[{index}].kubernetes.filter"
 
 
 def _watch_fingerprint(flow_obj: Mapping[str, Any] | None) -> str | None:

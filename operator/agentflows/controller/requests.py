@@ -24,8 +24,6 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-import jsonschema
-
 from agentflows.api import schemas
 from agentflows.api.flowrun import DECISIONS, Decision, RequestKind
 from agentflows.controller import conditions, context, events
@@ -159,11 +157,10 @@ async def problem(
             return "decision 'respond' needs data (the answer)"
         schema = await _schema(ctl, run, request)
         if kind == RequestKind.INPUT and schema is not None:
-            validator = schemas.validator(schema)
-            error = jsonschema.exceptions.best_match(validator.iter_errors(request["data"]))
-            if error is not None:
-                where = "data" + "".join(f"[{p!r}]" for p in error.absolute_path)
-                return f"{where} does not match the request's schema: {error.message}"[:1024]
+            found = schemas.mismatch(schema, request["data"])
+            if found is not None:
+                where = "data" + "".join(f"[{part!r}]" for part in found.path)
+                return f"{where} does not match the request's schema: {found.message}"[:1024]
     return None
 
 
