@@ -108,6 +108,23 @@ def test_a_missing_required_input_exits_2_and_writes_no_state(tmp_path: Path) ->
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize(
+    ("option", "text", "why"),
+    [
+        ("--input-json", '{"topic": "\\ud800"}', "lone surrogate"),
+        ("--input", 'topic="\\udfff"', "lone surrogate"),
+        ("--input-json", "[" * 20000 + "]" * 20000, "nested too deeply"),
+    ],
+)
+def test_input_the_run_state_could_not_hold_is_refused_with_exit_2(
+    tmp_path: Path, option: str, text: str, why: str
+) -> None:
+    code, out, err = invoke("run", str(RESEARCH), option, text, "--state-dir", str(tmp_path / "r"))
+    assert code == 2 and out == ""
+    assert why in err and "Traceback" not in err
+    assert not (tmp_path / "r").exists()
+
+
 # --- exit codes -----------------------------------------------------------------------------
 
 

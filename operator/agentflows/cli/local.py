@@ -142,10 +142,7 @@ def parse_inputs(pairs: tuple[str, ...], json_text: str | None) -> Any:
     """Build the run input from ``--input k=v`` pairs (values parsed as JSON when they are)."""
     value: dict[str, Any] = {}
     if json_text is not None:
-        try:
-            loaded = json.loads(json_text)
-        except ValueError as exc:
-            raise UsageError(f"--input-json is not JSON: {exc}") from exc
+        loaded = _input_json(json_text, "--input-json")
         if pairs and not isinstance(loaded, dict):
             raise UsageError("--input-json must be an object when --input is also given")
         if not pairs:
@@ -156,10 +153,35 @@ def parse_inputs(pairs: tuple[str, ...], json_text: str | None) -> Any:
         if not sep or not key:
             raise UsageError(f"--input {pair!r}: expected KEY=VALUE")
         try:
-            value[key] = json.loads(raw)
-        except ValueError:
+            value[key] = _input_json(raw, f"--input {key}")
+        except _NotJson:
             value[key] = raw
     return value
+
+
+class _NotJson(UsageError):
+    """The text is not JSON at all (an ``--input`` value is then taken as a string)."""
+
+
+def _input_json(text: str, option: str) -> Any:
+    """Parse JSON given on the command line; refuse what the run state could not hold."""
+    try:
+        loaded = json.loads(text)
+    except RecursionError:
+        raise UsageError(f"{option}: nested too deeply") from None
+    except ValueError as exc:
+        raise _NotJson(f"{option} is not JSON: {exc}") from None
+    try:
+        # a lone surrogate (\ud800) parses but cannot be written as UTF-8 anywhere
+        json.dumps(loaded, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise UsageError(
+            f"{option}: holds a lone surrogate escape (\\ud800-\\udfff); "
+            "JSON text must be valid Unicode"
+        ) from None
+    except RecursionError:
+        raise UsageError(f"{option}: nested too deeply") from None
+    return loaded
 
 
 def new_run_name(flow_name: str) -> str:
