@@ -168,3 +168,26 @@ def metric_sources() -> str:
     return (operator / "controller" / "metrics.py").read_text() + (
         operator / "triggers" / "webhook.py"
     ).read_text()
+
+
+def test_kustomize_builds_the_monitors_the_rule_and_the_dashboard_configmap() -> None:
+    built = subprocess.run(
+        ["kubectl", "kustomize", str(CONFIG)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert built.returncode == 0, built.stderr
+    documents = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(built.stdout)}
+    assert set(documents) == {
+        ("ConfigMap", "agentflows-dashboard"),
+        ("PodMonitor", "agentflows-operator"),
+        ("PodMonitor", "agentflows-webhook"),
+        ("PrometheusRule", "agentflows"),
+    }
+    dashboard = documents[("ConfigMap", "agentflows-dashboard")]
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    shipped = (CONFIG / "agentflows-dashboard.json").read_text()
+    assert json.loads(dashboard["data"]["agentflows-dashboard.json"]) == json.loads(shipped)
+    assert {d["metadata"]["namespace"] for d in documents.values()} == {"agentflows-system"}
