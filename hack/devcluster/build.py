@@ -1,4 +1,4 @@
-"""Build and cache the pinned binaries: etcd, kube-apiserver, kube-controller-manager, and helm.
+"""Build and cache the pinned binaries: the control plane's, helm, prometheus and promtool.
 
 Called by ``hack/control-plane build`` and, lazily, by :mod:`devcluster.controlplane` when it needs
 the binaries. Kubernetes is built from the Go module proxy through a throwaway wrapper module that
@@ -9,6 +9,12 @@ download does not have. etcd is built the same way, since its ``go.mod`` has ``r
 too and ``go install pkg@version`` refuses those. helm's ``go.mod`` has no ``replace`` lines, so
 it is a plain ``go install helm.sh/helm/v3/cmd/helm@<version>``; it is not a control-plane binary
 and only the chart tests need it (``hack/control-plane build-helm``, :func:`helm_binary`).
+Prometheus's ``go.mod`` has no ``replace`` lines either: ``prometheus`` and ``promtool`` are a
+plain ``go install`` of ``github.com/prometheus/prometheus/cmd/...@<module version>`` (module
+``v0.3MM.P`` is Prometheus ``3.MM.P``), built without ``builtinassets`` (no web UI: the tests only
+use the HTTP API) and with ``remove_all_sd`` (static and file discovery only, which is all a
+loopback scrape needs, and it leaves out the cloud SDKs that dominate the build). Only the
+monitoring tests need them (``hack/control-plane build-prometheus``, :func:`prometheus_binaries`).
 
 Binaries land in ``${AGENTFLOWS_BIN_CACHE:-/var/cache/agentflows/bin}/<component>-<version>/``;
 a second run finds them there and returns at once. ``AGENTFLOWS_CONTROL_PLANE_BIN`` names a
@@ -32,6 +38,8 @@ from pathlib import Path
 KUBERNETES_VERSION = "v1.34.4"
 ETCD_VERSION = "v3.6.16"
 HELM_VERSION = "v3.22.0"
+PROMETHEUS_MODULE_VERSION = "v0.316.0"
+PROMETHEUS_COMMANDS = ("prometheus", "promtool")
 # The Kubernetes version helm assumes without a cluster (``helm template``, ``helm lint``): helm's
 # own release build derives it from its k8s.io/client-go requirement (v0.37 -> 1.37).
 HELM_KUBE_VERSION = ("1", "37")
@@ -241,6 +249,51 @@ def helm_binary(version: str = HELM_VERSION) -> Path:
         size_mib = target.stat().st_size / 2**20
         _log(f"built helm in {time.monotonic() - started:.0f}s ({size_mib:.1f} MiB)")
     return target
+
+
+def _prometheus_ldflags(module_version: str) -> str:
+    # Module v0.316.0 is Prometheus 3.16.0; `prometheus --version` prints the latter.
+    minor, patch = module_version.removeprefix("v0.").split(".")
+    release = f"{minor[0]}.{int(minor[1:])}.{patch}"
+    package = "github.com/prometheus/common/version"
+    return f"-s -w -X {package}.Version={release} -X {package}.Branch=module-{module_version}"
+
+
+def prometheus_binaries(version: str = PROMETHEUS_MODULE_VERSION) -> tuple[Path, Path]:
+    """Return the cached ``prometheus`` and ``promtool``, building them from the module proxy."""
+    outdir = cache_root() / f"prometheus-{version}"
+    prometheus, promtool = (outdir / name for name in PROMETHEUS_COMMANDS)
+    if prometheus.is_file() and promtool.is_file():
+        return prometheus, promtool
+    with tempfile.TemporaryDirectory(prefix="agentflows-prometheus-build-") as tmp:
+        workdir = Path(tmp)
+        env = {**_go_env(), "GOBIN": str(workdir / "bin"), "GOFLAGS": ""}
+        started = time.monotonic()
+        _log(f"building prometheus and promtool {version}")
+        _run_go(
+            [
+                "install",
+                "-p",
+                "2",
+                "-trimpath",
+                "-tags",
+                "netgo,remove_all_sd",
+                "-ldflags",
+                _prometheus_ldflags(version),
+                *(
+                    f"github.com/prometheus/prometheus/cmd/{name}@{version}"
+                    for name in PROMETHEUS_COMMANDS
+                ),
+            ],
+            workdir,
+            env,
+        )
+        for name in PROMETHEUS_COMMANDS:
+            _install(workdir / "bin" / name, outdir / name)
+        size_mib = sum((outdir / name).stat().st_size for name in PROMETHEUS_COMMANDS) / 2**20
+        elapsed = time.monotonic() - started
+        _log(f"built prometheus and promtool in {elapsed:.0f}s ({size_mib:.1f} MiB)")
+    return prometheus, promtool
 
 
 def ensure_binaries() -> Binaries:

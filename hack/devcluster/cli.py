@@ -1,7 +1,9 @@
 """The ``hack/control-plane`` command line: build, up, down, status, env.
 
 ``build`` makes sure the pinned binaries are cached (instant when they are), ``build-helm`` the
-same for helm (which the chart tests use); ``up`` starts a
+same for helm (which the chart tests use), ``build-prometheus`` for prometheus and promtool
+(which the monitoring tests use); ``write-monitoring`` renders the chart's PodMonitors and
+PrometheusRule into ``config/prometheus`` for kustomize users; ``up`` starts a
 control plane in ``$AGENTFLOWS_CP_DIR`` (default ``/tmp/agentflows-cp``) and waits until it is
 ready; ``down`` stops it and removes the directory; ``status`` reports on it; ``env`` prints the
 ``export KUBECONFIG=...`` line for ``eval``.
@@ -15,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from devcluster import build, controlplane
+from devcluster import build, controlplane, monitoring
 
 
 def _state_dir(args: argparse.Namespace) -> Path:
@@ -36,6 +38,20 @@ def _build_helm(_: argparse.Namespace) -> int:
     path = build.helm_binary()
     print(f"{path}  {path.stat().st_size / 2**20:.1f} MiB")
     print(f"helm ready in {time.monotonic() - started:.1f}s", file=sys.stderr)
+    return 0
+
+
+def _build_prometheus(_: argparse.Namespace) -> int:
+    started = time.monotonic()
+    for path in build.prometheus_binaries():
+        print(f"{path}  {path.stat().st_size / 2**20:.1f} MiB")
+    print(f"prometheus ready in {time.monotonic() - started:.1f}s", file=sys.stderr)
+    return 0
+
+
+def _write_monitoring(_: argparse.Namespace) -> int:
+    for path in monitoring.write(build.helm_binary()):
+        print(path)
     return 0
 
 
@@ -82,6 +98,12 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("build-helm", help="build or find the cached helm").set_defaults(
         run=_build_helm
     )
+    commands.add_parser(
+        "build-prometheus", help="build or find the cached prometheus and promtool"
+    ).set_defaults(run=_build_prometheus)
+    commands.add_parser(
+        "write-monitoring", help="render the chart's monitoring objects into config/prometheus"
+    ).set_defaults(run=_write_monitoring)
     commands.add_parser("up", help="start and wait until ready").set_defaults(run=_up)
     commands.add_parser("down", help="stop everything, remove the state").set_defaults(run=_down)
     commands.add_parser("status", help="report processes and readiness").set_defaults(run=_status)

@@ -33,7 +33,17 @@ COMBINATIONS = {
         "userRoles.enabled=false",
     ],
     "namespaced-operator": ["operator.namespaces={team-a}", "runnerNamespaces={team-a}"],
+    "monitoring": [
+        "webhook.enabled=true",
+        "monitoring.podMonitor.enabled=true",
+        "monitoring.podMonitor.labels.release=kube-prometheus-stack",
+        "monitoring.rules.enabled=true",
+        "monitoring.rules.failedRunRatio=0.5",
+        "monitoring.dashboard.enabled=true",
+    ],
 }
+#: What a cluster with the Prometheus Operator serves (helm lint cannot be told; template can).
+PROMETHEUS_OPERATOR = "monitoring.coreos.com/v1"
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +57,9 @@ def run_helm(helm: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def render(helm: Path, *sets: str) -> list[dict[str, Any]]:
+def render(helm: Path, *sets: str, api_versions: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     args = [arg for value in sets for arg in ("--set", value)]
+    args += [arg for version in api_versions for arg in ("--api-versions", version)]
     done = run_helm(helm, "template", "agentflows", str(CHART), "-n", "agentflows-system", *args)
     assert done.returncode == 0, done.stderr
     return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
@@ -212,3 +223,50 @@ def test_the_operator_pod_meets_the_restricted_pod_security_standard(helm: Path)
     }
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
     assert container["resources"]["limits"]["memory"]
+
+
+def test_monitors_and_rules_render_only_where_the_prometheus_operator_is_served(
+    helm: Path,
+) -> None:
+    monitoring = COMBINATIONS["monitoring"]
+    without = {doc["kind"] for doc in render(helm, *monitoring)}
+    assert not without & {"PodMonitor", "PrometheusRule"}
+    documents = render(helm, *monitoring, api_versions=(PROMETHEUS_OPERATOR,))
+    operator = one(documents, "PodMonitor", "agentflows-operator", "agentflows-system")
+    webhook = one(documents, "PodMonitor", "agentflows-webhook", "agentflows-system")
+    for monitor, port in ((operator, "metrics"), (webhook, "http")):
+        assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+        (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+        assert (endpoint["port"], endpoint["path"]) == (port, "/metrics")
+    deployment = one(documents, "Deployment", "agentflows-operator", "agentflows-system")
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert operator["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    rule = one(documents, "PrometheusRule", "agentflows", "agentflows-system")
+    ratio = rule["spec"]["groups"][0]["rules"][0]
+    assert ratio["alert"] == "AgentflowsRunFailureRatioHigh"
+    assert ratio["expr"].rstrip().endswith("> 0.5")
+    plain = render(helm, "monitoring.podMonitor.enabled=true", api_versions=(PROMETHEUS_OPERATOR,))
+    assert [d["metadata"]["name"] for d in plain if d["kind"] == "PodMonitor"] == [
+        "agentflows-operator"
+    ]
+
+
+def test_the_dashboard_configmap_is_the_file_of_config_prometheus_for_the_sidecar(
+    helm: Path,
+) -> None:
+    assert not [d for d in render(helm) if d["metadata"]["name"] == "agentflows-dashboard"]
+    documents = render(
+        helm, "monitoring.dashboard.enabled=true", "monitoring.dashboard.namespace=grafana"
+    )
+    dashboard = one(documents, "ConfigMap", "agentflows-dashboard", "grafana")
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    shipped = REPO / "config" / "prometheus" / "agentflows-dashboard.json"
+    assert dashboard["data"]["agentflows-dashboard.json"] == shipped.read_text().rstrip("\n")
+
+
+def test_a_threshold_that_is_not_a_positive_number_fails_with_its_path(helm: Path) -> None:
+    done = run_helm(
+        helm, "template", str(CHART), "--set", "monitoring.rules.costBudgetUSDPerDay=lots"
+    )
+    assert done.returncode != 0
+    assert "at '/monitoring/rules/costBudgetUSDPerDay'" in done.stderr, done.stderr

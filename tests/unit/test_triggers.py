@@ -356,6 +356,24 @@ async def test_webhook_accept_and_reject_matrix(receiver: Any) -> None:
     assert (await test_client.get("/healthz")).status == 200
 
 
+async def test_refused_signatures_are_counted_by_trigger_and_reason(receiver: Any) -> None:
+    test_client, _ = receiver
+    body = b'{"ref": "main"}'
+    for _ in range(2):
+        bad = await test_client.post("/hooks/team/ci/push", data=body, headers=signed(body, b"x"))
+        assert bad.status == 401
+    unknown = await test_client.post("/hooks/team/ci/nope", data=body, headers=signed(body))
+    assert unknown.status == 401
+
+    metrics = await (await test_client.get("/metrics")).text()
+    failures = "agentflows_webhook_signature_failures_total"
+    assert (
+        f'{failures}{{flow="ci",namespace="team",reason="bad_signature",trigger="push"}} 2.0'
+        in metrics
+    )
+    assert f'{failures}{{flow="",namespace="",reason="unknown_trigger",trigger=""}} 1.0' in metrics
+
+
 async def test_a_chunked_body_over_the_limit_is_refused(receiver: Any) -> None:
     test_client, _ = receiver
 

@@ -47,6 +47,7 @@ def dispatch(ctl: context.Controller) -> workqueue.Reconciler:
     }
 
     async def reconcile(key: workqueue.Key) -> float | None:
+        ctl.metrics.reconciles.labels(key.kind).inc()
         return await reconcilers[key.kind](ctl, key)
 
     return reconcile
@@ -76,6 +77,7 @@ async def run(config: settings.OperatorConfig, kubeconfig: str | None = None) ->
         kubernetes.WatchManager(api), schedule.Settings.from_env()
     )
     metrics.watch_triggers(ctl.triggers.manager.watches)
+    metrics.watch_queue(ctl.queue.pending)
     ctl.tools = tooldiscovery.ToolDiscovery(
         lambda namespace, name: ctl.enqueue(workqueue.AGENT, namespace, name),
         retry_seconds=config.not_ready_recheck_seconds,

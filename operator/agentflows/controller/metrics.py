@@ -1,20 +1,24 @@
 """Prometheus metrics of the operator (prefix ``agentflows_``), served on ``--metrics-port``.
 
-Labels are bounded: namespace, flow, phase, node type, model — never a run name. What runner pods
-do reaches the operator through FlowRun status; :meth:`Metrics.run_finished` turns a finished
-run's status into node durations, tokens and cost exactly once, at the run's terminal transition.
+Labels are bounded: namespace, flow, phase, node type, model, resource kind — never a run name.
+What runner pods do reaches the operator through FlowRun status; :meth:`Metrics.run_finished`
+turns a finished run's status into node durations, tokens and cost exactly once, at the run's
+terminal transition. The alerts and the dashboard built on these are in ``config/prometheus``
+and ``docs/runbook.md``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import prometheus_client
 from prometheus_client import metrics_core
 
 from agentflows.api import flow as flow_api
-from agentflows.controller import conditions
+from agentflows.api import flowrun as flowrun_api
+from agentflows.controller import conditions, workqueue
 
 _DURATION_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600, 24 * 3600)
 _NODE_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 300, 1800)
@@ -61,6 +65,12 @@ class Metrics:
             ["namespace", "flow"],
             registry=r,
         )
+        self.reconciles = prometheus_client.Counter(
+            "agentflows_reconciles_total",
+            "Reconciles run (successful or not), by resource kind.",
+            ["kind"],
+            registry=r,
+        )
         self.reconcile_errors = prometheus_client.Counter(
             "agentflows_reconcile_errors_total",
             "Reconciles that raised (and were retried), by resource kind.",
@@ -81,13 +91,26 @@ class Metrics:
             buckets=_DURATION_BUCKETS,
             registry=r,
         )
+        for kind in (workqueue.AGENT, workqueue.FLOW, workqueue.FLOWRUN, workqueue.HISTORY):
+            # Present at 0 from the start, so rates and alerts on them have a series to read.
+            self.reconciles.labels(kind)
+            self.reconcile_errors.labels(kind)
         self._phase_of: dict[tuple[str, str], tuple[str, str, str]] = {}
+        #: run -> its (namespace, flow) and when it was first seen Pending (while it is)
+        self._pending_since: dict[tuple[str, str], tuple[tuple[str, str], float]] = {}
+        #: run -> (namespace, flow, kind) -> since when it has had requests of that kind
+        self._waiting_since: dict[tuple[str, str], dict[tuple[str, str, str], float]] = {}
+        self.registry.register(_OldestPending(self._pending_since, self._waiting_since))
         #: run -> the (namespace, flow, kind) gauge children it counts in, and how many
         self._pending_of: dict[tuple[str, str], dict[tuple[str, str, str], int]] = {}
 
     def watch_triggers(self, watches: Callable[[], Mapping[tuple[str, str], bool]]) -> None:
         """Export ``agentflows_trigger_watches{api_version,kind}`` (1: established) per scrape."""
         self.registry.register(_TriggerWatches(watches))
+
+    def watch_queue(self, depth: Callable[[], int]) -> None:
+        """Export ``agentflows_reconcile_queue_depth`` (keys waiting or in work) per scrape."""
+        self.registry.register(_QueueDepth(depth))
 
     def serve(self, port: int) -> None:
         """Serve ``/metrics`` on ``port`` in a background thread."""
@@ -112,6 +135,25 @@ class Metrics:
                 self.requests_pending.labels(*labels).inc(delta)
         if counts:
             self._pending_of[key] = counts
+        self._track_since(key, namespace, flow, phase, counts.keys())
+
+    def _track_since(
+        self,
+        key: tuple[str, str],
+        namespace: str,
+        flow: str,
+        phase: str,
+        kinds: Iterable[tuple[str, str, str]],
+    ) -> None:
+        now = time.time()
+        if phase == flowrun_api.RunPhase.PENDING.value:
+            self._pending_since.setdefault(key, ((namespace, flow), now))
+        else:
+            self._pending_since.pop(key, None)
+        waiting = self._waiting_since.pop(key, {})
+        since = {labels: waiting.get(labels, now) for labels in kinds}
+        if since:
+            self._waiting_since[key] = since
 
     def forget_run(self, namespace: str, name: str) -> None:
         """A run was deleted: take it out of the gauges."""
@@ -120,6 +162,8 @@ class Metrics:
             self.runs.labels(*old).dec()
         for labels, count in self._pending_of.pop((namespace, name), {}).items():
             self.requests_pending.labels(*labels).dec(count)
+        self._pending_since.pop((namespace, name), None)
+        self._waiting_since.pop((namespace, name), None)
 
     def run_finished(
         self,
@@ -189,6 +233,64 @@ class _TriggerWatches:
         for (api_version, kind), established in sorted(watches.items()):
             family.add_metric([api_version, kind], 1.0 if established else 0.0)
         yield family
+
+
+class _OldestPending:
+    """When the oldest Pending run and the oldest undecided request of each flow began.
+
+    Unix timestamps of when the operator first saw them (``time() - x`` is the age; after an
+    operator restart the clock starts again), read when /metrics is scraped; a flow with
+    nothing pending has no series.
+    """
+
+    def __init__(
+        self,
+        runs: dict[tuple[str, str], tuple[tuple[str, str], float]],
+        requests: dict[tuple[str, str], dict[tuple[str, str, str], float]],
+    ) -> None:
+        self._runs = runs
+        self._requests = requests
+
+    def collect(self) -> Iterator[metrics_core.Metric]:
+        runs = metrics_core.GaugeMetricFamily(
+            "agentflows_oldest_pending_run_timestamp_seconds",
+            "When the oldest run of the flow in phase Pending (no runner pod) was first seen.",
+            labels=["namespace", "flow"],
+        )
+        requests = metrics_core.GaugeMetricFamily(
+            "agentflows_oldest_pending_request_timestamp_seconds",
+            "When the oldest undecided human request of the flow, by kind, was first seen.",
+            labels=["namespace", "flow", "kind"],
+        )
+        run_since: list[tuple[tuple[str, ...], float]] = []
+        request_since: list[tuple[tuple[str, ...], float]] = []
+        try:
+            # Scrapes run in the metrics thread while the event loop may change the dicts.
+            run_since += self._runs.values()
+            request_since += [item for d in list(self._requests.values()) for item in d.items()]
+        except RuntimeError:
+            run_since, request_since = [], []
+        for family, items in ((runs, run_since), (requests, request_since)):
+            oldest: dict[tuple[str, ...], float] = {}
+            for labels, since in items:
+                oldest[labels] = min(since, oldest.get(labels, since))
+            for labels, since in sorted(oldest.items()):
+                family.add_metric(list(labels), since)
+            yield family
+
+
+class _QueueDepth:
+    """The work queue's depth, read when /metrics is scraped."""
+
+    def __init__(self, depth: Callable[[], int]) -> None:
+        self._depth = depth
+
+    def collect(self) -> Iterator[metrics_core.Metric]:
+        yield metrics_core.GaugeMetricFamily(
+            "agentflows_reconcile_queue_depth",
+            "Keys waiting for a reconcile or being reconciled.",
+            value=float(self._depth()),
+        )
 
 
 def _node_models(spec: flow_api.FlowSpec, agent_models: dict[str, str]) -> dict[str, str]:

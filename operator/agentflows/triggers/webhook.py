@@ -28,8 +28,10 @@ the signature is checked before the body is parsed or counted against the rate l
 Connections are bounded in number (``max_connections``; more are answered 503 and closed) and
 in time: request headers must arrive within ``header_timeout_seconds`` (also the idle keep-alive
 limit) and the body within ``body_timeout_seconds``. ``GET /healthz`` (alive), ``GET /readyz``
-(the Flow cache is complete) and ``GET /metrics`` (Prometheus; labels namespace, flow, trigger
-and code, with unknown triggers counted under empty labels so a scanner cannot grow the series).
+(the Flow cache is complete) and ``GET /metrics`` (Prometheus: requests by namespace, flow,
+trigger and code, and refused signatures by reason — ``unknown_trigger``, ``missing_secret``,
+``bad_signature``, ``stale_timestamp`` — with unknown triggers counted under empty labels so a
+scanner cannot grow the series).
 
 The receiver needs list/watch on Flows (cluster-wide, or in each of ``namespaces``), get on the
 Secrets its triggers name, and create on FlowRuns. Secrets are cached for
@@ -214,6 +216,13 @@ class Receiver:
             ["namespace", "flow", "trigger", "code"],
             registry=self.registry,
         )
+        self.signature_failures = prometheus_client.Counter(
+            "agentflows_webhook_signature_failures_total",
+            "Deliveries refused with 401, by reason (unknown_trigger, missing_secret,"
+            " bad_signature, stale_timestamp).",
+            ["namespace", "flow", "trigger", "reason"],
+            registry=self.registry,
+        )
         self.duration = prometheus_client.Histogram(
             "agentflows_webhook_request_duration_seconds",
             "Time to answer a webhook delivery.",
@@ -296,29 +305,41 @@ class Receiver:
         body, reserved = await self._read_body(request, keep=known is not None)
         try:
             if known is None:
+                self.signature_failures.labels("", "", "", "unknown_trigger").inc()
                 raise _Reject(401, UNAUTHORIZED)
             target, trigger = known
-            signed = await self._verify(namespace, trigger, body, request)
+            signed = await self._verify(namespace, flow, trigger, body, request)
             payload = parse_json(body, self.settings.max_json_depth)
             return await self._admit(target, trigger, payload, signed)
         finally:
             self._buffered -= reserved
 
     async def _verify(
-        self, namespace: str, trigger: flow_api.Trigger, body: bytes, request: web.Request
+        self,
+        namespace: str,
+        flow: str,
+        trigger: flow_api.Trigger,
+        body: bytes,
+        request: web.Request,
     ) -> signing.Signed:
         assert trigger.webhook is not None
         secret = await self._secret(namespace, trigger.webhook.secret)
         signed: signing.Signed | None = None
+        reason = "bad_signature"
         if secret is None:
             log.warning("the Secret of webhook trigger %s/%s is missing", namespace, trigger.name)
+            reason = "missing_secret"
         else:
             tolerance = self.settings.timestamp_tolerance_seconds
             try:
                 signed = signing.verify(secret, body, request.headers, time.time(), tolerance)
             except signing.StaleTimestamp as exc:
+                self.signature_failures.labels(
+                    namespace, flow, trigger.name, "stale_timestamp"
+                ).inc()
                 raise _Reject(401, str(exc)) from exc
         if signed is None:
+            self.signature_failures.labels(namespace, flow, trigger.name, reason).inc()
             raise _Reject(401, UNAUTHORIZED)
         return signed
 
