@@ -50,7 +50,8 @@ DEFINED_EXIT_CODES = frozenset({0, 1, 2, 3})
 MAX_WRITTEN_BYTES = 64 * 1024 * 1024
 #: Address space a case may add to the child before allocations fail (guards the machine).
 ADDRESS_SPACE_HEADROOM = 768 * 1024 * 1024
-_MB = 1024 * 1024
+#: Frames of a crash's traceback kept in its report.
+_TRACEBACK_FRAMES = 40
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,7 +125,8 @@ def _product_location(frames: list[traceback.FrameSummary]) -> str:
 
 def _crash(stage: str, exc: BaseException) -> Outcome:
     frames = traceback.extract_tb(exc.__traceback__)
-    text = "".join(traceback.format_exception(exc))
+    # the innermost frames only: formatting a RecursionError's 1,000 frames takes seconds
+    text = "".join(traceback.format_exception(exc, limit=-_TRACEBACK_FRAMES))
     return Outcome(
         "crash",
         stage,
