@@ -50,6 +50,8 @@ DEFINED_EXIT_CODES = frozenset({0, 1, 2, 3})
 MAX_WRITTEN_BYTES = 64 * 1024 * 1024
 #: Address space a case may add to the child before allocations fail (guards the machine).
 ADDRESS_SPACE_HEADROOM = 768 * 1024 * 1024
+#: Where a YAML syntax error is, as the loader reports it.
+_YAML_POSITION = re.compile(r"\bline \d+, column \d+")
 #: Frames of a crash's traceback kept in its report.
 _TRACEBACK_FRAMES = 40
 
@@ -141,8 +143,9 @@ def unplaced_reason(problem: documents.Problem, sources: list[str]) -> str | Non
 
     A problem must read ``FILE#DOC (Kind name): path: message`` on one line: its source starts
     with one of the case's files, and a problem about one document (``#`` in the source) names
-    a field path, unless it is about the document as a whole (its message says so). A problem
-    about a whole file (bad encoding, malformed YAML with its line, too large) needs no path.
+    a field path or, for YAML that does not parse, the line and column; a problem about the
+    document as a whole says so. A problem about a whole file (bad encoding, too large) needs
+    no path.
     """
     if "\n" in str(problem) or not problem.message.strip():
         return "not one line"
@@ -150,7 +153,8 @@ def unplaced_reason(problem: documents.Problem, sources: list[str]) -> str | Non
     if source is None:
         return "source names no file"
     about_document = problem.source[len(source) :].startswith("#")
-    if about_document and not problem.path and "document" not in problem.message:
+    located = bool(problem.path) or _YAML_POSITION.search(problem.message) is not None
+    if about_document and not located and "document" not in problem.message:
         return "no field path"
     return None
 
