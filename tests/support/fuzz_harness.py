@@ -50,7 +50,10 @@ DEFINED_EXIT_CODES = frozenset({0, 1, 2, 3})
 MAX_WRITTEN_BYTES = 64 * 1024 * 1024
 #: Address space a case may add to the child before allocations fail (guards the machine).
 ADDRESS_SPACE_HEADROOM = 768 * 1024 * 1024
-_MB = 1024 * 1024
+#: Where a YAML syntax error is, as the loader reports it.
+_YAML_POSITION = re.compile(r"\bline \d+, column \d+")
+#: Frames of a crash's traceback kept in its report.
+_TRACEBACK_FRAMES = 40
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,7 +127,8 @@ def _product_location(frames: list[traceback.FrameSummary]) -> str:
 
 def _crash(stage: str, exc: BaseException) -> Outcome:
     frames = traceback.extract_tb(exc.__traceback__)
-    text = "".join(traceback.format_exception(exc))
+    # the innermost frames only: formatting a RecursionError's 1,000 frames takes seconds
+    text = "".join(traceback.format_exception(exc, limit=-_TRACEBACK_FRAMES))
     return Outcome(
         "crash",
         stage,
@@ -134,22 +138,25 @@ def _crash(stage: str, exc: BaseException) -> Outcome:
     )
 
 
-def names_a_place(problem: documents.Problem, sources: list[str]) -> bool:
-    """Tell whether a problem says where it is, as ``FILE#DOC (Kind name): path: message``.
+def unplaced_reason(problem: documents.Problem, sources: list[str]) -> str | None:
+    """Why a problem does not say where it is, or None when it does.
 
-    Its source must start with one of the case's files. A problem about one document (``#``
-    in the source) must name a field path, unless it is about the document as a whole (its
-    message says so). A problem about a whole file (bad encoding, malformed YAML with its
-    line, too large) needs no path. The line must be a single line.
+    A problem must read ``FILE#DOC (Kind name): path: message`` on one line: its source starts
+    with one of the case's files, and a problem about one document (``#`` in the source) names
+    a field path or, for YAML that does not parse, the line and column; a problem about the
+    document as a whole says so. A problem about a whole file (bad encoding, too large) needs
+    no path.
     """
-    line = str(problem)
-    if "\n" in line or not problem.message.strip():
-        return False
+    if "\n" in str(problem) or not problem.message.strip():
+        return "not one line"
     source = next((s for s in sources if problem.source.startswith(s)), None)
     if source is None:
-        return False
+        return "source names no file"
     about_document = problem.source[len(source) :].startswith("#")
-    return not about_document or bool(problem.path) or "document" in problem.message
+    located = bool(problem.path) or _YAML_POSITION.search(problem.message) is not None
+    if about_document and not located and "document" not in problem.message:
+        return "no field path"
+    return None
 
 
 def _write_inputs(case: Case, workspace: Path) -> tuple[list[Path], list[str]]:
@@ -205,11 +212,11 @@ def run_case(case: Case, workspace: Path) -> Outcome:
         problems = local.validate_loaded(loaded)
     except Exception as exc:
         return _crash("validate", exc)
-    unplaced = [str(p) for p in problems if not names_a_place(p, sources)]
+    unplaced = [(r, p) for p in problems if (r := unplaced_reason(p, sources)) is not None]
     if unplaced:
-        return Outcome(
-            "unplaced", "validate", error=_shape(unplaced[0]), detail="\n".join(unplaced)
-        )
+        reason, first = unplaced[0]
+        lines = "\n".join(str(p) for _, p in unplaced)
+        return Outcome("unplaced", "validate", error=reason, location=_shape(first), detail=lines)
     if problems:
         return Outcome("rejected", "validate", detail="\n".join(map(str, problems)))
     state = workspace / "home" / "user" / "project" / "state"
@@ -238,11 +245,12 @@ def _phase(stdout: str) -> str | None:
         return None
 
 
-def _shape(line: str) -> str:
-    """A problem line with its variable parts blanked, to group unplaced problems by kind."""
-    shape = re.sub(r"(/[^\s:#]+)+", "FILE", line)
-    shape = re.sub(r"'[^']*'|\"[^\"]*\"|\d+", "_", shape)
-    return shape[:90]
+def _shape(problem: documents.Problem) -> str:
+    """The form of an unplaced problem's source, e.g. ``Flow NAME``, ``FILE#N (NAME)``."""
+    shape = re.sub(r"(/[^\s:#]+)+", "FILE", problem.source)
+    shape = re.sub(r"#\d+", "#N", shape)
+    shape = re.sub(r"\([^)]*\)", "(NAME)", shape)
+    return re.sub(r"\b(Flow|Agent|FlowRun) \S+", r"\1 NAME", shape) or "(no source)"
 
 
 def _memory_kb(field: str) -> int:
@@ -275,13 +283,17 @@ def _child(case: Case, workspace: Path, timeout: float, answer: int) -> None:
 
 
 def _hang_location(stack_text: str) -> str:
-    """The deepest agentflows frame of the main thread in a faulthandler dump."""
-    frames = re.findall(r'File "([^"]+)", line (\d+) in (\S+)', stack_text.split("\n\n")[-1])
-    for filename, line, name in frames:  # faulthandler lists the innermost frame first
+    """The deepest agentflows function of the main thread in a faulthandler dump.
+
+    No line number: where a hang is caught within a function is chance, and one slow function
+    must make one group.
+    """
+    frames = re.findall(r'File "([^"]+)", line \d+ in (\S+)', stack_text.split("\n\n")[-1])
+    for filename, name in frames:  # faulthandler lists the innermost frame first
         marker = filename.rfind("/agentflows/")
         if marker >= 0:
-            return f"{filename[marker + 1 :]}:{line} {name}"
-    return f"{Path(frames[0][0]).name}:{frames[0][1]} {frames[0][2]}" if frames else ""
+            return f"{filename[marker + 1 :]} {name}"
+    return f"{Path(frames[0][0]).name} {frames[0][1]}" if frames else ""
 
 
 def _rss_kb(pid: int) -> int:
