@@ -293,3 +293,33 @@ def test_a_wrong_type_does_not_hide_the_graph_problems_behind_it(tmp_path: Path)
         '#1 (Flow mixed): spec.nodes[3]: node "orphan" is unreachable: no edge leads to it from'
         ' the start node "a"',
     ]
+
+
+# --- found by the fuzzer (tests/unit/test_fuzz_documents.py, bench/fuzz.py) ----------------
+
+
+def test_a_kind_that_is_a_mapping_is_a_problem_not_a_type_error(tmp_path: Path) -> None:
+    code, lines = validate(
+        tmp_path, "apiVersion: agentflows.io/v1alpha1\nkind:\n  properties:\nmetadata: {name: x}\n"
+    )
+    assert code == 2
+    assert any("kind: unknown kind" in line for line in lines), lines
+
+
+def test_a_parser_message_over_several_lines_is_reported_on_one(tmp_path: Path) -> None:
+    code, lines = validate(tmp_path, b"\x1b")
+    assert code == 2
+    assert len(lines) == 1 and "control characters are not allowed" in lines[0], lines
+
+
+def test_an_unknown_field_next_to_a_bad_value_in_an_approval_is_reported_with_it(
+    tmp_path: Path,
+) -> None:
+    text = (
+        "apiVersion: agentflows.io/v1alpha1\nkind: Flow\nmetadata: {name: f}\nspec:\n"
+        "  nodes:\n  - id: a\n    approval:\n      message: {a: {$ref: '#'}}\n"
+        "      apiVersion: x\n"
+    )
+    code, lines = validate(tmp_path, text)
+    assert code == 2
+    assert any("spec.nodes[0].approval.message" in line for line in lines), lines

@@ -51,7 +51,9 @@ class Problem:
 
     def __str__(self) -> str:
         where = f"{self.source}: " if self.source else ""
-        return f"{where}{self.path}: {self.message}" if self.path else f"{where}{self.message}"
+        # one line per problem, whatever a parser's message spans (libyaml's quote the input)
+        message = " ".join(self.message.split())
+        return f"{where}{self.path}: {message}" if self.path else f"{where}{message}"
 
 
 def format_loc(loc: Iterable[int | str]) -> str:
@@ -198,7 +200,14 @@ def _set_aside(document: dict[str, Any], loc: list[int | str], error: Any) -> bo
     if error["type"] == "extra_forbidden":
         parent: Any = document
         for part in loc[:-1]:
-            parent = parent[part]
+            # pydantic's location may name what the document does not hold as such (a tagged
+            # union's member, an alias): then this error cannot be set aside
+            held = dict(enumerate(parent)) if isinstance(parent, list) else parent
+            if not isinstance(held, dict):
+                return False
+            if part not in held:
+                return False
+            parent = held[part]
         if isinstance(parent, dict):
             parent.pop(loc[-1], None)
         return True
@@ -238,7 +247,10 @@ def _label(source: str, index: int, document: Any) -> str:
 
 def _foreign(document: Any) -> bool:
     """True for a Kubernetes object of another API group (a ServiceAccount, a Kustomization)."""
-    if not isinstance(document, dict) or document.get("kind") in _KINDS:
+    if not isinstance(document, dict):
+        return False
+    kind = document.get("kind")
+    if isinstance(kind, str) and kind in _KINDS:
         return False
     api_version = document.get("apiVersion")
     return isinstance(api_version, str) and not api_version.startswith("agentflows.io/")
