@@ -157,7 +157,7 @@ def test_research_example_waits_for_an_editor_and_publishes_after_approval(
 
     # The request names its approvers (group editors): admin is not one of them.
     denied = cli(control_plane, runs.namespace, "approve", info["name"], request_id)
-    assert denied.returncode == 1
+    assert denied.returncode == 2, denied.stderr  # refused: exit 2, like any bad input
     approved = cli(control_plane, runs.namespace, "approve", info["name"], user="alice")
     assert approved.returncode == 0, approved.stderr
     assert approved.stdout.strip() == f"{info['name']} {request_id}: approve by alice"
