@@ -43,6 +43,7 @@ from agentflows.api import documents
 from agentflows.api import flow as flow_api
 from agentflows.cli import local
 from agentflows.cli import main as cli
+from agentflows.engine import expressions
 
 #: Exit codes of ``agentflows run`` (cli/main.py): success, failed run, bad input, waiting.
 DEFINED_EXIT_CODES = frozenset({0, 1, 2, 3})
@@ -51,7 +52,9 @@ MAX_WRITTEN_BYTES = 64 * 1024 * 1024
 #: Address space a case may add to the child before allocations fail (guards the machine).
 ADDRESS_SPACE_HEADROOM = 768 * 1024 * 1024
 #: Where a YAML syntax error is, as the loader reports it.
-_YAML_POSITION = re.compile(r"\bline \d+, column \d+")
+#: A YAML position: "line L, column C" from the parser, or "(line L)" after a value's problem
+#: (a document that is one scalar, such as ``.inf``, has no field path but has a line).
+_YAML_POSITION = re.compile(r"\bline \d+, column \d+|\(line \d+\)")
 #: Frames of a crash's traceback kept in its report.
 _TRACEBACK_FRAMES = 40
 
@@ -267,6 +270,9 @@ def _child(case: Case, workspace: Path, timeout: float, answer: int) -> None:
         resource.RLIMIT_AS, (_memory_kb("VmSize") * 1024 + ADDRESS_SPACE_HEADROOM, hard)
     )
     resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_WRITTEN_BYTES, MAX_WRITTEN_BYTES))
+    # An expression is bounded by 5 s by default, which a user may well need; the fuzzer's
+    # bound per case is 2 s, so it lowers the expression bound to tell bounded from hung.
+    expressions.DEFAULT_TIMEOUT_SECONDS = min(expressions.DEFAULT_TIMEOUT_SECONDS, timeout / 2)
     with (workspace.parent / "stack.txt").open("w") as stack:
         faulthandler.dump_traceback_later(timeout, exit=True, file=stack)
         baseline_kb = _memory_kb("VmRSS")
