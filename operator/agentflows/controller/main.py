@@ -15,12 +15,15 @@ import asyncio
 import dataclasses
 import logging
 import signal
+from collections.abc import Mapping
+from typing import Any
 
 import kopf
 
 from agentflows.controller import (
     agents,
     context,
+    events,
     finishing,
     flowruns,
     flows,
@@ -60,6 +63,18 @@ def quiet_libraries() -> None:
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)
 
 
+def _trigger_suspended(api: kube.Client) -> kubernetes.Suspended:
+    """Tell a Flow's author, with a Warning Event on the Flow, that a trigger was suspended."""
+
+    async def post(flow: Mapping[str, Any], trigger: str, message: str) -> None:
+        text = f"trigger {trigger}: {message}"
+        # a listed object carries no kind: the Event names it fully
+        involved = {**flow, "apiVersion": "agentflows.io/v1alpha1", "kind": "Flow"}
+        await events.post(api, involved, events.WARNING, "TriggerSuspended", text)
+
+    return post
+
+
 async def run(config: settings.OperatorConfig, kubeconfig: str | None = None) -> None:
     """Run the operator until stopped."""
     quiet_libraries()
@@ -74,7 +89,8 @@ async def run(config: settings.OperatorConfig, kubeconfig: str | None = None) ->
         on_error=lambda key, _exc: metrics.reconcile_errors.labels(key.kind).inc(),
     )
     ctl.triggers = flowtriggers.FlowTriggers(
-        kubernetes.WatchManager(api), schedule.Settings.from_env()
+        kubernetes.WatchManager(api, on_suspended=_trigger_suspended(api)),
+        schedule.Settings.from_env(),
     )
     metrics.watch_triggers(ctl.triggers.manager.watches)
     metrics.watch_queue(ctl.queue.pending)

@@ -68,6 +68,13 @@ class ExpressionLimit(ExpressionError):
     """
 
 
+class ExpressionBusy(ExpressionError):
+    """Every evaluator stayed busy with other expressions until this one's deadline.
+
+    Not this expression's fault: evaluating it again later may well succeed.
+    """
+
+
 _NODE_REF = re.compile(r'\.nodes(?:\.([A-Za-z_][A-Za-z0-9_]*)|\[\s*"([^"\\]+)"\s*\])')
 _NODES_WORD = re.compile(r"\bnodes\b")
 #: A "." that reads the scope root itself (". as $x", ".[]", ".."), not a field of it.
@@ -111,7 +118,7 @@ class _Program:
         except (ValueError, jqsandbox.EvaluationError) as exc:
             raise ExpressionError(f"jq {self.source!r}: {_clean(str(exc))}") from exc
         except jqsandbox.Busy as exc:
-            raise ExpressionError(f"jq {self.source!r}: {exc}") from exc
+            raise ExpressionBusy(f"jq {self.source!r}: {exc}") from exc
         except jqsandbox.Exceeded as exc:
             raise ExpressionLimit(f"jq {self.source!r}: {exc}") from exc
         if not values:

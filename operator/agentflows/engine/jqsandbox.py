@@ -58,6 +58,8 @@ import jq
 read, write = sys.stdin.buffer.read, sys.stdout.buffer
 request, reply = struct.Struct("!IId"), struct.Struct("!BI")
 programs = {}
+write.write(b"R")
+write.flush()
 while True:
     head = read(request.size)
     if len(head) < request.size:
@@ -87,6 +89,10 @@ while True:
 """
 
 
+#: How long a new worker may take to start (import jq, set its limits) before it is given up.
+_START_SECONDS = 30.0
+
+
 class Exceeded(Exception):
     """An evaluation hit a bound (time, memory, result size); the message says which."""
 
@@ -111,6 +117,16 @@ class _Worker:
             close_fds=True,
             start_new_session=True,
         )
+        # Starting an interpreter is not the expression's time: wait for the worker to be ready
+        # (a slow start on a loaded machine would otherwise be blamed on the first program).
+        try:
+            ready = self.read(1, time.monotonic() + _START_SECONDS)
+        except TimeoutError:
+            self.kill()
+            raise
+        if ready != b"R":
+            self.kill()
+            raise TimeoutError
 
     @property
     def stdin(self) -> IO[bytes]:
@@ -200,18 +216,22 @@ def evaluate(source: str, text: str, seconds: float) -> list[Any]:
 
     Raises :class:`Exceeded` at a bound and :class:`EvaluationError` for jq's own errors.
     """
-    deadline = time.monotonic() + seconds
     try:
-        worker = _POOL.acquire(deadline)
+        worker = _POOL.acquire(time.monotonic() + seconds)
+    except TimeoutError:
+        raise Busy(f"expression waited {_seconds(seconds)} s for a free evaluator") from None
+    # The program's own time starts once it has a worker: time spent waiting for one (other
+    # programs held them all) is reported as Busy, never blamed on this program.
+    try:
+        return _exchange(worker, source, text, seconds, time.monotonic() + seconds)
+    except _Gone:
+        pass  # it died while idle (killed from outside): one fresh worker gets the request
+    try:
+        worker = _POOL.acquire(time.monotonic() + seconds)
     except TimeoutError:
         raise Busy(f"expression waited {_seconds(seconds)} s for a free evaluator") from None
     try:
-        return _exchange(worker, source, text, seconds, deadline)
-    except _Gone:
-        pass  # it died while idle (killed from outside): one fresh worker gets the request
-    worker = _POOL.acquire(deadline)
-    try:
-        return _exchange(worker, source, text, seconds, deadline)
+        return _exchange(worker, source, text, seconds, time.monotonic() + seconds)
     except _Gone:
         raise Exceeded(_memory_message()) from None
 

@@ -37,7 +37,8 @@ import contextlib
 import dataclasses
 import logging
 import re
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from agentflows.api import flow as flow_api
@@ -256,11 +257,20 @@ class _Watch:
     established: bool = False
 
 
+#: How long a filter is evaluated again while every evaluator is busy before its event is
+#: dropped (and logged): long enough for the filters holding them to hit their bounds.
+_BUSY_PATIENCE_SECONDS = 60.0
+#: Called with the Flow, the trigger's name and why, when a trigger is suspended.
+Suspended = Callable[[Mapping[str, Any], str, str], Awaitable[None]]
+
+
 class WatchManager:
     """Shared watches for the ``kubernetes`` triggers of every Flow, and the runs they start."""
 
-    def __init__(self, client: kube.Client) -> None:
+    def __init__(self, client: kube.Client, on_suspended: Suspended | None = None) -> None:
         self.client = client
+        #: Told when a trigger is suspended, so the Flow's author learns it (an Event).
+        self.on_suspended = on_suspended
         self.limiter = common.RateLimiter()
         self.dedup = common.Deduplicator()
         self._bindings: dict[WatchKey, list[_Binding]] = {}
@@ -396,15 +406,33 @@ class WatchManager:
         self, binding: _Binding, key: WatchKey, event_type: str, obj: Mapping[str, Any]
     ) -> None:
         try:
-            if await binding.matches(event_type, obj):
+            if await self._matches(binding, event_type, obj):
                 await self._fire(binding, key, event_type, obj)
         except expressions.ExpressionLimit as exc:
             self._suspended.add(binding.identity)
-            log.warning("trigger %s: %s; suspended until the Flow changes", binding.name, exc)
+            message = f"{exc}; suspended until the Flow changes"
+            log.warning("trigger %s: %s", binding.name, message)
+            if self.on_suspended is not None:
+                await self.on_suspended(binding.flow, binding.trigger.name, message)
         except (expressions.ExpressionError, common.TriggerError) as exc:
             log.warning("trigger %s: %s", binding.name, exc)
         except kube.ApiError as exc:
             log.warning("trigger %s: creating a FlowRun: %s", binding.name, exc)
+
+    @staticmethod
+    async def _matches(binding: _Binding, event_type: str, obj: Mapping[str, Any]) -> bool:
+        """The filter's verdict; evaluated again while other filters held every evaluator.
+
+        Waiting for an evaluator is not the filter's fault: a filter that hits its own bound
+        is suspended, so the evaluators come free, and this event is not lost meanwhile.
+        """
+        give_up = time.monotonic() + _BUSY_PATIENCE_SECONDS
+        while True:
+            try:
+                return await binding.matches(event_type, obj)
+            except expressions.ExpressionBusy:
+                if time.monotonic() >= give_up:
+                    raise
 
     async def _fire(
         self, binding: _Binding, key: WatchKey, event_type: str, obj: Mapping[str, Any]
