@@ -59,10 +59,14 @@ def quiet_libraries() -> None:
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)
 
 
-async def run(config: settings.OperatorConfig, kubeconfig: str | None = None) -> None:
-    """Run the operator until stopped."""
+async def run(
+    config: settings.OperatorConfig,
+    kubeconfig: str | None = None,
+    kube_context: str | None = None,
+) -> None:
+    """Run the operator until stopped, with kubectl's credentials or in-cluster ones."""
     quiet_libraries()
-    api = kube.Client.from_env(kubeconfig)
+    api = kube.Client.from_env(kubeconfig, kube_context)
     metrics = metrics_mod.Metrics()
     if config.metrics_port:
         metrics.serve(config.metrics_port)
