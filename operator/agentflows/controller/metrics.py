@@ -61,6 +61,12 @@ class Metrics:
             ["namespace", "flow"],
             registry=r,
         )
+        self.pod_create_failures = prometheus_client.Counter(
+            "agentflows_pod_create_failures_total",
+            "Runner pods the API server refused to create, by its reason (e.g. Forbidden).",
+            ["namespace", "reason"],
+            registry=r,
+        )
         self.reconcile_errors = prometheus_client.Counter(
             "agentflows_reconcile_errors_total",
             "Reconciles that raised (and were retried), by resource kind.",
