@@ -313,3 +313,35 @@ def test_the_cli_names_an_unknown_context_and_exits_2(tmp_path: Path) -> None:
         2,
         'error: context "stage" not in kubeconfig (have: dev, prod)\n',
     )
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("operator", "--metrics-port", "0"),
+        ("trigger", "--flow", "team-a/nightly", "--trigger", "daily"),
+        ("webhook", "--port", "0"),
+        ("watch", "r1"),
+        ("approve", "r1"),
+    ],
+)
+def test_every_cluster_command_takes_context_and_says_what_is_wrong(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    path = write_config(
+        tmp_path / "config",
+        {"dev": ("c", {"token": "x"})},
+        {"c": {"server": "https://127.0.0.1:1"}},
+        current="dev",
+    )
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "agentflows.cli.main", *command),
+            *("--kubeconfig", str(path), "--context", "prod"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert done.stderr.endswith('error: context "prod" not in kubeconfig (have: dev)\n')
