@@ -345,3 +345,28 @@ def test_every_cluster_command_takes_context_and_says_what_is_wrong(
     )
     assert done.returncode == 2
     assert done.stderr.endswith('error: context "prod" not in kubeconfig (have: dev)\n')
+
+
+def test_in_a_pod_without_kubeconfig_the_service_account_is_used_and_its_token_reread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    account = tmp_path / "serviceaccount"
+    account.mkdir()
+    (account / "token").write_text("first\n")
+    (account / "ca.crt").write_text("a CA\n")
+    (account / "namespace").write_text("team-a")
+    monkeypatch.setattr(kubeconfig, "SERVICE_ACCOUNT_DIR", account)
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    config = kubeconfig.load()
+    assert (config.server, config.namespace, config.ca_file) == (
+        "https://10.96.0.1:443",
+        "team-a",
+        str(account / "ca.crt"),
+    )
+    assert config.authorization() == "Bearer first"
+    (account / "token").write_text("rotated\n")
+    assert config.authorization() == "Bearer rotated"
+    with pytest.raises(kubeconfig.ConfigError) as error:
+        kubeconfig.load(None, "prod")
+    assert str(error.value) == "no kubeconfig: set KUBECONFIG or --kubeconfig"
