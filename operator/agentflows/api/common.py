@@ -23,11 +23,8 @@ NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)
 NAME_MAX = 253
 #: A Flow's name is also a label value on its runs and CronJobs, which holds 63 characters.
 FLOW_NAME_MAX = 63
-#: The bound of int64 counters without a smaller one: the largest integer that every JSON
-#: reader holds exactly. The API server reads a schema's ``maximum`` as a float64 (2**63 - 1
-#: rounds to 2**63, which overflows to -2**63, so every value was refused), and helm's
-#: ``fromYaml`` re-prints it from a float64.
-INT64_MAX = 2**53 - 1
+#: Largest integer the API server stores (int64); the bound of counters without a smaller one.
+INT64_MAX = 2**63 - 1
 #: Ids of nodes, requests and triggers: short, safe as label values and map keys.
 ID_PATTERN = r"^[a-z0-9]([-a-z0-9_]*[a-z0-9])?$"
 
