@@ -239,6 +239,16 @@ def test_numbers_use_openapi_v3_0_bounds_and_formats():
             assert node["format"] == "int64", path
 
 
+def test_every_bound_is_a_number_the_api_server_reads_exactly():
+    # The API server reads minimum/maximum as float64: 2**63 - 1 became 2**63, overflowed to
+    # the int64 minimum, and every FlowRun status with usage was refused (maximum -2**63).
+    for path, node in all_nodes():
+        for key in ("minimum", "maximum"):
+            if key in node:
+                assert abs(node[key]) <= 2**53 - 1, f"{path}.{key} = {node[key]}"
+                assert float(node[key]) == node[key], f"{path}.{key} = {node[key]}"
+
+
 def test_optional_fields_are_not_required_and_required_ones_are():
     assert schema_of("Agent")["properties"]["spec"]["required"] == ["model"]
     assert schema_of("Flow")["properties"]["spec"]["required"] == ["nodes"]

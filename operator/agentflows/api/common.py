@@ -23,8 +23,10 @@ NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)
 NAME_MAX = 253
 #: A Flow's name is also a label value on its runs and CronJobs, which holds 63 characters.
 FLOW_NAME_MAX = 63
-#: Largest integer the API server stores (int64); the bound of counters without a smaller one.
-INT64_MAX = 2**63 - 1
+#: The bound of counters without a smaller one: the largest integer a float64 holds exactly.
+#: Not int64's 2**63 - 1: the API server reads a CRD's ``maximum`` as a float64, where that
+#: rounds up to 2**63, overflows to the int64 minimum, and then refuses every value.
+INT_MAX = 2**53 - 1
 #: Ids of nodes, requests and triggers: short, safe as label values and map keys.
 ID_PATTERN = r"^[a-z0-9]([-a-z0-9_]*[a-z0-9])?$"
 
@@ -109,7 +111,7 @@ class Condition(ApiModel):
     observed_generation: int | None = Field(
         default=None,
         ge=0,
-        le=INT64_MAX,
+        le=INT_MAX,
         description="The metadata.generation the condition was set from.",
     )
     last_transition_time: str = Field(
@@ -136,15 +138,15 @@ class Approvers(ApiModel):
 class Usage(ApiModel):
     """Model and tool usage, per node and for the whole run."""
 
-    prompt_tokens: int = Field(default=0, ge=0, le=INT64_MAX, description="Prompt (input) tokens.")
+    prompt_tokens: int = Field(default=0, ge=0, le=INT_MAX, description="Prompt (input) tokens.")
     completion_tokens: int = Field(
-        default=0, ge=0, le=INT64_MAX, description="Completion (output) tokens."
+        default=0, ge=0, le=INT_MAX, description="Completion (output) tokens."
     )
     cost_usd: float = Field(
         default=0.0, ge=0, alias="costUSD", description="Cost in US dollars (litellm's table)."
     )
-    llm_calls: int = Field(default=0, ge=0, le=INT64_MAX, description="Model calls made.")
-    tool_calls: int = Field(default=0, ge=0, le=INT64_MAX, description="Tool calls made.")
+    llm_calls: int = Field(default=0, ge=0, le=INT_MAX, description="Model calls made.")
+    tool_calls: int = Field(default=0, ge=0, le=INT_MAX, description="Tool calls made.")
 
     def add(self, other: Usage) -> Usage:
         """Return the sum of two usages."""

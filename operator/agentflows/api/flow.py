@@ -443,8 +443,8 @@ class Toleration(common.ApiModel):
     effect: str | None = Field(default=None, description="Taint effect.")
     toleration_seconds: int | None = Field(
         default=None,
-        ge=-common.INT64_MAX - 1,
-        le=common.INT64_MAX,
+        ge=-common.INT_MAX,
+        le=common.INT_MAX,
         description="Toleration seconds.",
     )
 
