@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from agentflows.kube import client as kube_client
+from agentflows.kube import kubeconfig
 from tests.cluster.harness import REPO, Cluster, python_pod, wait_for
 from tests.cluster.kube_fixtures import (
     crds,
@@ -343,7 +344,7 @@ async def test_a_runner_pod_token_cannot_decide(
             }
         },
     ).status.token
-    config = kube_client.Config(server=kube.config.server, token=token, ca_file=kube.config.ca_file)
+    config = kubeconfig.Config(server=kube.config.server, token=token, ca_file=kube.config.ca_file)
     async with kube_client.Client(config, retry_seconds=5) as as_runner:
         with pytest.raises(kube_client.ApiError) as denied:
             await as_runner.merge_patch(

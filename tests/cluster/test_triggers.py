@@ -20,6 +20,7 @@ import yaml
 from aiohttp.test_utils import TestClient, TestServer
 
 from agentflows.kube import client as kube_client
+from agentflows.kube import kubeconfig
 from agentflows.triggers import common, kubernetes, schedule, signing, webhook
 from tests.cluster.harness import REPO, Cluster
 from tests.cluster.kube_fixtures import crds, kube  # noqa: F401  (fixtures)
@@ -191,10 +192,8 @@ def webhook_client(cluster: Cluster, namespace: str) -> kube_client.Client:
     token = cluster.core().create_namespaced_service_account_token(
         "agentflows-webhook", namespace, {"spec": {"expirationSeconds": 3600}}
     )
-    admin = kube_client.load_config(str(cluster.kubeconfig()))
-    config = kube_client.Config(
-        server=admin.server, ca_file=admin.ca_file, token=token.status.token
-    )
+    admin = kubeconfig.load(str(cluster.kubeconfig()))
+    config = kubeconfig.Config(server=admin.server, ca_file=admin.ca_file, token=token.status.token)
     return kube_client.Client(config, retry_seconds=10)
 
 

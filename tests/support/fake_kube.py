@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 
 from agentflows.kube import client as kube
+from agentflows.kube import kubeconfig
 
 
 class _OpenWatch(httpx.AsyncByteStream):
@@ -39,7 +40,7 @@ class FakeKubeApi:
 
     def client(self) -> kube.Client:
         """A kube.Client whose requests this fake answers."""
-        api = kube.Client(kube.Config(server="http://api"), retry_seconds=0)
+        api = kube.Client(kubeconfig.Config(server="http://api"), retry_seconds=0)
         api._http = httpx.AsyncClient(base_url="http://api", transport=httpx.MockTransport(self))
         return api
 

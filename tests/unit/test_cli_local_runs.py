@@ -356,8 +356,9 @@ def test_without_options_list_and_get_look_at_the_state_directory_of_the_cwd(
     assert pending.stdout == "r1 review\n"
     elsewhere = agentflows("get", "r2", cwd=tmp_path, env=env)
     assert elsewhere.returncode == 2
-    assert elsewhere.stderr.startswith(
-        "error: no local run r2 in .agentflows/runs, and cannot load a kubeconfig: "
+    assert elsewhere.stderr == (
+        "error: no local run r2 in .agentflows/runs, and no kubeconfig: "
+        "set KUBECONFIG or --kubeconfig\n"
     )
     both = agentflows("list", "--local", "-n", "default", cwd=tmp_path, env=env)
     assert both.returncode == 2 and "name different places" in both.stderr

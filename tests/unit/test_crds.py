@@ -150,6 +150,8 @@ READY = '.status.conditions[?(@.type=="Ready")].status'
                 "Attempt": ".status.attempt",
                 "Duration": ".status.duration",
                 "Trigger": ".spec.trigger.type",
+                "Reason": ".status.reason",
+                "Message": ".status.message",
             },
         ),
     ],

@@ -111,8 +111,12 @@ class Resource:
         return f"{api.GROUP}_{self.plural}.yaml"
 
 
-def _column(name: str, path: str, type_: str, description: str) -> dict[str, Any]:
-    return {"name": name, "type": type_, "jsonPath": path, "description": description}
+def _column(
+    name: str, path: str, type_: str, description: str, *, priority: int = 0
+) -> dict[str, Any]:
+    """A printer column; ``priority`` 1 shows only with ``kubectl get -o wide``."""
+    column = {"name": name, "type": type_, "jsonPath": path, "description": description}
+    return {**column, "priority": priority} if priority else column
 
 
 _AGE = _column("Age", ".metadata.creationTimestamp", "date", "Time since creation.")
@@ -156,6 +160,14 @@ RESOURCES: tuple[Resource, ...] = (
             _column(
                 "Trigger", ".spec.trigger.type", "string", "What started the run (manual, ...)."
             ),
+            _column(
+                "Reason",
+                ".status.reason",
+                "string",
+                "Why the run is in its phase (e.g. PodCreateFailed).",
+                priority=1,
+            ),
+            _column("Message", ".status.message", "string", "What happened, in words.", priority=1),
             _AGE,
         ),
     ),

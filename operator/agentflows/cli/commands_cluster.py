@@ -26,17 +26,26 @@ namespace_option = click.option(
 kubeconfig_option = click.option(
     "--kubeconfig", default=None, help="Kubeconfig (default: $KUBECONFIG, ~/.kube/config)."
 )
+context_option = click.option(
+    "--context",
+    "kube_context",
+    default=None,
+    help="Kubeconfig context (default: its current-context).",
+)
 
 
-def _client(kubeconfig: str | None, looked_locally: str | None = None) -> Any:
+def _client(
+    kubeconfig: str | None, kube_context: str | None, looked_locally: str | None = None
+) -> Any:
     """The API client, or exit 2 saying why not (and ``looked_locally``: where else we looked)."""
     from agentflows.kube import client as kube
+    from agentflows.kube import kubeconfig as kubeconfig_mod
 
     try:
-        return kube.Client.from_env(kubeconfig, retry_seconds=10)
-    except (kube.ApiError, OSError, KeyError, StopIteration) as exc:
+        return kube.Client.from_env(kubeconfig, kube_context, retry_seconds=10)
+    except (kubeconfig_mod.ConfigError, OSError) as exc:
         also = f"{looked_locally}, and " if looked_locally else ""
-        click.echo(f"error: {also}cannot load a kubeconfig: {exc}", err=True)
+        click.echo(f"error: {also}{exc}", err=True)
         sys.exit(group.EXIT_INVALID)
 
 
@@ -55,6 +64,7 @@ def _fail(exc: Exception) -> NoReturn:
 @views.output_option(default="json")
 @namespace_option
 @kubeconfig_option
+@context_option
 def start(
     flow: str,
     inputs: tuple[str, ...],
@@ -65,6 +75,7 @@ def start(
     output: str,
     namespace: str | None,
     kubeconfig: str | None,
+    kube_context: str | None,
 ) -> None:
     """Start a run of FLOW in the cluster (a FlowRun); print its name."""
     from agentflows.cli import cluster
@@ -74,7 +85,7 @@ def start(
         value = local.parse_inputs(inputs, input_json)
     except local.UsageError as exc:
         _fail(exc)
-    api = _client(kubeconfig)
+    api = _client(kubeconfig, kube_context)
     ns = namespace or api.config.namespace
 
     async def go() -> int:
@@ -113,13 +124,14 @@ def get_from_cluster(
     output: str,
     namespace: str | None,
     kubeconfig: str | None,
+    kube_context: str | None,
     looked_locally: str | None,
 ) -> None:
     """``agentflows get`` of a FlowRun: its summary with offloaded outputs read back."""
     from agentflows.cli import cluster
     from agentflows.kube import client as kube
 
-    api = _client(kubeconfig, looked_locally)
+    api = _client(kubeconfig, kube_context, looked_locally)
     ns = namespace or api.config.namespace
 
     async def go() -> None:
@@ -139,6 +151,7 @@ def runs_from_cluster(
     all_namespaces: bool,
     namespace: str | None,
     kubeconfig: str | None,
+    kube_context: str | None,
     looked_locally: str | None,
 ) -> tuple[list[dict[str, Any]], str]:
     """FlowRuns of a namespace (or all), optionally of one Flow, and where they were looked for."""
@@ -146,7 +159,7 @@ def runs_from_cluster(
     from agentflows.cli import requests as requests_mod
     from agentflows.kube import client as kube
 
-    api = _client(kubeconfig, looked_locally)
+    api = _client(kubeconfig, kube_context, looked_locally)
     ns = None if all_namespaces else (namespace or api.config.namespace)
 
     async def go() -> list[dict[str, Any]]:
@@ -165,12 +178,19 @@ def runs_from_cluster(
 @click.option("--timeout", default=3600.0, help="Give up after this many seconds.")
 @namespace_option
 @kubeconfig_option
-def watch(run_name: str, timeout: float, namespace: str | None, kubeconfig: str | None) -> None:
+@context_option
+def watch(
+    run_name: str,
+    timeout: float,
+    namespace: str | None,
+    kubeconfig: str | None,
+    kube_context: str | None,
+) -> None:
     """Follow a run live: a line per node change, until it ends or waits."""
     from agentflows.cli import cluster
     from agentflows.kube import client as kube
 
-    api = _client(kubeconfig)
+    api = _client(kubeconfig, kube_context)
     ns = namespace or api.config.namespace
 
     async def go() -> int:
@@ -196,12 +216,19 @@ def watch(run_name: str, timeout: float, namespace: str | None, kubeconfig: str 
 @click.option("--attempt", type=int, default=None, help="Attempt (default: the current one).")
 @namespace_option
 @kubeconfig_option
-def logs(run_name: str, attempt: int | None, namespace: str | None, kubeconfig: str | None) -> None:
+@context_option
+def logs(
+    run_name: str,
+    attempt: int | None,
+    namespace: str | None,
+    kubeconfig: str | None,
+    kube_context: str | None,
+) -> None:
     """Print the runner pod's log of a run."""
     from agentflows.cli import cluster
     from agentflows.kube import client as kube
 
-    api = _client(kubeconfig)
+    api = _client(kubeconfig, kube_context)
     ns = namespace or api.config.namespace
 
     async def go() -> None:
@@ -296,7 +323,7 @@ async def _decide(
     return 0
 
 
-#: The options of each deciding command beyond RUN [ID], --comment, -n and --kubeconfig.
+#: The options of each deciding command beyond RUN [ID], --comment and the cluster's.
 _DECIDE_OPTIONS: dict[str, tuple[Any, ...]] = {
     "approve": (
         click.option("--edits", help="Replacement arguments as JSON (approve with edits)."),
@@ -320,6 +347,7 @@ def _decide_command(decision: str) -> click.Command:
         comment: str | None,
         namespace: str | None,
         kubeconfig: str | None,
+        kube_context: str | None,
         edits: str | None = None,
         data: str | None = None,
         all_runs: bool = False,
@@ -333,7 +361,7 @@ def _decide_command(decision: str) -> click.Command:
             _fail(local.UsageError(usage))
         parsed = _json_options(edits, data)
         chosen = "edit" if decision == "approve" and "edits" in parsed else decision
-        api = _client(kubeconfig)
+        api = _client(kubeconfig, kube_context)
 
         async def go() -> int:
             async with api:
@@ -358,6 +386,7 @@ def _decide_command(decision: str) -> click.Command:
             *_DECIDE_OPTIONS[decision],
             namespace_option,
             kubeconfig_option,
+            context_option,
         )
     ):
         command = option(command)

@@ -3,7 +3,7 @@
 Where they look (one rule, :func:`is_local`):
 
 - ``--local`` or ``--state-dir DIR``: the local state directory;
-- ``-n/--namespace``, ``-A/--all-namespaces`` or ``--kubeconfig``: the cluster;
+- ``-n/--namespace``, ``-A/--all-namespaces``, ``--kubeconfig`` or ``--context``: the cluster;
 - neither: ``get RUN`` looks locally when the state directory holds RUN, ``list`` and
   ``requests`` when the state directory exists; otherwise the cluster.
 
@@ -50,10 +50,15 @@ def is_local(
     directory = local.state_dir(params.get("state_dir"))
     wants_local = bool(params.get("local_only") or params.get("state_dir"))
     wants_cluster = bool(
-        params.get("namespace") or params.get("all_namespaces") or params.get("kubeconfig")
+        params.get("namespace")
+        or params.get("all_namespaces")
+        or params.get("kubeconfig")
+        or params.get("kube_context")
     )
     if wants_local and wants_cluster:
-        _usage("--local/--state-dir and -n/-A/--kubeconfig name different places; give one")
+        _usage(
+            "--local/--state-dir and -n/-A/--kubeconfig/--context name different places; give one"
+        )
     if wants_local or wants_cluster:
         return wants_local, directory, None
     here = found_locally(directory)
@@ -87,6 +92,7 @@ def _read_local(directory: Path, name: str) -> dict[str, Any]:
 @state_dir_option
 @commands_cluster.namespace_option
 @commands_cluster.kubeconfig_option
+@commands_cluster.context_option
 def get(
     run_name: str,
     output: str,
@@ -94,11 +100,12 @@ def get(
     state_dir: str | None,
     namespace: str | None,
     kubeconfig: str | None,
+    kube_context: str | None,
 ) -> None:
     """Show a run: phase, every node, requests and outputs (offloaded ones included).
 
     A local run with --local or --state-dir, or when the state directory holds RUN; else the
-    cluster's (-n, --kubeconfig choose it explicitly).
+    cluster's (-n, --kubeconfig, --context choose it explicitly).
     """
     params = click.get_current_context().params
     here, directory, missing = is_local(
@@ -107,7 +114,9 @@ def get(
     if here:
         click.echo(views.render_run(views.summary(_read_local(directory, run_name)), output))
         return
-    commands_cluster.get_from_cluster(run_name, output, namespace, kubeconfig, missing)
+    commands_cluster.get_from_cluster(
+        run_name, output, namespace, kubeconfig, kube_context, missing
+    )
 
 
 @click.command("list")
@@ -118,6 +127,7 @@ def get(
 @all_namespaces_option
 @commands_cluster.namespace_option
 @commands_cluster.kubeconfig_option
+@commands_cluster.context_option
 def list_command(
     flow: str | None,
     output: str,
@@ -126,11 +136,12 @@ def list_command(
     all_namespaces: bool,
     namespace: str | None,
     kubeconfig: str | None,
+    kube_context: str | None,
 ) -> None:
     """List runs with the columns of kubectl get flowruns (-o wide: reason, requests, message).
 
     Local runs with --local or --state-dir, or when the state directory exists; else the
-    cluster's (-n, -A, --kubeconfig choose it explicitly).
+    cluster's (-n, -A, --kubeconfig, --context choose it explicitly).
     """
     here, directory, missing = is_local(
         click.get_current_context().params, Path.is_dir, "no local runs"
@@ -140,7 +151,7 @@ def list_command(
         where = f"in {directory}"
     else:
         runs, where = commands_cluster.runs_from_cluster(
-            flow, all_namespaces, namespace, kubeconfig, missing
+            flow, all_namespaces, namespace, kubeconfig, kube_context, missing
         )
     if not runs and output not in ("json", "yaml"):
         click.echo(f"No runs {where}.", err=True)
@@ -156,6 +167,7 @@ def list_command(
 @all_namespaces_option
 @commands_cluster.namespace_option
 @commands_cluster.kubeconfig_option
+@commands_cluster.context_option
 def requests(
     flow: str | None,
     output: str,
@@ -164,6 +176,7 @@ def requests(
     all_namespaces: bool,
     namespace: str | None,
     kubeconfig: str | None,
+    kube_context: str | None,
 ) -> None:
     """List pending human requests: flow, run, request, kind, message, summary and age.
 
@@ -178,7 +191,7 @@ def requests(
         where = f"in {directory}"
     else:
         runs, where = commands_cluster.runs_from_cluster(
-            flow, all_namespaces, namespace, kubeconfig, missing
+            flow, all_namespaces, namespace, kubeconfig, kube_context, missing
         )
     items = views.request_items(runs)
     if not items and output not in ("json", "yaml"):

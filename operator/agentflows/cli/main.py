@@ -9,10 +9,12 @@ flow without model nodes starts its first node quickly. Exit codes: :mod:`agentf
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -42,6 +44,18 @@ def _err(message: str) -> None:
 def _usage(message: str) -> NoReturn:
     _err(f"error: {message}")
     sys.exit(group.EXIT_INVALID)
+
+
+@contextlib.contextmanager
+def _cluster_errors() -> Iterator[None]:
+    """No credentials or no API server: ``error: ...`` in words and exit 2, not a traceback."""
+    from agentflows.kube import client as kube
+    from agentflows.kube import kubeconfig
+
+    try:
+        yield
+    except (kubeconfig.ConfigError, kube.ApiError) as exc:
+        _usage(str(exc))
 
 
 class _Progress:
@@ -411,6 +425,7 @@ def runner(namespace: str, flowrun: str) -> None:
 
 @main.command("operator")
 @click.option(
+    "-n",
     "--namespace",
     "namespaces",
     multiple=True,
@@ -418,9 +433,16 @@ def runner(namespace: str, flowrun: str) -> None:
 )
 @click.option("--metrics-port", default=8080, show_default=True, help="Port of /metrics (0: off).")
 @click.option("--kubeconfig", help="Kubeconfig (default: $KUBECONFIG, ~/.kube/config, in-cluster).")
+@click.option(
+    "--context", "kube_context", help="Kubeconfig context (default: its current-context)."
+)
 @click.option("--workers", default=8, show_default=True, help="Concurrent reconciles.")
 def operator_command(
-    namespaces: tuple[str, ...], metrics_port: int, kubeconfig: str | None, workers: int
+    namespaces: tuple[str, ...],
+    metrics_port: int,
+    kubeconfig: str | None,
+    kube_context: str | None,
+    workers: int,
 ) -> None:
     """Run the Kubernetes operator (reconciles Agents, Flows and FlowRuns)."""
     import logging
@@ -437,20 +459,29 @@ def operator_command(
         metrics_port=metrics_port or None,
         workers=workers,
     )
-    asyncio.run(operator_main.run(config, kubeconfig))
+    with _cluster_errors():
+        asyncio.run(operator_main.run(config, kubeconfig, kube_context))
 
 
 @main.command("trigger")
 @click.option("--flow", "flow_ref", required=True, help="The Flow, as NAMESPACE/NAME.")
 @click.option("--trigger", "trigger_name", required=True, help="Name of its schedule trigger.")
 @click.option("--kubeconfig", help="Kubeconfig (default: $KUBECONFIG, ~/.kube/config, in-cluster).")
-def trigger_command(flow_ref: str, trigger_name: str, kubeconfig: str | None) -> None:
+@click.option(
+    "--context", "kube_context", help="Kubeconfig context (default: its current-context)."
+)
+def trigger_command(
+    flow_ref: str, trigger_name: str, kubeconfig: str | None, kube_context: str | None
+) -> None:
     """Create the FlowRun of a schedule trigger (the command of the trigger's CronJob pod)."""
     from agentflows.triggers import common as trigger_common
     from agentflows.triggers import schedule
 
     try:
-        name = asyncio.run(schedule.run_trigger_command(flow_ref, trigger_name, kubeconfig))
+        with _cluster_errors():
+            name = asyncio.run(
+                schedule.run_trigger_command(flow_ref, trigger_name, kubeconfig, kube_context)
+            )
     except trigger_common.TriggerError as exc:
         _err(f"error: {exc}")
         sys.exit(group.EXIT_INVALID)
@@ -462,13 +493,21 @@ def trigger_command(flow_ref: str, trigger_name: str, kubeconfig: str | None) ->
 @click.option("--port", default=8080, show_default=True, help="Port to listen on.")
 @click.option("--kubeconfig", help="Kubeconfig (default: $KUBECONFIG, ~/.kube/config, in-cluster).")
 @click.option(
+    "--context", "kube_context", help="Kubeconfig context (default: its current-context)."
+)
+@click.option(
+    "-n",
     "--namespace",
     "namespaces",
     multiple=True,
     help="Serve only Flows of this namespace (repeatable; default: all namespaces).",
 )
 def webhook_command(
-    host: str, port: int, kubeconfig: str | None, namespaces: tuple[str, ...]
+    host: str,
+    port: int,
+    kubeconfig: str | None,
+    kube_context: str | None,
+    namespaces: tuple[str, ...],
 ) -> None:
     """Serve the webhook receiver: signed POST /hooks/NS/FLOW/TRIGGER start FlowRuns."""
     import logging
@@ -478,7 +517,8 @@ def webhook_command(
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    webhook.serve(host, port, kubeconfig, webhook.Settings(namespaces=namespaces))
+    with _cluster_errors():
+        webhook.serve(host, port, kubeconfig, webhook.Settings(namespaces=namespaces), kube_context)
 
 
 if __name__ == "__main__":

@@ -8,12 +8,13 @@ events after a start are the initial listing, so a restarted operator picks up e
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import kopf
 
 from agentflows.controller import context, labels, workqueue
-from agentflows.kube import client as kube
+from agentflows.kube import kubeconfig
 
 GROUP = "agentflows.io"
 VERSION = "v1alpha1"
@@ -26,17 +27,26 @@ def _controller(memo: Any) -> context.Controller:
 
 
 @kopf.on.login()
-def login(memo: Any, **_: Any) -> kopf.ConnectionInfo:
-    """Log in with the same configuration as our API client (kubeconfig or in-cluster)."""
-    config: kube.Config = _controller(memo).api.config
+async def login(memo: Any, **_: Any) -> kopf.ConnectionInfo:
+    """Log in with the same credentials as our API client (kubeconfig context or in-cluster)."""
+    config: kubeconfig.Config = _controller(memo).api.config
+    if config.stale():
+        await asyncio.to_thread(config.renew)
+    authorization = config.authorization() or ""
+    scheme, _sep, token = authorization.partition(" ")
     return kopf.ConnectionInfo(
         server=config.server,
         ca_path=config.ca_file,
+        ca_data=config.ca_data,
         insecure=config.insecure,
-        token=config.bearer(),
+        scheme=scheme or None,
+        token=token or None,
         certificate_path=config.cert_file,
+        certificate_data=config.cert_data,
         private_key_path=config.key_file,
+        private_key_data=config.key_data,
         default_namespace=config.namespace,
+        expiration=config.expiration,
     )
 
 

@@ -75,10 +75,14 @@ def _trigger_suspended(api: kube.Client) -> kubernetes.Suspended:
     return post
 
 
-async def run(config: settings.OperatorConfig, kubeconfig: str | None = None) -> None:
-    """Run the operator until stopped."""
+async def run(
+    config: settings.OperatorConfig,
+    kubeconfig: str | None = None,
+    kube_context: str | None = None,
+) -> None:
+    """Run the operator until stopped, with kubectl's credentials or in-cluster ones."""
     quiet_libraries()
-    api = kube.Client.from_env(kubeconfig)
+    api = kube.Client.from_env(kubeconfig, kube_context)
     metrics = metrics_mod.Metrics()
     if config.metrics_port:
         metrics.serve(config.metrics_port)

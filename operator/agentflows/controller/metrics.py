@@ -59,6 +59,12 @@ class Metrics:
             ["namespace", "flow", "model"],
             registry=r,
         )
+        self.pod_create_failures = prometheus_client.Counter(
+            "agentflows_pod_create_failures_total",
+            "Runner pods the API server refused to create, by its reason (e.g. Forbidden).",
+            ["namespace", "reason"],
+            registry=r,
+        )
         self.pod_attempts = prometheus_client.Counter(
             "agentflows_pod_attempts_total",
             "Runner pods created.",

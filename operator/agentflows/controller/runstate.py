@@ -106,6 +106,14 @@ class RunContext:
         if changed:
             self.event(_EVENT_TYPE.get(phase, events.NORMAL), reason, message)
 
+    def set_condition(self, type_: str, status: str, reason: str, message: str = "") -> None:
+        """Set one condition (its transition time moves only when its status changes)."""
+        generation = self.obj["metadata"].get("generation")
+        conds = list(self.get("conditions") or [])
+        self.patch["conditions"] = conditions.set_condition(
+            conds, type_, status, reason, message, generation=generation
+        )
+
     def set_message(self, reason: str, message: str) -> None:
         """Set ``reason`` and ``message`` (no Event)."""
         if self.get("reason") != reason:

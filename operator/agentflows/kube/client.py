@@ -1,7 +1,9 @@
-"""A small async Kubernetes API client over httpx: kubeconfig, retries, watches.
+"""A small async Kubernetes API client over httpx: retries, watches, kubectl's credentials.
 
-Why not the ``kubernetes`` package here: it is synchronous and slow to import (the runner's
-cold start counts), and we need only JSON verbs on a handful of paths. Transient failures
+Why not the ``kubernetes`` package's API client here: it is synchronous, and we need only JSON
+verbs on a handful of paths. Credentials come from its kubeconfig loader
+(:mod:`agentflows.kube.kubeconfig`), so the client authenticates exactly as kubectl does; an
+expired exec-plugin credential is renewed in a thread, and once more on a 401. Transient failures
 (connection errors, 429, 5xx) are retried with capped exponential backoff up to
 ``retry_seconds``, so a runner or operator rides out an API server that is away for a while;
 everything else raises :class:`ApiError` at once. Request bodies are never logged.
@@ -10,23 +12,18 @@ everything else raises :class:`ApiError` at once. Request bodies are never logge
 from __future__ import annotations
 
 import asyncio
-import base64
-import dataclasses
 import json
 import logging
 import os
-import ssl
-import tempfile
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import httpx
-import yaml
+
+from agentflows.kube import kubeconfig
 
 log = logging.getLogger(__name__)
 
-SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 GROUP_PATH = "/apis/agentflows.io/v1alpha1"
@@ -36,7 +33,7 @@ class ApiError(Exception):
     """The API server refused a request. ``status`` is the HTTP status (0: no answer)."""
 
     def __init__(self, status: int, reason: str, message: str) -> None:
-        super().__init__(f"{status} {reason}: {message}")
+        super().__init__(message if status == 0 else f"{status} {reason}: {message}")
         self.status = status
         self.reason = reason
         self.message = message
@@ -57,109 +54,25 @@ class ApiError(Exception):
         return self.status in (0, 429) or self.status >= 500
 
 
-@dataclasses.dataclass
-class Config:
-    """Where the API server is and how to authenticate."""
-
-    server: str
-    namespace: str = "default"
-    token: str | None = None
-    token_file: str | None = None
-    ca_file: str | None = None
-    cert_file: str | None = None
-    key_file: str | None = None
-    insecure: bool = False
-
-    def bearer(self) -> str | None:
-        """The bearer token, re-read from its file (projected tokens rotate)."""
-        if self.token_file:
-            return Path(self.token_file).read_text().strip()
-        return self.token
-
-
-def _data_file(data: str, suffix: str) -> str:
-    with tempfile.NamedTemporaryFile(prefix="agentflows-", suffix=suffix, delete=False) as handle:
-        handle.write(base64.b64decode(data))
-    os.chmod(handle.name, 0o600)
-    return handle.name
-
-
-def load_config(path: str | None = None, context: str | None = None) -> Config:
-    """Load a kubeconfig (``path``, ``$KUBECONFIG`` or ``~/.kube/config``), else in-cluster."""
-    candidate = path or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or None
-    if candidate is None and (Path.home() / ".kube" / "config").exists():
-        candidate = str(Path.home() / ".kube" / "config")
-    if candidate is None:
-        return _in_cluster()
-    doc = yaml.safe_load(Path(candidate).read_text())
-    ctx_name = context or doc.get("current-context")
-    ctx = next(c["context"] for c in doc["contexts"] if c["name"] == ctx_name)
-    cluster = next(c["cluster"] for c in doc["clusters"] if c["name"] == ctx["cluster"])
-    user: dict[str, Any] = next(
-        (u["user"] for u in doc.get("users", []) if u["name"] == ctx.get("user")), {}
-    )
-    base = Path(candidate).parent
-
-    def file_of(entry: dict[str, Any], key: str, suffix: str) -> str | None:
-        if entry.get(f"{key}-data"):
-            return _data_file(entry[f"{key}-data"], suffix)
-        if entry.get(key):
-            return str(base / entry[key])
-        return None
-
-    return Config(
-        server=cluster["server"].rstrip("/"),
-        namespace=ctx.get("namespace", "default"),
-        token=user.get("token"),
-        token_file=str(base / user["tokenFile"]) if user.get("tokenFile") else None,
-        ca_file=file_of(cluster, "certificate-authority", ".crt"),
-        cert_file=file_of(user, "client-certificate", ".crt"),
-        key_file=file_of(user, "client-key", ".key"),
-        insecure=bool(cluster.get("insecure-skip-tls-verify")),
-    )
-
-
-def _in_cluster() -> Config:
-    host = os.environ.get("KUBERNETES_SERVICE_HOST")
-    port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
-    if not host:
-        raise ApiError(
-            0, "NoConfig", "no kubeconfig ($KUBECONFIG, ~/.kube/config) and not in a pod"
-        )
-    namespace_file = SERVICE_ACCOUNT_DIR / "namespace"
-    return Config(
-        server=f"https://{host}:{port}",
-        namespace=namespace_file.read_text().strip() if namespace_file.exists() else "default",
-        token_file=str(SERVICE_ACCOUNT_DIR / "token"),
-        ca_file=str(SERVICE_ACCOUNT_DIR / "ca.crt"),
-    )
-
-
-def _ssl_context(config: Config) -> ssl.SSLContext | bool:
-    if config.insecure:
-        return False
-    context = ssl.create_default_context(cafile=config.ca_file)
-    if config.cert_file and config.key_file:
-        context.load_cert_chain(config.cert_file, config.key_file)
-    return context
-
-
 class Client:
     """JSON verbs on API paths, with retries of transient failures."""
 
     def __init__(
-        self, config: Config, *, retry_seconds: float = 120.0, timeout: float = 30.0
+        self, config: kubeconfig.Config, *, retry_seconds: float = 120.0, timeout: float = 30.0
     ) -> None:
         self.config = config
         self.retry_seconds = retry_seconds
         self._http = httpx.AsyncClient(
-            base_url=config.server, verify=_ssl_context(config), timeout=timeout
+            base_url=config.server, verify=kubeconfig.ssl_context(config), timeout=timeout
         )
 
     @classmethod
-    def from_env(cls, kubeconfig: str | None = None, **kwargs: Any) -> Client:
-        """A client from the kubeconfig or the pod's service account."""
-        return cls(load_config(kubeconfig), **kwargs)
+    def from_env(cls, path: str | None = None, context: str | None = None, **kwargs: Any) -> Client:
+        """A client as kubectl would connect: ``--kubeconfig``, ``--context``, else in-cluster.
+
+        Raises :class:`kubeconfig.ConfigError` when there are no usable credentials.
+        """
+        return cls(kubeconfig.load(path, context), **kwargs)
 
     async def close(self) -> None:
         """Close connections."""
@@ -171,11 +84,13 @@ class Client:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    def _headers(self, content_type: str | None) -> dict[str, str]:
+    async def _headers(self, content_type: str | None) -> dict[str, str]:
         headers = {"Accept": "application/json"}
-        token = self.config.bearer()
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
+        if self.config.stale():
+            await asyncio.to_thread(self.config.renew)
+        authorization = self.config.authorization()
+        if authorization:
+            headers["Authorization"] = authorization
         if content_type:
             headers["Content-Type"] = content_type
         return headers
@@ -193,18 +108,23 @@ class Client:
         delay = 0.2
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.retry_seconds
+        renewed = False
         while True:
             try:
-                headers = self._headers(content_type)
+                headers = await self._headers(content_type)
                 headers["Accept"] = accept
                 response = await self._http.request(
                     method, path, content=content, params=params, headers=headers
                 )
                 if response.status_code < 400:
                     return response
+                if response.status_code == 401 and self.config.renewable and not renewed:
+                    renewed = True
+                    await asyncio.to_thread(self.config.renew)
+                    continue
                 error = _error_of(response)
             except httpx.TransportError as exc:
-                error = ApiError(0, "Unreachable", f"{type(exc).__name__}: {exc}")
+                error = unreachable(self.config.server, exc)
             if not error.retryable or loop.time() + delay > deadline:
                 raise error
             log.info("%s %s: %s; retrying in %.1fs", method, path, error.reason, delay)
@@ -292,8 +212,9 @@ class Client:
         if resource_version:
             query["resourceVersion"] = resource_version
             query["allowWatchBookmarks"] = "true"
+        headers = await self._headers(None)
         async with self._http.stream(
-            "GET", path, params=query, headers=self._headers(None), timeout=timeout_seconds + 30
+            "GET", path, params=query, headers=headers, timeout=timeout_seconds + 30
         ) as response:
             if response.status_code >= 400:
                 await response.aread()
@@ -301,6 +222,22 @@ class Client:
             async for line in response.aiter_lines():
                 if line.strip():
                     yield json.loads(line)
+
+
+def unreachable(server: str, exc: httpx.TransportError) -> ApiError:
+    """``cannot reach https://...: connection refused``: the cause in words, not a class name."""
+    why = str(exc) or type(exc).__name__
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, OSError) and cause.errno is not None:
+            # asyncio's strerror names the address; the errno's own text is kubectl's wording
+            why = (os.strerror(cause.errno) if cause.errno > 0 else cause.strerror or why).lower()
+            break
+        if isinstance(cause, BaseExceptionGroup) and cause.exceptions:
+            cause = cause.exceptions[0]
+        else:
+            cause = cause.__cause__ or cause.__context__
+    return ApiError(0, "Unreachable", f"cannot reach {server}: {why}")
 
 
 def _error_of(response: httpx.Response) -> ApiError:

@@ -296,12 +296,14 @@ async def fire(
     return await common.create_run(client, flow_obj, trigger, request)
 
 
-async def run_trigger_command(flow_ref: str, trigger_name: str, kubeconfig: str | None) -> str:
+async def run_trigger_command(
+    flow_ref: str, trigger_name: str, kubeconfig: str | None, context: str | None = None
+) -> str:
     """``agentflows trigger``: fire once; return the FlowRun's name (or generateName)."""
     namespace, _, flow = flow_ref.rpartition("/")
     if not namespace or not flow:
         raise common.TriggerError(f"--flow must be NAMESPACE/NAME, got {flow_ref!r}")
-    async with kube.Client.from_env(kubeconfig, retry_seconds=60) as client:
+    async with kube.Client.from_env(kubeconfig, context, retry_seconds=60) as client:
         run = await fire(
             client,
             namespace,

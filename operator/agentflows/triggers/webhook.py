@@ -504,7 +504,11 @@ async def listen(app: web.Application, host: str, port: int) -> Listening:
 
 
 def serve(
-    host: str, port: int, kubeconfig: str | None = None, settings: Settings | None = None
+    host: str,
+    port: int,
+    kubeconfig: str | None = None,
+    settings: Settings | None = None,
+    context: str | None = None,
 ) -> None:
     """Run the receiver until SIGINT/SIGTERM (what ``agentflows webhook`` does)."""
 
@@ -513,7 +517,7 @@ def serve(
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
-        async with kube.Client.from_env(kubeconfig, retry_seconds=10) as client:
+        async with kube.Client.from_env(kubeconfig, context, retry_seconds=10) as client:
             listening = await listen(make_app(client, settings), host, port)
             try:
                 await stop.wait()

@@ -22,6 +22,7 @@ from agentflows.api import flow as flow_api
 from agentflows.api.flowrun import RunPhase
 from agentflows.engine import expressions, graph, jqsandbox, store
 from agentflows.kube import client as kube
+from agentflows.kube import kubeconfig
 from agentflows.triggers import common, kubernetes
 
 from ..engine.helpers import CountingHost, agents, flow_spec, run_once
@@ -282,7 +283,7 @@ async def test_a_looping_trigger_filter_delays_no_other_flow_and_never_blocks_th
     logging.getLogger(kubernetes.__name__).addHandler(handler)
     server = TestServer(fake.app)
     await server.start_server()
-    api = kube.Client(kube.Config(server=str(server.make_url(""))), retry_seconds=0)
+    api = kube.Client(kubeconfig.Config(server=str(server.make_url(""))), retry_seconds=0)
     manager = kubernetes.WatchManager(api)
 
     async def tick() -> None:
@@ -336,7 +337,7 @@ async def test_looping_filters_holding_every_evaluator_lose_no_event_of_another_
     fake = FakeApiServer(events, timeline)
     server = TestServer(fake.app)
     await server.start_server()
-    api = kube.Client(kube.Config(server=str(server.make_url(""))), retry_seconds=0)
+    api = kube.Client(kubeconfig.Config(server=str(server.make_url(""))), retry_seconds=0)
     told: list[tuple[str, str, str]] = []
 
     async def on_suspended(flow: Any, trigger: str, message: str) -> None:

@@ -1,0 +1,169 @@
+"""Cluster credentials read as kubectl reads them, with the ``kubernetes`` package's loader.
+
+:func:`load` takes ``--kubeconfig`` (else every path of ``$KUBECONFIG``, merged: the first file
+to name a cluster, user, context or the current context wins; else ``~/.kube/config``; else the
+pod's service account) and ``--context``. The library does the merging, contexts, tokens and
+token files, basic auth, OIDC and legacy auth providers (with their refresh). In a pod without
+a kubeconfig, the service account's CA and token file (re-read per request: it rotates) are
+used, as the library's in-cluster loader does. Two things the library does differently from
+kubectl are done here instead:
+
+- ``*-data`` certificates and keys: the library writes each to a temporary file kept until the
+  process exits (forever, if it is killed). They are taken out of the merged config before the
+  library sees it and kept in memory; :func:`ssl_context` builds the TLS context from memory
+  (a client key goes through an anonymous ``memfd``, never a named file).
+- ``exec`` credential plugins (client.authentication.k8s.io/v1 and v1beta1): the library logs a
+  failing plugin and goes on with no credentials, and writes certificates a plugin returns to
+  temporary files. Here the library's :class:`ExecProvider` runs the plugin, a failure is an
+  error in words, and the credential is re-run when it expires or the server answers 401.
+
+The files are read by :mod:`agentflows.kube.kubeconfig_files`, imported only when there are
+files: importing the ``kubernetes`` package costs about half a second, and a runner pod on a
+real cluster (no kubeconfig, the service account's token file and CA) should not pay it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import os
+import ssl
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agentflows.kube import kubeconfig_files
+
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+
+
+class ConfigError(Exception):
+    """The cluster credentials cannot be loaded; the message says why in words."""
+
+
+@dataclasses.dataclass
+class Config:
+    """Where the API server is and how to authenticate (secrets stay in memory)."""
+
+    server: str
+    namespace: str = "default"
+    ca_file: str | None = None
+    ca_data: str | None = None
+    cert_file: str | None = None
+    cert_data: str | None = None
+    key_file: str | None = None
+    key_data: str | None = dataclasses.field(default=None, repr=False)
+    insecure: bool = False
+    token: str | None = dataclasses.field(default=None, repr=False)
+    token_file: str | None = None
+    library: Any = dataclasses.field(default=None, repr=False)
+    exec_credential: kubeconfig_files.ExecCredential | None = dataclasses.field(
+        default=None, repr=False
+    )
+
+    def authorization(self) -> str | None:
+        """The ``Authorization`` header value; the library refreshes what it loaded."""
+        if self.exec_credential is not None:
+            token = self.exec_credential.status.get("token")
+            return f"Bearer {token}" if token else None
+        if self.library is not None:
+            value = self.library.get_api_key_with_prefix("BearerToken")
+            return str(value) if value else None
+        if self.token_file:
+            # re-read each time: projected service-account tokens rotate
+            return f"Bearer {Path(self.token_file).read_text().strip()}"
+        return f"Bearer {self.token}" if self.token else None
+
+    @property
+    def expiration(self) -> datetime.datetime | None:
+        """When the current credential expires (None: not known to)."""
+        return self.exec_credential.expiry if self.exec_credential else None
+
+    @property
+    def renewable(self) -> bool:
+        """True when a refused credential can be renewed (an exec plugin's)."""
+        return self.exec_credential is not None
+
+    def stale(self) -> bool:
+        """True when :meth:`renew` should run before the next request."""
+        return self.exec_credential is not None and self.exec_credential.stale()
+
+    def renew(self) -> None:
+        """Run the exec plugin again (blocking: call it in a thread from async code)."""
+        if self.exec_credential is not None:
+            self.exec_credential.run()
+
+
+def kubeconfig_paths(path: str | None) -> list[str]:
+    """The kubeconfig files to merge, as kubectl picks them; [] means in-cluster."""
+    if path:
+        if not Path(path).expanduser().is_file():
+            raise ConfigError(f"kubeconfig {path}: no such file")
+        return [path]
+    env = os.environ.get("KUBECONFIG", "")
+    found = [p for p in env.split(os.pathsep) if p and Path(p).expanduser().is_file()]
+    if found or env.strip(os.pathsep):
+        return found
+    default = Path.home() / ".kube" / "config"
+    return [str(default)] if default.is_file() else []
+
+
+def load(path: str | None = None, context: str | None = None) -> Config:
+    """Credentials of ``context`` (default: the current one) from kubeconfig, else in-cluster."""
+    paths = kubeconfig_paths(path)
+    if not paths:
+        if context or not os.environ.get("KUBERNETES_SERVICE_HOST"):
+            raise ConfigError("no kubeconfig: set KUBECONFIG or --kubeconfig")
+        return _in_cluster()
+    from agentflows.kube import kubeconfig_files
+
+    return kubeconfig_files.load(paths, context)
+
+
+def _in_cluster() -> Config:
+    """The pod's service account, as the library's in-cluster loader reads it."""
+    host = os.environ["KUBERNETES_SERVICE_HOST"]
+    port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
+    token, ca = SERVICE_ACCOUNT_DIR / "token", SERVICE_ACCOUNT_DIR / "ca.crt"
+    if not token.is_file() or not ca.is_file():
+        raise ConfigError(f"in-cluster config: no service-account token or CA in {token.parent}")
+    namespace_file = SERVICE_ACCOUNT_DIR / "namespace"
+    return Config(
+        server=f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}",
+        namespace=namespace_file.read_text().strip() if namespace_file.exists() else "default",
+        ca_file=str(ca),
+        token_file=str(token),
+    )
+
+
+def ssl_context(config: Config) -> ssl.SSLContext | bool:
+    """The TLS context of ``config``, built from memory (False: verification is off)."""
+    if config.insecure:
+        return False
+    context = ssl.create_default_context(cafile=config.ca_file, cadata=config.ca_data)
+    if config.cert_file and config.key_file:
+        context.load_cert_chain(config.cert_file, config.key_file)
+    elif config.cert_data and config.key_data:
+        with _anonymous_file(config.cert_data) as cert, _anonymous_file(config.key_data) as key:
+            context.load_cert_chain(cert, key)
+    return context
+
+
+@contextlib.contextmanager
+def _anonymous_file(text: str) -> Iterator[str]:
+    """A path to ``text`` that names no file on disk where the OS allows (Linux memfd)."""
+    if hasattr(os, "memfd_create"):
+        fd = os.memfd_create("agentflows-tls", os.MFD_CLOEXEC)
+        try:
+            os.write(fd, text.encode())
+            yield f"/proc/self/fd/{fd}"
+        finally:
+            os.close(fd)
+        return
+    with tempfile.NamedTemporaryFile(prefix="agentflows-", suffix=".pem") as handle:
+        handle.write(text.encode())
+        handle.flush()
+        yield handle.name
