@@ -75,7 +75,9 @@ def http_tool(
             )
         )
     url = _args_template(tool.url)
-    if tool.query_params:
+    if method == "GET":
+        _query_as_arguments(tool.query_params, f"{path}.query_params", out)
+    elif tool.query_params:
         pairs = [f"{parse.quote(k)}={_args_template(v)}" for k, v in tool.query_params.items()]
         url += ("&" if "?" in url else "?") + "&".join(pairs)
     hosts = [parse.urlsplit(u).hostname or u for u in tool.url_allow_list or []]
@@ -86,6 +88,19 @@ def http_tool(
         body=_args_template(tool.data) if tool.data not in (None, {}) else None,
         allow_hosts=hosts,
     )
+
+
+def _query_as_arguments(params: dict[str, Any], path: str, out: list[documents.Problem]) -> None:
+    """A GET sends the arguments its URL does not use as the query: ``{k: "{{k}}"}`` only."""
+    for key, value in params.items():
+        if checks.PLACEHOLDER.fullmatch(str(value)) is None or checks.placeholders(value) != [key]:
+            out.append(
+                errors.problem(
+                    f"{path}.{key}",
+                    f"{value!r}: a GET's query parameter is an input of the same name "
+                    f"({key}: '{{{{{key}}}}}'); other values are not supported yet",
+                )
+            )
 
 
 def _mcp(

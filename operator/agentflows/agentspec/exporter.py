@@ -671,8 +671,42 @@ def _write_flow(ex: _Exporter, name: str, spec: flow_api.FlowSpec) -> dict[str, 
 def export(flow_name: str, resolver: capabilities.Resolver) -> dict[str, Any]:
     """The Agent Spec document of a Flow; SpecInvalid naming what has no equivalent."""
     ex = _Exporter(resolver)
+    spec = resolver.flow(flow_name)
+    if spec is not None and _runs_one_agent(spec):
+        return _agent_document(ex, spec)
     root = ex.flow(flow_name, "")
     if ex.problems:
         raise errors.SpecInvalid(ex.problems)
     flow = ex.components.pop(root[document.REF])
     return {document.VERSION_FIELD: document.EXPORT_VERSION, **flow, document.REFS: ex.components}
+
+
+_MESSAGE = "{{ .run.input.message }}"
+
+
+def _runs_one_agent(spec: flow_api.FlowSpec) -> bool:
+    """True for the flow the importer writes for a top-level Agent."""
+    node = spec.nodes[0]
+    return len(spec.nodes) == 1 and node.agent is not None and node.agent.prompt.endswith(_MESSAGE)
+
+
+def _agent_document(ex: _Exporter, spec: flow_api.FlowSpec) -> dict[str, Any]:
+    """A top-level Agent: inputs are the flow's (less ``message``), given as prompt lines."""
+    call = spec.nodes[0].agent
+    assert call is not None
+    inputs = [p for p in _properties(spec.input) if p["title"] != "message"]
+    lines = call.prompt.removesuffix(_MESSAGE).splitlines()
+    expected = [mapping.input_line(p) for p in inputs]
+    if lines != expected:
+        ex.fail(
+            "spec.nodes[0].agent.prompt",
+            f"a top-level Agent's prompt is the input lines then {_MESSAGE}",
+        )
+    ref = ex.agent(call.name, [str(p["title"]) for p in inputs], [], "spec.nodes[0].agent")
+    if ex.problems:
+        raise errors.SpecInvalid(ex.problems)
+    agent = ex.components.pop(ref[document.REF])
+    agent["inputs"] = inputs
+    if spec.description:
+        agent["description"] = spec.description
+    return {document.VERSION_FIELD: document.EXPORT_VERSION, **agent, document.REFS: ex.components}

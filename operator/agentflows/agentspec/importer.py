@@ -79,12 +79,14 @@ class _Translator:
     def top_agent(self, agent: model.Agent) -> str:
         name = mapping.resource_name(agent.name, self.flow_names)
         agent_name = self.agent(agent, "")
-        inputs = checks.titles(agent.inputs) or checks.placeholders(agent.system_prompt)
-        lines = [f"{t}: {{{{ .run.input{mapping.field(t)} }}}}" for t in inputs]
+        inputs = agent.inputs
+        if inputs is None:
+            inputs = [
+                {"title": t, "type": "string"} for t in checks.placeholders(agent.system_prompt)
+            ]
+        lines = [mapping.input_line(p) for p in inputs]
         message = {"title": "message", "type": "string", "description": "The user's message."}
-        schema = mapping.object_schema(
-            [message, *(agent.inputs or [{"title": t, "type": "string"} for t in inputs])]
-        )
+        schema = mapping.object_schema([message, *inputs])
         call = flow_api.AgentCall(
             name=agent_name, prompt="\n".join([*lines, "{{ .run.input.message }}"])
         )
@@ -92,6 +94,7 @@ class _Translator:
             description=agent.description or "",
             input=schema,
             nodes=[flow_api.Node(id="agent", agent=call)],
+            output="=.nodes.agent.text",
             autonomy=_autonomy(components.needs_confirmation(agent)),
         )
         self.result.flows[name] = flow_api.Flow(metadata=common.ObjectMeta(name=name), spec=spec)

@@ -105,3 +105,10 @@ def substitute(template: str, bindings: dict[str, str], style: str = "{{ %s }}")
 def is_text_output(properties: list[model.Property] | None) -> bool:
     """True for no outputs, or one output of type string: the reply's text is the output."""
     return not properties or (len(properties) == 1 and properties[0].get("type") == "string")
+
+
+def input_line(prop: dict[str, Any]) -> str:
+    """The prompt line giving a top-level Agent input: ``name: {{ .run.input.name }}``."""
+    title = str(prop["title"])
+    default = f" // {json.dumps(prop['default'])}" if "default" in prop else ""
+    return f"{title}: {{{{ .run.input{field(title)}{default} }}}}"

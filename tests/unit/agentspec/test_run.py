@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tests.support.endpoint import LoopbackEndpoint
 from tests.support.model_server import Reply, ScriptedModelServer, ToolCall
-from tests.unit.agentspec.conftest import invoke, output_of, served
+from tests.unit.agentspec.conftest import DATA, invoke, output_of, served
 
 
 def test_branching_node_routes_on_the_llm_text_to_the_mapped_end(
@@ -62,3 +63,60 @@ def test_a_rejected_confirmation_fails_the_run_without_calling_the_tool(
     assert phases["refund_confirm"] == "Failed"
     assert "refund" not in phases
     assert "rejected by" in err
+
+
+def test_map_parallel_map_and_sub_flow_with_a_structured_llm_node(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    spec = served("digest.yaml", tmp_path, model_server)
+    model_server.script(
+        Reply.text("Kopf runs operators."),
+        Reply.text("jq filters JSON."),
+        Reply.text('{"headline": "Two tools", "count": 2}'),
+    )
+    args = ("--state-dir", str(tmp_path / "runs"), "--input-json", '{"topics": ["kopf", "jq"]}')
+    code, out, err = invoke("run", str(spec), *args)
+    assert code == 0, err
+    assert output_of(out) == {"headline": "Two tools", "count": 2, "topics": ["kopf", "jq"]}
+    prompts = [r.messages[-1]["content"] for r in model_server.requests]
+    assert prompts[:2] == ["One line on kopf.", "One line on jq."]
+    assert prompts[2] == (
+        'Write a headline and count these summaries: ["Kopf runs operators.", "jq filters JSON."]'
+    )
+
+
+def test_api_node_calls_the_endpoint_with_inputs_bound_by_name_and_defaults(
+    endpoint: LoopbackEndpoint, tmp_path: Path, model_server: ScriptedModelServer
+) -> None:
+    spec = served(
+        "weather_api.yaml", tmp_path, model_server, **{"http://127.0.0.1:9": endpoint.url}
+    )
+    args = ("--state-dir", str(tmp_path / "runs"), "--input", "city=oslo")
+    code, out, err = invoke("run", str(spec), *args)
+    assert code == 0, err
+    assert output_of(out) == {"response": {"city": "oslo", "forecast": "sunny"}}
+    assert endpoint.requests[0]["query"] == {"units": "metric"}
+
+
+def test_a_top_level_agent_runs_with_its_server_tool_and_input_default(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    spec = served("assistant.yaml", tmp_path, model_server)
+    model_server.script(Reply.calls(ToolCall("add", {"a": 2, "b": 3})), Reply.text("2 + 3 = 5"))
+    args = ("--state-dir", str(tmp_path / "runs"), "--input", "message=What is 2 + 3?")
+    code, out, err = invoke("run", str(spec), *args)
+    assert code == 0, err
+    assert output_of(out) == "2 + 3 = 5"
+    first = model_server.requests[0].messages
+    assert first[0]["content"].startswith("You are <persona>.")
+    assert first[1]["content"] == "persona: a careful assistant\nWhat is 2 + 3?"
+    assert model_server.requests[1].messages[-1]["content"] == "5"
+
+
+def test_dry_run_of_an_agent_spec_file_uses_the_mock_model(tmp_path: Path) -> None:
+    code, _out, err = invoke(
+        "run", str(DATA / "branching.yaml"), "--dry-run", "--state-dir", str(tmp_path),
+        "--input", "ticket=hello",
+    )  # fmt: skip
+    assert code == 0, err
+    assert "flow ticket-router (mock model)" in err
