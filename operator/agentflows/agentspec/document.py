@@ -284,7 +284,17 @@ def _definitions(
         _definitions(item, _join(path, key), out, problems)
 
 
-def resolve(document: Any) -> tuple[dict[str, Any], str]:
+@dataclasses.dataclass(frozen=True)
+class Resolved:
+    """A document with its references resolved."""
+
+    root: dict[str, Any]
+    version: str
+    #: Path under ``$referenced_components`` -> the resolved component, for each one used.
+    references: dict[str, dict[str, Any]]
+
+
+def resolve(document: Any) -> Resolved:
     """The root component with every reference resolved, and its version; or SpecInvalid."""
     if not isinstance(document, dict):
         raise errors.SpecInvalid([errors.problem("", "an Agent Spec document is a mapping")])
@@ -297,9 +307,10 @@ def resolve(document: Any) -> tuple[dict[str, Any], str]:
     resolved = resolver.component(root, "", referenced=False)
     if resolver.problems:
         raise errors.SpecInvalid(resolver.problems)
-    return resolved, version
+    references = {definitions[ref][0]: value for ref, value in resolver.resolved.items()}
+    return Resolved(resolved, version, references)
 
 
-def load_text(text: str) -> tuple[dict[str, Any], str]:
+def load_text(text: str) -> Resolved:
     """Read and resolve an Agent Spec document from text."""
     return resolve(read_text(text))

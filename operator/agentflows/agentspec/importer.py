@@ -394,7 +394,7 @@ def translate(root: model.Flow | model.Agent) -> Imported:
 
 def import_text(text: str) -> Imported:
     """Read, resolve, type, check and translate an Agent Spec document."""
-    resolved, version = document.load_text(text)
+    resolved = document.load_text(text)
     imported = translate(model.parse(resolved))
-    imported.version = version
+    imported.version = resolved.version
     return imported

@@ -12,10 +12,12 @@ from typing import Annotated, Any, Literal
 import pydantic
 from pydantic import Field
 
-from agentflows.agentspec import errors
+from agentflows.agentspec import document, errors
 from agentflows.api import documents
 
 Property = dict[str, Any]
+#: The component types this module types (pydantic names union members by them in errors).
+_TYPES = document.SUPPORTED
 #: The branch a node that does not branch leaves on.
 NEXT = "next"
 #: The branch a BranchingNode takes when its input matches no key of ``mapping``.
@@ -320,21 +322,58 @@ class Flow(WithIO):
 
 Root = Annotated[Flow | Agent, Field(discriminator="component_type")]
 _ROOT: pydantic.TypeAdapter[Flow | Agent] = pydantic.TypeAdapter(Root)
+_ANY = Annotated[
+    Flow
+    | Agent
+    | ControlFlowEdge
+    | DataFlowEdge
+    | Node
+    | Tool
+    | McpToolBox
+    | McpToolSpec
+    | Transport
+    | LlmConfig,
+    Field(discriminator="component_type"),
+]
+_COMPONENT: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(_ANY)
 
 
-def parse(resolved: dict[str, Any]) -> Flow | Agent:
-    """Type a resolved document; SpecInvalid with every field problem at its path."""
-    if resolved.get("component_type") not in ("Flow", "Agent"):
+def _problems(exc: pydantic.ValidationError, prefix: str) -> list[documents.Problem]:
+    """Field problems at their document path, without pydantic's component-type tags."""
+    out = []
+    for problem in documents.validation_problems(exc):
+        tail = ".".join(p for p in problem.path.split(".") if p not in _TYPES)
+        path = f"{prefix}.{tail}" if prefix and tail else prefix or tail
+        out.append(documents.Problem(path, problem.message))
+    return out
+
+
+def parse(resolved: document.Resolved) -> Flow | Agent:
+    """Type a resolved document; SpecInvalid with every field problem at its path.
+
+    Each referenced component is checked once, at its place under ``$referenced_components``,
+    so a mistake in a node used by five edges is reported once.
+    """
+    root = resolved.root
+    if root.get("component_type") not in ("Flow", "Agent"):
         raise errors.SpecInvalid(
             [
                 errors.problem(
                     "component_type",
-                    f"the document's root is a {resolved.get('component_type')}; "
+                    f"the document's root is a {root.get('component_type')}; "
                     "agentflows runs a Flow or an Agent",
                 )
             ]
         )
+    found: list[documents.Problem] = []
+    for path, component in resolved.references.items():
+        try:
+            _COMPONENT.validate_python(component)
+        except pydantic.ValidationError as exc:
+            found += _problems(exc, path)
+    if found:
+        raise errors.SpecInvalid(found)
     try:
-        return _ROOT.validate_python(resolved)
+        return _ROOT.validate_python(root)
     except pydantic.ValidationError as exc:
-        raise errors.SpecInvalid(documents.validation_problems(exc)) from None
+        raise errors.SpecInvalid(_problems(exc, "")) from None
