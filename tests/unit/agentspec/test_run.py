@@ -120,3 +120,10 @@ def test_dry_run_of_an_agent_spec_file_uses_the_mock_model(tmp_path: Path) -> No
     )  # fmt: skip
     assert code == 0, err
     assert "flow ticket-router (mock model)" in err
+
+
+def test_a_map_node_zips_its_iterated_inputs_and_applies_each_reducer(tmp_path: Path) -> None:
+    args = ("--state-dir", str(tmp_path), "--input-json", '{"names": ["a", "b"], "scores": [2, 5]}')
+    code, out, err = invoke("run", str(DATA / "pairs.yaml"), *args)
+    assert code == 0, err
+    assert output_of(out) == {"names": ["a", "b"], "total": 7}
