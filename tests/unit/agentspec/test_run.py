@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tests.support import mcp_servers
 from tests.support.endpoint import LoopbackEndpoint
 from tests.support.model_server import Reply, ScriptedModelServer, ToolCall
 from tests.unit.agentspec.conftest import DATA, invoke, output_of, served
@@ -127,3 +128,37 @@ def test_a_map_node_zips_its_iterated_inputs_and_applies_each_reducer(tmp_path: 
     code, out, err = invoke("run", str(DATA / "pairs.yaml"), *args)
     assert code == 0, err
     assert output_of(out) == {"names": ["a", "b"], "total": 7}
+
+
+def test_an_agent_calls_an_mcp_tool_and_a_toolbox_over_stdio(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    command, args = mcp_servers.stdio_command()
+    transport = {"component_type": "StdioTransport", "name": "t", "command": command, "args": args}
+    doc = {
+        "agentspec_version": "26.2.0", "component_type": "Agent", "name": "calc",
+        "system_prompt": "Use the tools.",
+        "llm_config": {
+            "component_type": "OpenAiCompatibleConfig", "name": "m",
+            "model_id": "scripted-model", "url": model_server.url,
+        },
+        "tools": [{"component_type": "MCPTool", "name": "add", "client_transport": transport}],
+        "toolboxes": [
+            {"component_type": "MCPToolBox", "name": "box", "tool_filter": ["echo"],
+             "client_transport": transport},
+        ],
+    }  # fmt: skip
+    spec = tmp_path / "calc.json"
+    spec.write_text(json.dumps(doc))
+    model_server.script(
+        Reply.calls(ToolCall("add_add", {"a": 1, "b": 2}), ToolCall("box_echo", {"text": "hi"})),
+        Reply.text("3 and hi"),
+    )
+    run = ("--state-dir", str(tmp_path / "runs"), "--input", "message=add 1 and 2, echo hi")
+    code, out, err = invoke("run", str(spec), *run)
+    assert code == 0, err
+    assert output_of(out) == "3 and hi"
+    offered = {t["function"]["name"] for t in model_server.requests[0].body["tools"]}
+    assert offered == {"add_add", "box_echo"}
+    results = [m["content"] for m in model_server.requests[1].messages if m["role"] == "tool"]
+    assert results == ["3", "hi"]
