@@ -7,7 +7,9 @@ Layer: above ``api``, ``engine`` and ``agents``, below ``cli`` (import-linter co
   ``$component_ref`` into one tree.
 - :mod:`.model` types the supported components (pydantic, unknown fields refused).
 - :mod:`.checks` applies the graph rules of the reference runtime, every problem with its path.
-- :mod:`.importer` turns a document into Agent and Flow resources; :mod:`.exporter` goes back.
+- :mod:`.importer` turns a document into Agent and Flow resources (tools and agents through
+  :mod:`.components`, names and models through :mod:`.mapping`); :mod:`.exporter` goes back.
+- :mod:`.errors` holds the one error, :class:`~.errors.SpecInvalid`, with every problem.
 
 Why our own models and not the official ``pyagentspec`` deserializer: its releases pin
 ``pydantic<2.14`` while agentflows pins pydantic 2.14.3 (one environment cannot hold both, and

@@ -14,7 +14,7 @@ import json
 import sys
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 import yaml
@@ -83,7 +83,7 @@ def flow_to_run(loaded: documents.LoadResult) -> str | None:
     return None
 
 
-def _fail(problems: Iterable[documents.Problem]) -> None:
+def _fail(problems: Iterable[documents.Problem]) -> NoReturn:
     count = 0
     for problem in problems:
         click.echo(str(problem), err=True)
