@@ -22,6 +22,7 @@ import click
 
 from agentflows.api import flowrun as flowrun_api
 from agentflows.cli import (
+    commands_agentspec,
     commands_cluster,
     commands_runs,
     completion,
@@ -94,7 +95,7 @@ def main() -> None:
     """
 
 
-for _command in [*commands_cluster.COMMANDS, *commands_runs.COMMANDS]:
+for _command in [*commands_cluster.COMMANDS, *commands_runs.COMMANDS, *commands_agentspec.COMMANDS]:
     main.add_command(_command)
 
 
@@ -104,7 +105,7 @@ def validate(files: tuple[Path, ...]) -> None:
     """Check Agent, Flow and FlowRun files and explain every problem (exit 2 if any)."""
     from agentflows.api import documents
 
-    loaded = documents.load_paths(files)
+    loaded = commands_agentspec.load_paths(files)
     for note in loaded.skipped:
         _err(f"skipped {note}")
     problems = local.validate_loaded(loaded)
@@ -240,17 +241,16 @@ def run(
     model has neither, the whole run uses the embedded mock model and says so. Ctrl-C saves
     the run; agentflows resume RUN continues it.
     """
-    from agentflows.api import documents
     from agentflows.engine import run as run_mod
 
-    loaded = documents.load_paths(files)
+    loaded = commands_agentspec.load_paths(files)
     problems = local.validate_loaded(loaded)
     if problems:
         for problem in problems:
             click.echo(str(problem), err=True)
         sys.exit(group.EXIT_INVALID)
     try:
-        chosen = local.pick_flow(loaded, flow_name)
+        chosen = local.pick_flow(loaded, flow_name or commands_agentspec.flow_to_run(loaded))
         value = local.parse_inputs(inputs, input_json)
         name = local.check_run_name(run_name or local.new_run_name(chosen.metadata.name or ""))
     except local.UsageError as exc:

@@ -1,0 +1,365 @@
+"""Graph rules of an Agent Spec Flow, checked before anything runs; every problem has a path.
+
+The rules of the reference runtime, plus what the agentflows engine needs:
+- ``start_node`` is a StartNode of ``nodes``; node ids are unique; edges name nodes of the flow.
+- Every node is reachable from the start node. A node with several unconditional outgoing
+  edges does NOT fan out: the first edge listed is taken, so a node reached only through a
+  later one is reported as never reached.
+- A reachable EndNode exists, and no reachable node other than an EndNode is a dead end (a
+  branch it can leave on with no edge).
+- A BranchingNode mapping to a branch no edge leaves on, and an edge labelled with a branch
+  its source never selects, are refused.
+- A data edge reads an output its source can produce (an LlmNode without declared outputs
+  produces only ``generated_text``) and writes an input its destination has, both nodes of the
+  flow.
+- The control flow is acyclic (the engine runs a graph without loops).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from agentflows.agentspec import errors, model
+from agentflows.api import documents
+
+PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+BRANCHING_INPUT = "branching_mapping_key"
+DEFAULT_OUTPUTS = {
+    "LlmNode": "generated_text",
+    "ApiNode": "response",
+    "InputMessageNode": "user_input",
+}
+
+
+def key(component: model.Component) -> str:
+    """The identity of a component: its id, else its name."""
+    return component.id or f"name:{component.name}"
+
+
+def titles(properties: list[model.Property] | None) -> list[str]:
+    """The titles of a property list."""
+    return [str(p.get("title")) for p in properties or []]
+
+
+def placeholders(*texts: object) -> list[str]:
+    """The ``{{name}}`` placeholders in strings (nested in lists and mappings too), in order."""
+    found: list[str] = []
+
+    def visit(value: object) -> None:
+        if isinstance(value, str):
+            found.extend(n for n in PLACEHOLDER.findall(value) if n not in found)
+        elif isinstance(value, dict):
+            for item in value.values():
+                visit(item)
+        elif isinstance(value, list):
+            for item in value:
+                visit(item)
+
+    for text in texts:
+        visit(text)
+    return found
+
+
+def end_nodes(flow: model.Flow) -> list[model.EndNode]:
+    """The flow's EndNodes."""
+    return [n for n in flow.nodes if isinstance(n, model.EndNode)]
+
+
+def flow_inputs(flow: model.Flow) -> list[model.Property]:
+    """The flow's inputs: declared, else its StartNode's."""
+    if flow.inputs is not None:
+        return flow.inputs
+    start = flow.start_node
+    return start.outputs or start.inputs or []
+
+
+def flow_outputs(flow: model.Flow) -> list[model.Property]:
+    """The flow's outputs: declared, else the inputs of its EndNodes."""
+    if flow.outputs is not None:
+        return flow.outputs
+    seen: dict[str, model.Property] = {}
+    for end in end_nodes(flow):
+        for prop in end.inputs or end.outputs or []:
+            seen.setdefault(str(prop.get("title")), prop)
+    return list(seen.values())
+
+
+def outputs_of(node: model.Node) -> list[str]:
+    """The outputs a node can produce."""
+    if isinstance(node, model.StartNode):
+        return titles(node.outputs or node.inputs)
+    if isinstance(node, (model.EndNode, model.BranchingNode)):
+        return []
+    if isinstance(node, model.AgentNode):
+        return titles(node.outputs or node.agent.outputs)
+    if isinstance(node, model.ToolNode):
+        return titles(node.outputs or node.tool.outputs)
+    if isinstance(node, model.FlowNode):
+        return titles(node.outputs or flow_outputs(node.subflow))
+    if isinstance(node, model.MapNode):
+        return [f"collected_{t}" for t in reducers(node)]
+    if node.outputs:
+        return titles(node.outputs)
+    return [DEFAULT_OUTPUTS[node.component_type]]
+
+
+def reducers(node: model.MapNode) -> dict[str, str]:
+    """Output title -> reduction of a map node (append for every sub-flow output by default)."""
+    if node.reducers is not None:
+        return dict(node.reducers)
+    return {t: "append" for t in titles(flow_outputs(node.subflow))}
+
+
+def inputs_of(node: model.Node) -> list[str]:
+    """The inputs a node reads."""
+    if isinstance(node, model.StartNode):
+        return []
+    if node.inputs is not None and not isinstance(node, model.MapNode):
+        return titles(node.inputs)
+    if isinstance(node, model.EndNode):
+        return titles(node.outputs)
+    if isinstance(node, model.LlmNode):
+        return placeholders(node.prompt_template)
+    if isinstance(node, model.AgentNode):
+        return (
+            titles(node.agent.inputs)
+            if node.agent.inputs is not None
+            else placeholders(node.agent.system_prompt)
+        )
+    if isinstance(node, model.ToolNode):
+        return titles(node.tool.inputs)
+    if isinstance(node, model.BranchingNode):
+        return [BRANCHING_INPUT]
+    if isinstance(node, model.FlowNode):
+        return titles(flow_inputs(node.subflow))
+    if isinstance(node, model.MapNode):
+        return titles(node.inputs) or [f"iterated_{t}" for t in titles(flow_inputs(node.subflow))]
+    if isinstance(node, model.ApiNode):
+        return placeholders(node.url, node.data, node.headers, node.query_params)
+    return placeholders(node.message or "")
+
+
+def branches_of(node: model.Node) -> list[str]:
+    """The branches a node can leave on."""
+    if isinstance(node, model.EndNode):
+        return []
+    if isinstance(node, model.BranchingNode):
+        return [*dict.fromkeys(node.mapping.values()), model.DEFAULT_BRANCH]
+    if isinstance(node, model.FlowNode):
+        return list(dict.fromkeys(e.branch_name for e in end_nodes(node.subflow))) or [model.NEXT]
+    return [model.NEXT]
+
+
+@dataclasses.dataclass
+class Graph:
+    """A flow's nodes by key, with the edges the engine will take."""
+
+    flow: model.Flow
+    nodes: dict[str, model.Node]
+    index: dict[str, int]
+    #: (source key, branch) -> target key: the first edge listed for that branch.
+    taken: dict[tuple[str, str], str]
+    reachable: list[str]
+
+
+def _edge_problems(
+    flow: model.Flow, nodes: dict[str, model.Node], out: list[documents.Problem]
+) -> dict[tuple[str, str], str]:
+    taken: dict[tuple[str, str], str] = {}
+    for i, edge in enumerate(flow.control_flow_connections):
+        path = f"control_flow_connections[{i}]"
+        source, target = key(edge.from_node), key(edge.to_node)
+        bad = False
+        for field, node_key in (("from_node", source), ("to_node", target)):
+            if node_key not in nodes:
+                out.append(
+                    errors.problem(
+                        f"{path}.{field}", f"node {node_key!r} is not in this flow's nodes"
+                    )
+                )
+                bad = True
+        if bad:
+            continue
+        branch = edge.from_branch or model.NEXT
+        selects = branches_of(nodes[source])
+        if branch not in selects:
+            said = ", ".join(selects) or "none: it ends the flow"
+            out.append(
+                errors.problem(
+                    f"{path}.from_branch",
+                    f"{source} never selects branch {branch!r} (its branches: {said})",
+                )
+            )
+            continue
+        taken.setdefault((source, branch), target)
+    return taken
+
+
+def _walk(start: str, edges: dict[tuple[str, str], str] | list[tuple[str, str]]) -> list[str]:
+    pairs = [(s, t) for (s, _), t in edges.items()] if isinstance(edges, dict) else edges
+    seen = [start]
+    for node in seen:
+        seen.extend(t for s, t in pairs if s == node and t not in seen)
+    return seen
+
+
+def _cycle(nodes: dict[str, model.Node], taken: dict[tuple[str, str], str]) -> list[str]:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str]:
+        state[node] = 1
+        stack.append(node)
+        for (source, _), target in taken.items():
+            if source != node:
+                continue
+            if state.get(target) == 1:
+                return [*stack[stack.index(target) :], target]
+            if target not in state:
+                found = visit(target)
+                if found:
+                    return found
+        stack.pop()
+        state[node] = 2
+        return []
+
+    for node in nodes:
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return []
+
+
+def build(flow: model.Flow, out: list[documents.Problem]) -> Graph | None:
+    """Check the flow's structure into ``out``; the graph when it can be built."""
+    nodes: dict[str, model.Node] = {}
+    index: dict[str, int] = {}
+    for i, node in enumerate(flow.nodes):
+        if key(node) in nodes:
+            out.append(errors.problem(f"nodes[{i}].id", f"duplicate node {key(node)!r}"))
+        nodes[key(node)] = node
+        index.setdefault(key(node), i)
+    start = key(flow.start_node)
+    if not isinstance(flow.start_node, model.StartNode):
+        out.append(
+            errors.problem(
+                "start_node", f"{start} is a {flow.start_node.component_type}, not a StartNode"
+            )
+        )
+        return None
+    if start not in nodes:
+        out.append(errors.problem("start_node", f"{start} is not one of the flow's nodes"))
+        return None
+    for i, node in enumerate(flow.nodes):
+        if isinstance(node, model.StartNode) and key(node) != start:
+            out.append(errors.problem(f"nodes[{i}]", "a second StartNode (a flow has one)"))
+    taken = _edge_problems(flow, nodes, out)
+    return Graph(flow, nodes, index, taken, _walk(start, taken))
+
+
+def _reach_problems(graph: Graph, out: list[documents.Problem]) -> None:
+    every = [
+        (key(e.from_node), key(e.to_node))
+        for e in graph.flow.control_flow_connections
+        if key(e.from_node) in graph.nodes and key(e.to_node) in graph.nodes
+    ]
+    loose = _walk(key(graph.flow.start_node), every)
+    for node_key, node in graph.nodes.items():
+        path = f"nodes[{graph.index[node_key]}]"
+        if node_key not in graph.reachable:
+            why = (
+                "reached only through an edge that is never taken (a node with several "
+                "outgoing edges on one branch takes the first)"
+                if node_key in loose
+                else "not reachable from the start node"
+            )
+            out.append(errors.problem(path, f"{node.component_type} {node.name!r} is {why}"))
+            continue
+        for branch in branches_of(node):
+            if (node_key, branch) in graph.taken:
+                continue
+            if isinstance(node, model.BranchingNode) and branch != model.DEFAULT_BRANCH:
+                keys = [k for k, v in node.mapping.items() if v == branch]
+                out.append(
+                    errors.problem(
+                        f"{path}.mapping.{keys[0]}",
+                        f"maps to branch {branch!r}, but no control edge leaves "
+                        f"{node.name!r} on it",
+                    )
+                )
+            else:
+                out.append(
+                    errors.problem(
+                        path,
+                        f"{node.component_type} {node.name!r} is a dead end: no control edge "
+                        f"leaves it on branch {branch!r} (only an EndNode ends a flow)",
+                    )
+                )
+    if not any(isinstance(graph.nodes[k], model.EndNode) for k in graph.reachable):
+        out.append(errors.problem("nodes", "no EndNode is reachable from the start node"))
+
+
+def _data_problems(graph: Graph, out: list[documents.Problem]) -> None:
+    for i, edge in enumerate(graph.flow.data_flow_connections or []):
+        path = f"data_flow_connections[{i}]"
+        ends = (
+            ("source_node", key(edge.source_node), "source_output", edge.source_output, outputs_of),
+            (
+                "destination_node",
+                key(edge.destination_node),
+                "destination_input",
+                edge.destination_input,
+                inputs_of,
+            ),
+        )
+        for node_field, node_key, name_field, name, produces in ends:
+            node = graph.nodes.get(node_key)
+            if node is None:
+                out.append(
+                    errors.problem(
+                        f"{path}.{node_field}", f"node {node_key!r} is not in this flow's nodes"
+                    )
+                )
+                continue
+            have = produces(node)
+            if name not in have:
+                verb = "produces" if name_field == "source_output" else "reads"
+                out.append(
+                    errors.problem(
+                        f"{path}.{name_field}",
+                        f"{node.component_type} {node.name!r} has no {name_field.split('_')[1]} "
+                        f"{name!r} (it {verb}: {', '.join(have) or 'none'})",
+                    )
+                )
+
+
+def check(flow: model.Flow, prefix: str = "") -> Graph:
+    """The flow's graph, or SpecInvalid with every problem (sub-flows checked too)."""
+    out: list[documents.Problem] = []
+    graph = build(flow, out)
+    if graph is not None:
+        _reach_problems(graph, out)
+        _data_problems(graph, out)
+        cycle = _cycle(graph.nodes, graph.taken)
+        if cycle:
+            out.append(
+                errors.problem(
+                    "control_flow_connections",
+                    f"a loop ({' -> '.join(graph.nodes[c].name for c in cycle)}): agentflows "
+                    "runs flows without loops; unroll it or use a MapNode",
+                )
+            )
+    for i, node in enumerate(flow.nodes):
+        if isinstance(node, (model.FlowNode, model.MapNode)):
+            try:
+                check(node.subflow, f"nodes[{i}].subflow")
+            except errors.SpecInvalid as exc:
+                out.extend(exc.problems)
+    if prefix:
+        out = [dataclasses.replace(p, path=f"{prefix}.{p.path}" if p.path else prefix) for p in out]
+    if out:
+        raise errors.SpecInvalid(out)
+    assert graph is not None
+    return graph

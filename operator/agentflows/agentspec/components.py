@@ -1,0 +1,203 @@
+"""Translate Agent Spec tools and agents into agentflows tools and Agent specs.
+
+A ServerTool is executed by the runtime, so it needs an implementation: agentflows binds it to
+the Python script in the tool's ``metadata.agentflows.python`` (JSON arguments on stdin, a JSON
+result on stdout, as any python tool). A RemoteTool becomes an http tool, an MCPTool or an
+MCPToolBox an mcp tool limited to the tools it names. Placeholders ``{{name}}`` in a
+RemoteTool's url, headers and data become ``{{ .args.name }}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib import parse
+
+from agentflows.agentspec import checks, errors, mapping, model
+from agentflows.api import agent as agent_api
+from agentflows.api import documents
+
+_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
+
+
+def python_script(tool: model.ServerTool, path: str, out: list[documents.Problem]) -> str:
+    """The script a ServerTool is bound to."""
+    meta = (tool.metadata or {}).get(mapping.METADATA_KEY)
+    script = meta.get("python") if isinstance(meta, dict) else None
+    if not isinstance(script, str) or not script.strip():
+        out.append(
+            errors.problem(
+                f"{path}.metadata.{mapping.METADATA_KEY}.python",
+                f"ServerTool {tool.name!r} has no implementation: set it to a Python script "
+                "(JSON arguments on stdin, a JSON result on stdout)",
+            )
+        )
+        return "raise SystemExit(1)"
+    return script
+
+
+def _args_template(value: Any) -> Any:
+    if isinstance(value, str):
+        return mapping.substitute(value, _ArgNames(), "{{ .args.%s }}")
+    if isinstance(value, dict):
+        return {k: _args_template(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_args_template(v) for v in value]
+    return value
+
+
+class _ArgNames(dict[str, str]):
+    """Every placeholder name binds to itself (``{{x}}`` -> ``{{ .args.x }}``)."""
+
+    def __contains__(self, key: object) -> bool:
+        return True
+
+    def __getitem__(self, key: str) -> str:
+        return key
+
+
+def http_tool(
+    tool: model.RemoteTool | model.ApiNode, path: str, out: list[documents.Problem]
+) -> agent_api.HttpTool:
+    """An http tool for a RemoteTool or an ApiNode."""
+    method = tool.http_method.upper()
+    if method not in _METHODS:
+        out.append(
+            errors.problem(
+                f"{path}.http_method", f"{tool.http_method!r}: one of {', '.join(_METHODS)}"
+            )
+        )
+        method = "GET"
+    if tool.sensitive_headers:
+        out.append(
+            errors.problem(
+                f"{path}.sensitive_headers",
+                "secret header values in the document are refused; not supported yet",
+            )
+        )
+    url = _args_template(tool.url)
+    if method == "GET":
+        _query_as_arguments(tool.query_params, f"{path}.query_params", out)
+    elif tool.query_params:
+        pairs = [f"{parse.quote(k)}={_args_template(v)}" for k, v in tool.query_params.items()]
+        url += ("&" if "?" in url else "?") + "&".join(pairs)
+    hosts = [parse.urlsplit(u).hostname or u for u in tool.url_allow_list or []]
+    return agent_api.HttpTool(
+        method=method,
+        url=url,
+        headers={k: str(_args_template(v)) for k, v in tool.headers.items()},
+        body=_args_template(tool.data) if tool.data not in (None, {}) else None,
+        allow_hosts=hosts,
+    )
+
+
+def _query_as_arguments(params: dict[str, Any], path: str, out: list[documents.Problem]) -> None:
+    """A GET sends the arguments its URL does not use as the query: ``{k: "{{k}}"}`` only."""
+    for key, value in params.items():
+        if checks.PLACEHOLDER.fullmatch(str(value)) is None or checks.placeholders(value) != [key]:
+            out.append(
+                errors.problem(
+                    f"{path}.{key}",
+                    f"{value!r}: a GET's query parameter is an input of the same name "
+                    f"({key}: '{{{{{key}}}}}'); other values are not supported yet",
+                )
+            )
+
+
+def _mcp(
+    transport: model.StdioTransport | model.StreamableHttpTransport,
+    include: list[str],
+    path: str,
+    out: list[documents.Problem],
+) -> agent_api.McpTool:
+    timeout = transport.session_parameters.read_timeout_seconds
+    if isinstance(transport, model.StdioTransport):
+        if transport.cwd:
+            out.append(errors.problem(f"{path}.cwd", "a working directory is not supported"))
+        return agent_api.McpTool(
+            command=transport.command,
+            args=transport.args,
+            env=transport.env or {},
+            include=include,
+            timeout_seconds=timeout,
+        )
+    for name in ("headers", "sensitive_headers", "auth"):
+        if getattr(transport, name):
+            out.append(
+                errors.problem(
+                    f"{path}.{name}",
+                    "MCP headers and auth are not supported yet (agentflows takes header "
+                    "values from Secrets only)",
+                )
+            )
+    return agent_api.McpTool(url=transport.url, include=include, timeout_seconds=timeout)
+
+
+def tool(
+    spec: model.ServerTool | model.RemoteTool | model.McpTool,
+    name: str,
+    path: str,
+    out: list[documents.Problem],
+) -> agent_api.Tool:
+    """An Agent's tool for an Agent Spec tool."""
+    common: dict[str, Any] = {
+        "name": name,
+        "description": spec.description or "",
+        "read_only": not spec.requires_confirmation,
+    }
+    if isinstance(spec, model.McpTool):
+        mcp = _mcp(spec.client_transport, [spec.name], f"{path}.client_transport", out)
+        return agent_api.Tool(**common, mcp=mcp)
+    common["parameters"] = mapping.object_schema(spec.inputs or [])
+    if isinstance(spec, model.RemoteTool):
+        return agent_api.Tool(**common, http=http_tool(spec, path, out))
+    return agent_api.Tool(
+        **common, python=agent_api.PythonTool(script=python_script(spec, path, out))
+    )
+
+
+def toolbox(
+    box: model.McpToolBox, name: str, path: str, out: list[documents.Problem]
+) -> agent_api.Tool:
+    """An mcp tool for an MCPToolBox, limited to its filter."""
+    include = [f if isinstance(f, str) else f.name for f in box.tool_filter or []]
+    if any(not isinstance(f, str) and f.requires_confirmation for f in box.tool_filter or []):
+        out.append(
+            errors.problem(
+                f"{path}.tool_filter",
+                "requires_confirmation on one tool of a toolbox is not supported; "
+                "set it on the toolbox",
+            )
+        )
+    mcp = _mcp(box.client_transport, include, f"{path}.client_transport", out)
+    return agent_api.Tool(
+        name=name,
+        description=box.description or "",
+        read_only=not box.requires_confirmation,
+        mcp=mcp,
+    )
+
+
+def agent_spec(agent: model.Agent, path: str, out: list[documents.Problem]) -> agent_api.AgentSpec:
+    """Our Agent spec: placeholders of the system prompt read ``<name>``, given in the prompt."""
+    names: set[str] = set()
+    tools = [
+        tool(t, mapping.identifier(t.name, names), f"{path}.tools[{i}]", out)
+        for i, t in enumerate(agent.tools)
+    ]
+    tools += [
+        toolbox(b, mapping.identifier(b.name, names), f"{path}.toolboxes[{i}]", out)
+        for i, b in enumerate(agent.toolboxes)
+    ]
+    system = mapping.substitute(
+        agent.system_prompt, {n: n for n in checks.placeholders(agent.system_prompt)}, "<%s>"
+    )
+    return agent_api.AgentSpec(
+        model=mapping.model_spec(agent.llm_config, f"{path}.llm_config", out),
+        system_prompt=system,
+        tools=tools,
+    )
+
+
+def needs_confirmation(agent: model.Agent) -> bool:
+    """True when a tool of the agent asks a human to confirm each call."""
+    return any(t.requires_confirmation for t in [*agent.tools, *agent.toolboxes])

@@ -1,0 +1,712 @@
+"""Write an agentflows Flow (with its Agents and sub-flows) as an Agent Spec document.
+
+The exporter reads back the shapes :mod:`.importer` writes, so import -> export -> import gives
+the same resources. A Flow written by hand exports when it keeps to those shapes: a first
+transform node ``=(.run.input // {})`` (the StartNode), transforms building an object of
+inputs (EndNodes), and node inputs that read outputs as ``.nodes.<id>.json.<key>``,
+``.nodes.<id>.json`` or ``.nodes.<id>.text``. Anything else (another jq transform, an approval
+that does not guard a tool, a model outside the OpenAI API family) is refused with its path,
+because Agent Spec has no component for it.
+
+Every component is written once under ``$referenced_components`` and referred to by id; ids
+are ``<flow>.<node>``, names are the agentflows node ids (which the importer turns back into the
+same ids).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from agentflows.agentspec import document, errors, mapping
+from agentflows.api import agent as agent_api
+from agentflows.api import documents
+from agentflows.api import flow as flow_api
+from agentflows.engine import capabilities
+
+_READ = re.compile(
+    r"^\.nodes\.([a-z][a-z0-9_]*)(\.text|\.json)((?:\.[A-Za-z_][A-Za-z0-9_]*|\.\"[^\"]+\")?)$"
+)
+_COLLECT = re.compile(
+    r"^\(\.nodes\.([a-z][a-z0-9_]*)\.json \| "
+    r"map\(\.(\"[^\"]+\"|[A-Za-z_][A-Za-z0-9_]*)\) \| (.+)\)$"
+)
+_TEMPLATE = re.compile(r"\{\{ (.+?) \}\}")
+_START = re.compile(r"^=(?:(\{.*\}) \+ )?\(\.run\.input // \{\}\)$")
+_ARG = re.compile(r"\{\{ \.args\.([A-Za-z_][A-Za-z0-9_]*) \}\}")
+_REDUCERS = {".": "append", "add": "sum", "(add / length)": "average", "max": "max", "min": "min"}
+_JSON_LINE = re.compile(r"^Answer with a JSON object with the keys: (.*)\.$")
+_INPUT_LINE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*): \{\{ (.+) \}\}$")
+
+
+def _ref(component_id: str) -> dict[str, str]:
+    return {document.REF: component_id}
+
+
+def split_alternatives(expr: str) -> list[str]:
+    """``(a) // (b)`` -> ``[a, b]``; a single expression -> ``[expr]``."""
+    parts, depth, start, i = [], 0, 0, 0
+    while i < len(expr):
+        char = expr[i]
+        if char == '"':
+            i = expr.index('"', i + 1)
+        elif char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+        elif depth == 0 and expr.startswith(" // ", i):
+            parts.append(expr[start:i])
+            start = i + 4
+        i += 1
+    parts.append(expr[start:])
+    if len(parts) == 1:
+        return parts
+    return [p[1:-1] if p.startswith("(") and p.endswith(")") else p for p in parts]
+
+
+def parse_object(text: str) -> dict[str, str] | None:
+    """``{"k": (expr), ...}`` -> ``{k: expr}``; None for another shape."""
+    if not (text.startswith("{") and text.endswith("}")):
+        return None
+    body, out, i = text[1:-1], {}, 0
+    while i < len(body):
+        match = re.match(r'"([^"]+)": \(', body[i:])
+        if match is None:
+            return None
+        i += match.end()
+        depth, start = 1, i
+        while depth and i < len(body):
+            if body[i] == '"':
+                i = body.index('"', i + 1)
+            depth += {"(": 1, ")": -1}.get(body[i], 0)
+            i += 1
+        out[match.group(1)] = body[start : i - 1]
+        if body.startswith(", ", i):
+            i += 2
+    return out
+
+
+class _Exporter:
+    def __init__(self, resolver: capabilities.Resolver) -> None:
+        self.resolver = resolver
+        self.components: dict[str, Any] = {}
+        self.problems: list[documents.Problem] = []
+        self.flows: dict[str, str] = {}
+        self.agents: dict[str, str] = {}
+        self.llms: dict[str, str] = {}
+
+    def fail(self, path: str, message: str) -> None:
+        self.problems.append(errors.problem(path, message))
+
+    def llm_config(self, model: agent_api.ModelSpec, path: str) -> dict[str, str]:
+        provider, _, model_id = model.name.partition("/")
+        if provider != "openai" or not model_id:
+            self.fail(
+                f"{path}.name",
+                f"{model.name!r}: Agent Spec has no config for this provider; "
+                "export supports openai/<model>",
+            )
+        if model.api_key is not None:
+            self.fail(f"{path}.apiKey", "a model key from a Secret has no Agent Spec equivalent")
+        config: dict[str, Any] = {"name": model.name, "model_id": model_id}
+        if model.api_base:
+            config = {"component_type": "OpenAiCompatibleConfig", **config, "url": model.api_base}
+        else:
+            config = {"component_type": "OpenAiConfig", **config}
+        params = {
+            k: getattr(model, k)
+            for k in ("temperature", "top_p", "max_tokens")
+            if getattr(model, k) is not None
+        }
+        if params:
+            config["default_generation_parameters"] = params
+        if model.timeout_seconds != agent_api.ModelSpec.model_fields["timeout_seconds"].default:
+            config["retry_policy"] = {"request_timeout": model.timeout_seconds}
+        canonical = json.dumps(config, sort_keys=True)
+        if canonical not in self.llms:
+            key = f"llm-{len(self.llms) + 1}"
+            self.llms[canonical] = key
+            self.components[key] = {"id": key, **config}
+        return _ref(self.llms[canonical])
+
+    def flow(self, name: str, path: str) -> dict[str, str]:
+        """A reference to the exported Flow ``name`` (written once)."""
+        cid = f"flow.{name}"
+        if name not in self.flows:
+            self.flows[name] = cid
+            spec = self.resolver.flow(name)
+            if spec is None:
+                self.fail(path, f'no Flow "{name}"')
+            else:
+                self.components[cid] = _write_flow(self, name, spec)
+        return _ref(cid)
+
+    # -- tools and agents --------------------------------------------------------------------
+
+    def transport(self, mcp: agent_api.McpTool, path: str) -> dict[str, Any]:
+        if mcp.headers:
+            self.fail(f"{path}.headers", "MCP headers from Secrets have no Agent Spec equivalent")
+        if mcp.command is not None:
+            transport: dict[str, Any] = {
+                "component_type": "StdioTransport",
+                "name": "stdio",
+                "command": mcp.command,
+                "args": mcp.args,
+            }
+            if mcp.env:
+                transport["env"] = mcp.env
+        else:
+            transport = {
+                "component_type": "StreamableHTTPTransport",
+                "name": "http",
+                "url": mcp.url,
+            }
+        if mcp.timeout_seconds != 60:
+            transport["session_parameters"] = {"read_timeout_seconds": mcp.timeout_seconds}
+        return transport
+
+    def tool(self, tool: agent_api.Tool, path: str) -> tuple[str, dict[str, Any]]:
+        """("tools" or "toolboxes", the component) for an Agent's tool."""
+        base: dict[str, Any] = {"name": tool.name}
+        if tool.description:
+            base["description"] = tool.description
+        if tool.mcp is not None:
+            transport = self.transport(tool.mcp, f"{path}.mcp")
+            include = tool.mcp.include
+            if len(include) == 1 and mapping.identifier(include[0], set()) == tool.name:
+                return "tools", {
+                    "component_type": "MCPTool",
+                    **base,
+                    "name": include[0],
+                    "client_transport": transport,
+                    "requires_confirmation": not tool.read_only,
+                }
+            box = {
+                "component_type": "MCPToolBox",
+                **base,
+                "client_transport": transport,
+                "requires_confirmation": not tool.read_only,
+            }
+            if include:
+                box["tool_filter"] = include
+            if tool.mcp.exclude:
+                self.fail(f"{path}.mcp.exclude", "an exclude list has no Agent Spec equivalent")
+            return "toolboxes", box
+        base["inputs"] = _properties(tool.parameters)
+        base["requires_confirmation"] = not tool.read_only
+        if tool.http is not None:
+            return "tools", {
+                "component_type": "RemoteTool",
+                **base,
+                **self.http(tool.http, f"{path}.http"),
+            }
+        assert tool.python is not None
+        return "tools", {
+            "component_type": "ServerTool",
+            **base,
+            "metadata": {mapping.METADATA_KEY: {"python": tool.python.script}},
+        }
+
+    def http(self, http: agent_api.HttpTool, path: str) -> dict[str, Any]:
+        if http.secret_headers:
+            self.fail(
+                f"{path}.secretHeaders", "header values from Secrets have no Agent Spec equivalent"
+            )
+        out: dict[str, Any] = {"url": _placeholders(http.url), "http_method": http.method}
+        if http.headers:
+            out["headers"] = {k: _placeholders(v) for k, v in http.headers.items()}
+        if http.body is not None:
+            out["data"] = _placeholders(http.body)
+        if http.allow_hosts:
+            out["url_allow_list"] = http.allow_hosts
+        return out
+
+    def agent(
+        self, name: str, inputs: list[str], outputs: list[dict[str, Any]], path: str
+    ) -> dict[str, str]:
+        cid = f"agent.{name}"
+        if name in self.agents:
+            return _ref(cid)
+        self.agents[name] = cid
+        spec = self.resolver.agent(name)
+        if spec is None:
+            self.fail(path, f'no Agent "{name}"')
+            return _ref(cid)
+        for field in ("skills", "sub_agents", "sub_flows", "history"):
+            if getattr(spec, field):
+                self.fail(f"{path}.{field}", f"Agent {name}: {field} have no Agent Spec equivalent")
+        system = spec.system_prompt
+        for title in inputs:
+            system = system.replace(f"<{title}>", f"{{{{{title}}}}}")
+        component: dict[str, Any] = {
+            "component_type": "Agent", "id": cid, "name": name,
+            "llm_config": self.llm_config(spec.model, f"{path}.model"),
+            "system_prompt": system,
+            "inputs": [{"title": t, "type": "string"} for t in inputs],
+            "outputs": outputs,
+            "tools": [], "toolboxes": [],
+        }  # fmt: skip
+        for i, tool in enumerate(spec.tools):
+            where, exported = self.tool(tool, f"Agent {name}.tools[{i}]")
+            component[where].append(exported)
+        self.components[cid] = component
+        return _ref(cid)
+
+
+def _placeholders(value: Any) -> Any:
+    """``{{ .args.x }}`` -> ``{{x}}`` inside strings, lists and mappings."""
+    if isinstance(value, str):
+        return _ARG.sub(lambda m: "{{" + m.group(1) + "}}", value)
+    if isinstance(value, dict):
+        return {k: _placeholders(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_placeholders(v) for v in value]
+    return value
+
+
+def _properties(schema: Any) -> list[dict[str, Any]]:
+    """An object schema's properties as Agent Spec properties (the title is the key)."""
+    if not isinstance(schema, dict) or not isinstance(schema.get("properties"), dict):
+        return []
+    return [
+        {**(p if isinstance(p, dict) else {}), "title": k} for k, p in schema["properties"].items()
+    ]
+
+
+class _FlowWriter:
+    """One Flow written as an Agent Spec Flow component."""
+
+    def __init__(self, ex: _Exporter, name: str, spec: flow_api.FlowSpec) -> None:
+        self.ex, self.name, self.spec = ex, name, spec
+        self.nodes = {n.id: n for n in spec.nodes}
+        self.index = {n.id: i for i, n in enumerate(spec.nodes)}
+        self.out: dict[str, dict[str, Any]] = {}
+        self.data: list[dict[str, Any]] = []
+        self.reads: dict[str, set[str]] = {n.id: set() for n in spec.nodes}
+        self.guarded: dict[str, str] = {}
+        self.agent_calls: list[tuple[str, str, list[str], list[dict[str, Any]]]] = []
+
+    def cid(self, node_id: str) -> str:
+        return f"{self.name}.{node_id}"
+
+    def path(self, node_id: str, field: str = "") -> str:
+        return f"spec.nodes[{self.index[node_id]}]" + (f".{field}" if field else "")
+
+    # -- reading expressions -----------------------------------------------------------------
+
+    def read(self, expr: str) -> tuple[str, str] | None:
+        match = _READ.match(expr)
+        if match and match.group(1) in self.nodes:
+            source, part, key = match.groups()
+            if key:
+                self.reads[source].add(f"json:{key[1:].strip(chr(34))}")
+                return source, key[1:].strip('"')
+            self.reads[source].add(part[1:])
+            return source, self.whole_output(source, part[1:])
+        match = _COLLECT.match(expr)
+        if match and match.group(1) in self.nodes and match.group(3) in _REDUCERS:
+            source, key = match.group(1), match.group(2).strip('"')
+            self.reads[source].add(f"collect:{key}:{_REDUCERS[match.group(3)]}")
+            return source, f"collected_{key}"
+        return None
+
+    def whole_output(self, source: str, part: str) -> str:
+        node = self.nodes[source]
+        if part == "text":
+            return "generated_text" if node.llm is not None else "output"
+        if node.input is not None:
+            return "user_input"
+        return "response" if node.tool is not None and node.tool.http is not None else "result"
+
+    def bind(self, expr: str, node_id: str, title: str, path: str) -> Any:
+        """Add the data edges of one input; a JSON literal is returned as the input's default."""
+        try:
+            return {"default": json.loads(expr)}
+        except ValueError:
+            pass
+        for alternative in split_alternatives(expr):
+            found = self.read(alternative)
+            if found is None:
+                self.ex.fail(
+                    path,
+                    f"{expr[:120]!r}: Agent Spec can only pass a node's output here "
+                    "(.nodes.<id>.json.<key>, .json or .text)",
+                )
+                return None
+            source, output = found
+            self.data.append(
+                {
+                    "component_type": "DataFlowEdge",
+                    "name": f"{source}_{output}_to_{node_id}_{title}",
+                    "source_node": _ref(self.cid(source)),
+                    "source_output": output,
+                    "destination_node": _ref(self.cid(node_id)),
+                    "destination_input": title,
+                }
+            )
+        return None
+
+    def template(self, text: str, node_id: str, path: str) -> str:
+        """``{{ expr }}`` -> ``{{name}}`` with a data edge into input ``name``."""
+        names: dict[str, str] = {}
+
+        def one(match: re.Match[str]) -> str:
+            expr = match.group(1)
+            if expr not in names:
+                found = self.read(split_alternatives(expr)[0])
+                stem = found[1] if found else "value"
+                title, n = stem, 2
+                while title in names.values():
+                    title, n = f"{stem}_{n}", n + 1
+                names[expr] = title
+                self.bind(expr, node_id, title, path)
+            return "{{" + names[expr] + "}}"
+
+        return _TEMPLATE.sub(one, text)
+
+    # -- nodes -------------------------------------------------------------------------------
+
+    def node(self, node: flow_api.Node, first: bool) -> dict[str, Any] | None:
+        base: dict[str, Any] = {"id": self.cid(node.id), "name": node.id}
+        if node.description:
+            base["description"] = node.description
+        if node.transform is not None:
+            return self.transform(node, base, first)
+        if node.llm is not None:
+            return self.llm(node, node.llm, base)
+        if node.agent is not None:
+            return self.agent(node, node.agent, base)
+        if node.tool is not None:
+            return self.tool(node, node.tool, base)
+        if node.branch is not None:
+            value = node.branch.value
+            if value.startswith("="):
+                self.bind(
+                    value[1:], node.id, "branching_mapping_key", self.path(node.id, "branch.value")
+                )
+            else:
+                self.ex.fail(
+                    self.path(node.id, "branch.value"),
+                    "an Agent Spec branch reads an input: use =<expression>",
+                )
+            return {"component_type": "BranchingNode", **base, "mapping": dict(node.branch.cases)}
+        if node.flow is not None:
+            return self.subflow(node, node.flow, base)
+        if node.map is not None:
+            return self.map(node, node.map, base)
+        if node.input is not None:
+            message = self.template(
+                node.input.message, node.id, self.path(node.id, "input.message")
+            )
+            return {"component_type": "InputMessageNode", **base, "message": message}
+        self.approval(node)
+        return None
+
+    def transform(
+        self, node: flow_api.Node, base: dict[str, Any], first: bool
+    ) -> dict[str, Any] | None:
+        assert node.transform is not None
+        if first and _START.match(node.transform):
+            properties = _properties(self.spec.input)
+            return {
+                "component_type": "StartNode",
+                **base,
+                "inputs": properties,
+                "outputs": properties,
+            }
+        fields = parse_object(node.transform[1:]) if node.transform.startswith("=") else None
+        if first or fields is None:
+            self.ex.fail(
+                self.path(node.id, "transform"),
+                "a jq transform has no Agent Spec equivalent (only the StartNode form "
+                '=(.run.input // {}) first and EndNode objects {"key": (expr)} export)',
+            )
+            return None
+        outputs = []
+        for title, expr in fields.items():
+            default = self.bind(expr, node.id, title, self.path(node.id, "transform"))
+            outputs.append({"title": title, **(default or {})})
+        return {"component_type": "EndNode", **base, "inputs": outputs, "outputs": outputs}
+
+    def llm(
+        self, node: flow_api.Node, call: flow_api.LlmCall, base: dict[str, Any]
+    ) -> dict[str, Any]:
+        if call.system:
+            self.ex.fail(
+                self.path(node.id, "llm.system"),
+                "an LlmNode has no system prompt; put it in the prompt",
+            )
+        out = {
+            "component_type": "LlmNode", **base,
+            "llm_config": self.ex.llm_config(call.model, self.path(node.id, "llm.model")),
+            "prompt_template": self.template(
+                call.prompt, node.id, self.path(node.id, "llm.prompt")
+            ),
+        }  # fmt: skip
+        if call.output_schema is not None:
+            out["outputs"] = _properties(call.output_schema)
+        return out
+
+    def agent(
+        self, node: flow_api.Node, call: flow_api.AgentCall, base: dict[str, Any]
+    ) -> dict[str, Any]:
+        inputs: list[str] = []
+        outputs: list[dict[str, Any]] = []
+        lines = [] if call.prompt == "Begin." else call.prompt.split("\n")
+        for line in lines:
+            as_input, as_json = _INPUT_LINE.match(line), _JSON_LINE.match(line)
+            if as_input:
+                inputs.append(as_input.group(1))
+                self.bind(
+                    as_input.group(2),
+                    node.id,
+                    as_input.group(1),
+                    self.path(node.id, "agent.prompt"),
+                )
+            elif as_json:
+                outputs = [{"title": t} for t in as_json.group(1).split(", ")]
+            else:
+                self.ex.fail(
+                    self.path(node.id, "agent.prompt"),
+                    "an AgentNode passes inputs, not a prompt: "
+                    "write it as lines 'name: {{ expr }}'",
+                )
+                break
+        self.agent_calls.append((node.id, call.name, inputs, outputs))
+        return {"component_type": "AgentNode", **base}
+
+    def tool(
+        self, node: flow_api.Node, call: flow_api.ToolCall, base: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        args = call.args if isinstance(call.args, dict) else {}
+        if call.args is not None and not isinstance(call.args, dict):
+            self.ex.fail(
+                self.path(node.id, "tool.args"),
+                "Agent Spec tool inputs are a mapping of name -> =expression",
+            )
+        inputs = []
+        for title, value in args.items():
+            expr = (
+                value[1:] if isinstance(value, str) and value.startswith("=") else json.dumps(value)
+            )
+            default = self.bind(expr, node.id, title, self.path(node.id, f"tool.args.{title}"))
+            inputs.append({"title": title, **(default or {})})
+        if call.http is not None:
+            return {
+                "component_type": "ApiNode",
+                **base,
+                "inputs": inputs,
+                **self.ex.http(call.http, self.path(node.id, "tool.http")),
+            }
+        if call.python is None:
+            self.ex.fail(
+                self.path(node.id, "tool"),
+                "a tool of an Agent called by name has no Agent Spec equivalent; "
+                "use an inline python or http tool",
+            )
+            return None
+        tool = {
+            "component_type": "ServerTool",
+            "name": f"{node.id}_tool",
+            "inputs": inputs,
+            "metadata": {mapping.METADATA_KEY: {"python": call.python.script}},
+        }
+        return {"component_type": "ToolNode", **base, "tool": tool}
+
+    def subflow(
+        self, node: flow_api.Node, call: flow_api.FlowCall, base: dict[str, Any]
+    ) -> dict[str, Any]:
+        fields = (
+            parse_object(call.input[1:])
+            if isinstance(call.input, str) and call.input.startswith("=")
+            else None
+        )
+        if fields is None and call.input is not None:
+            self.ex.fail(
+                self.path(node.id, "flow.input"), 'a FlowNode input is an object {"name": (expr)}'
+            )
+        for title, expr in (fields or {}).items():
+            self.bind(expr, node.id, title, self.path(node.id, "flow.input"))
+        return {
+            "component_type": "FlowNode",
+            **base,
+            "subflow": self.ex.flow(call.name, self.path(node.id, "flow")),
+        }
+
+    def map(
+        self, node: flow_api.Node, spec: flow_api.MapNode, base: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        body = spec.flow
+        fields = (
+            parse_object(body.input[1:])
+            if body and isinstance(body.input, str) and body.input.startswith("=")
+            else None
+        )
+        if body is None or fields is None:
+            self.ex.fail(
+                self.path(node.id, "map"), 'a MapNode runs a sub-flow with input {"name": (.item)}'
+            )
+            return None
+        titles = list(fields)
+        lists = [spec.items[1:]] if len(titles) == 1 else None
+        multi = re.match(r"^=\[(.*)\] \| transpose$", spec.items)
+        if multi:
+            lists = [p[1:-1] for p in split_commas(multi.group(1))]
+        if not spec.items.startswith("=") or lists is None or len(lists) != len(titles):
+            self.ex.fail(
+                self.path(node.id, "map.items"),
+                "Agent Spec maps over inputs: =<expression of a list>",
+            )
+            return None
+        for title, expr in zip(titles, lists, strict=True):
+            self.bind(expr, node.id, f"iterated_{title}", self.path(node.id, "map.items"))
+        kind = "MapNode" if spec.concurrency == 1 else "ParallelMapNode"
+        return {
+            "component_type": kind,
+            **base,
+            "subflow": self.ex.flow(body.name, self.path(node.id, "map.flow")),
+        }
+
+    def approval(self, node: flow_api.Node) -> None:
+        after = [e.to for e in self.spec.edges if e.from_ == node.id]
+        target = self.nodes.get(after[0]) if len(after) == 1 else None
+        if target is None or target.tool is None:
+            self.ex.fail(
+                self.path(node.id),
+                f"{node.kind}: only an approval right before a tool exports "
+                "(as requires_confirmation)",
+            )
+            return None
+        self.guarded[node.id] = target.id
+        return None
+
+
+def split_commas(text: str) -> list[str]:
+    """Split ``(a), (b)`` at top-level commas."""
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        depth += {"(": 1, "[": 1, "{": 1, ")": -1, "]": -1, "}": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    parts.append(text[start:].strip())
+    return parts
+
+
+def _finish_outputs(writer: _FlowWriter) -> None:
+    """Declare the outputs that later nodes read (known only once every node is written)."""
+    for node_id, reads in writer.reads.items():
+        component = writer.out.get(node_id)
+        if component is None:
+            continue
+        keys = sorted(r[5:] for r in reads if r.startswith("json:"))
+        if component["component_type"] == "ToolNode" and keys:
+            component["tool"]["outputs"] = [{"title": k} for k in keys]
+        elif component["component_type"] == "ToolNode" and "json" in reads:
+            component["tool"]["outputs"] = [{"title": "result"}]
+        elif component["component_type"] == "ApiNode" and keys:
+            component["outputs"] = [{"title": k} for k in keys]
+        elif component["component_type"] in ("MapNode", "ParallelMapNode"):
+            collects = sorted(r.split(":")[1:] for r in reads if r.startswith("collect:"))
+            component["reducers"] = {k: reducer for k, reducer in collects}
+    for node_id, name, inputs, outputs in writer.agent_calls:
+        if not outputs and "text" in writer.reads[node_id]:
+            outputs = [{"title": "output", "type": "string"}]
+        where = writer.path(node_id, "agent")
+        writer.out[node_id]["agent"] = writer.ex.agent(name, inputs, outputs, where)
+
+
+def _control_edges(writer: _FlowWriter) -> list[dict[str, Any]]:
+    def edge(source: str, target: str, branch: str | None = None) -> dict[str, Any]:
+        target = writer.guarded.get(target, target)
+        out = {
+            "component_type": "ControlFlowEdge",
+            "name": f"{source}_to_{target}",
+            "from_node": _ref(writer.cid(source)),
+        }
+        if branch is not None:
+            out["from_branch"] = branch
+        return {**out, "to_node": _ref(writer.cid(target))}
+
+    edges = [edge(e.from_, e.to) for e in writer.spec.edges if e.from_ not in writer.guarded]
+    for node in writer.spec.nodes:
+        if node.branch is not None:
+            edges += [
+                edge(node.id, target, target)
+                for target in dict.fromkeys(node.branch.cases.values())
+            ]
+            if node.branch.default is not None:
+                edges.append(edge(node.id, node.branch.default, "default"))
+    return edges
+
+
+def _write_flow(ex: _Exporter, name: str, spec: flow_api.FlowSpec) -> dict[str, Any]:
+    writer = _FlowWriter(ex, name, spec)
+    if not spec.edges and len(spec.nodes) > 1:
+        ex.fail("spec.edges", "a flow that runs in list order has no edges to export; list them")
+    for i, node in enumerate(spec.nodes):
+        component = writer.node(node, i == 0)
+        if component is not None:
+            writer.out[node.id] = component
+    _finish_outputs(writer)
+    for node_id, component in writer.out.items():
+        for tool_node in writer.guarded.values():
+            if tool_node == node_id:
+                component["tool"]["requires_confirmation"] = True
+        ex.components[writer.cid(node_id)] = component
+    first = spec.nodes[0].id
+    flow: dict[str, Any] = {
+        "component_type": "Flow", "id": f"flow.{name}", "name": name,
+        "start_node": _ref(writer.cid(first)),
+        "nodes": [_ref(writer.cid(n)) for n in writer.out],
+        "control_flow_connections": _control_edges(writer),
+        "data_flow_connections": writer.data,
+    }  # fmt: skip
+    if spec.description:
+        flow["description"] = spec.description
+    return flow
+
+
+def export(flow_name: str, resolver: capabilities.Resolver) -> dict[str, Any]:
+    """The Agent Spec document of a Flow; SpecInvalid naming what has no equivalent."""
+    ex = _Exporter(resolver)
+    spec = resolver.flow(flow_name)
+    if spec is not None and _runs_one_agent(spec):
+        return _agent_document(ex, spec)
+    root = ex.flow(flow_name, "")
+    if ex.problems:
+        raise errors.SpecInvalid(ex.problems)
+    flow = ex.components.pop(root[document.REF])
+    return {document.VERSION_FIELD: document.EXPORT_VERSION, **flow, document.REFS: ex.components}
+
+
+_MESSAGE = "{{ .run.input.message }}"
+
+
+def _runs_one_agent(spec: flow_api.FlowSpec) -> bool:
+    """True for the flow the importer writes for a top-level Agent."""
+    node = spec.nodes[0]
+    return len(spec.nodes) == 1 and node.agent is not None and node.agent.prompt.endswith(_MESSAGE)
+
+
+def _agent_document(ex: _Exporter, spec: flow_api.FlowSpec) -> dict[str, Any]:
+    """A top-level Agent: inputs are the flow's (less ``message``), given as prompt lines."""
+    call = spec.nodes[0].agent
+    assert call is not None
+    inputs = [p for p in _properties(spec.input) if p["title"] != "message"]
+    lines = call.prompt.removesuffix(_MESSAGE).splitlines()
+    expected = [mapping.input_line(p) for p in inputs]
+    if lines != expected:
+        ex.fail(
+            "spec.nodes[0].agent.prompt",
+            f"a top-level Agent's prompt is the input lines then {_MESSAGE}",
+        )
+    ref = ex.agent(call.name, [str(p["title"]) for p in inputs], [], "spec.nodes[0].agent")
+    if ex.problems:
+        raise errors.SpecInvalid(ex.problems)
+    agent = ex.components.pop(ref[document.REF])
+    agent["inputs"] = inputs
+    if spec.description:
+        agent["description"] = spec.description
+    return {document.VERSION_FIELD: document.EXPORT_VERSION, **agent, document.REFS: ex.components}

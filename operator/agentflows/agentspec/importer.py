@@ -1,0 +1,400 @@
+"""Translate a checked Agent Spec Flow or Agent into agentflows Agent and Flow resources.
+
+How each component maps is the support matrix in docs/agentspec.md. The shape, in short:
+
+- Every Agent Spec node becomes one Flow node whose id is its name made an identifier; a
+  StartNode becomes a transform that applies the input defaults, an EndNode a transform that
+  collects the flow's outputs. Outputs are read as ``.nodes.<id>.json.<output>``, except the
+  text of an unstructured LlmNode or AgentNode (``.nodes.<id>.text``) and the whole result of a
+  single-output tool, ApiNode or InputMessageNode (``.nodes.<id>.json``).
+- Data edges become the expressions of the destination's inputs (several edges into one input,
+  from paths that exclude each other, read whichever ran); without ``data_flow_connections`` an
+  input is bound to the StartNode's output of the same name, else to the one node producing it.
+- Control edges become edges, only the first one per source and branch (Agent Spec does not fan
+  out); a BranchingNode becomes a branch node whose cases are its mapping's keys.
+- Agents, sub-flows and map bodies become their own resources, named after the component.
+- A tool with ``requires_confirmation`` in a ToolNode gets an approval node before it; in an
+  Agent it is a tool that is not ``readOnly``, and the flow runs under autonomy ``supervised``.
+- A top-level Agent becomes the Agent and a Flow of one agent node, prompted with input
+  ``message``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from agentflows.agentspec import checks, components, document, errors, mapping, model
+from agentflows.api import agent as agent_api
+from agentflows.api import common, documents
+from agentflows.api import flow as flow_api
+
+_REDUCE = {"append": ".", "sum": "add", "average": "(add / length)", "max": "max", "min": "min"}
+
+
+@dataclasses.dataclass
+class Imported:
+    """The resources of one document; ``flow`` names the one to run."""
+
+    flow: str = ""
+    flows: dict[str, flow_api.Flow] = dataclasses.field(default_factory=dict)
+    agents: dict[str, agent_api.Agent] = dataclasses.field(default_factory=dict)
+    version: str = ""
+
+    def resources(self) -> list[agent_api.Agent | flow_api.Flow]:
+        """Agents first, then flows, each sub-flow before the flows that call it."""
+        return [*self.agents.values(), *reversed(list(self.flows.values()))]
+
+
+class _Translator:
+    def __init__(self) -> None:
+        self.result = Imported()
+        self.agent_names: set[str] = set()
+        self.flow_names: set[str] = set()
+        self.done: dict[str, str] = {}
+        self.problems: list[documents.Problem] = []
+
+    def agent(self, agent: model.Agent, path: str) -> str:
+        done_key = f"agent:{checks.key(agent)}"
+        if done_key not in self.done:
+            name = mapping.resource_name(agent.name, self.agent_names, common.NAME_MAX)
+            self.done[done_key] = name
+            spec = components.agent_spec(agent, path, self.problems)
+            meta = common.ObjectMeta(name=name)
+            self.result.agents[name] = agent_api.Agent(metadata=meta, spec=spec)
+        return self.done[done_key]
+
+    def flow(self, flow: model.Flow, path: str) -> str:
+        done_key = f"flow:{checks.key(flow)}"
+        if done_key not in self.done:
+            name = mapping.resource_name(flow.name, self.flow_names)
+            self.done[done_key] = name
+            spec = _FlowBuilder(self, flow, checks.check(flow), path).build()
+            self.result.flows[name] = flow_api.Flow(
+                metadata=common.ObjectMeta(name=name), spec=spec
+            )
+        return self.done[done_key]
+
+    def top_agent(self, agent: model.Agent) -> str:
+        name = mapping.resource_name(agent.name, self.flow_names)
+        agent_name = self.agent(agent, "")
+        inputs = agent.inputs
+        if inputs is None:
+            inputs = [
+                {"title": t, "type": "string"} for t in checks.placeholders(agent.system_prompt)
+            ]
+        lines = [mapping.input_line(p) for p in inputs]
+        message = {"title": "message", "type": "string", "description": "The user's message."}
+        schema = mapping.object_schema([message, *inputs])
+        call = flow_api.AgentCall(
+            name=agent_name, prompt="\n".join([*lines, "{{ .run.input.message }}"])
+        )
+        spec = flow_api.FlowSpec(
+            description=agent.description or "",
+            input=schema,
+            nodes=[flow_api.Node(id="agent", agent=call)],
+            output="=.nodes.agent.text",
+            autonomy=_autonomy(components.needs_confirmation(agent)),
+        )
+        self.result.flows[name] = flow_api.Flow(metadata=common.ObjectMeta(name=name), spec=spec)
+        return name
+
+
+def _autonomy(supervised: bool) -> flow_api.Autonomy:
+    return flow_api.Autonomy.SUPERVISED if supervised else flow_api.Autonomy.FULL
+
+
+def _literal(value: Any) -> str:
+    return json.dumps(value)
+
+
+def _input_properties(node: model.Node) -> list[model.Property]:
+    """Declared properties an input of ``node`` may take its default from."""
+    found = list(node.inputs or [])
+    if isinstance(node, model.ToolNode):
+        found += node.tool.inputs or []
+    elif isinstance(node, model.AgentNode):
+        found += node.agent.inputs or []
+    elif isinstance(node, (model.FlowNode, model.MapNode)):
+        found += checks.flow_inputs(node.subflow)
+    elif isinstance(node, model.EndNode):
+        found += node.outputs or []
+    return found
+
+
+class _FlowBuilder:
+    """One Agent Spec Flow made a FlowSpec."""
+
+    def __init__(self, tr: _Translator, flow: model.Flow, graph: checks.Graph, path: str) -> None:
+        self.tr, self.flow, self.graph, self.path = tr, flow, graph, path
+        self.taken_ids: set[str] = set()
+        self.ids = {k: mapping.identifier(n.name, self.taken_ids) for k, n in graph.nodes.items()}
+        #: Where control enters a node's translation (an approval before a confirmed tool).
+        self.entry = dict(self.ids)
+        self.nodes: list[flow_api.Node] = []
+        self.edges: list[flow_api.Edge] = []
+        self.supervised = False
+
+    def problem(self, key: str, message: str) -> None:
+        where = f"nodes[{self.graph.index[key]}]"
+        self.tr.problems.append(
+            errors.problem(f"{self.path}.{where}" if self.path else where, message)
+        )
+
+    def build(self) -> flow_api.FlowSpec:
+        bindings = self.bindings()
+        start = checks.key(self.flow.start_node)
+        for key in sorted(self.graph.nodes, key=lambda k: (k != start, self.graph.index[k])):
+            self.node(key, self.graph.nodes[key], bindings[key])
+        for (source, _branch), target in self.graph.taken.items():
+            if not isinstance(self.graph.nodes[source], model.BranchingNode):
+                self.edges.append(flow_api.Edge(from_=self.ids[source], to=self.entry[target]))
+        return flow_api.FlowSpec(
+            description=self.flow.description or "",
+            input=mapping.object_schema(checks.flow_inputs(self.flow)),
+            nodes=self.nodes,
+            edges=self.edges,
+            autonomy=_autonomy(self.supervised),
+        )
+
+    # -- data --------------------------------------------------------------------------------
+
+    def output(self, key: str, title: str) -> str:
+        """The jq expression reading output ``title`` of node ``key``."""
+        node, ref = self.graph.nodes[key], f".nodes.{self.ids[key]}"
+        if isinstance(node, model.MapNode):
+            inner = title.removeprefix("collected_")
+            reduce = _REDUCE[checks.reducers(node)[inner]]
+            return f"({ref}.json | map({mapping.field(inner)}) | {reduce})"
+        if isinstance(node, model.LlmNode) and mapping.is_text_output(node.outputs):
+            return f"{ref}.text"
+        if isinstance(node, model.AgentNode) and mapping.is_text_output(
+            node.outputs or node.agent.outputs
+        ):
+            return f"{ref}.text"
+        single = isinstance(node, (model.ToolNode, model.ApiNode, model.InputMessageNode))
+        if single and len(checks.outputs_of(node)) == 1:
+            return f"{ref}.json"
+        return f"{ref}.json{mapping.field(title)}"
+
+    def bindings(self) -> dict[str, dict[str, str]]:
+        """Node key -> input -> jq expression."""
+        found: dict[str, dict[str, list[str]]] = {k: {} for k in self.graph.nodes}
+        if self.flow.data_flow_connections is not None:
+            for edge in self.flow.data_flow_connections:
+                source, target = checks.key(edge.source_node), checks.key(edge.destination_node)
+                exprs = found[target].setdefault(edge.destination_input, [])
+                exprs.append(self.output(source, edge.source_output))
+        else:
+            self.bind_by_name(found)
+        result: dict[str, dict[str, str]] = {}
+        for key, node in self.graph.nodes.items():
+            result[key] = {
+                n: " // ".join(f"({e})" for e in es) if len(es) > 1 else es[0]
+                for n, es in found[key].items()
+            }
+            self.defaults(key, node, result[key])
+        return result
+
+    def bind_by_name(self, found: dict[str, dict[str, list[str]]]) -> None:
+        start = checks.key(self.flow.start_node)
+        producers: dict[str, list[str]] = {}
+        for key, node in self.graph.nodes.items():
+            for title in checks.outputs_of(node):
+                producers.setdefault(title, []).append(key)
+        for key, node in self.graph.nodes.items():
+            for title in checks.inputs_of(node):
+                candidates = [p for p in producers.get(title, []) if p != key]
+                chosen = [start] if start in candidates else candidates
+                if len(chosen) > 1:
+                    names = ", ".join(repr(self.graph.nodes[c].name) for c in chosen)
+                    self.problem(
+                        key,
+                        f"input {title!r} could come from {names}; "
+                        "add data_flow_connections to say which",
+                    )
+                elif chosen:
+                    found[key][title] = [self.output(chosen[0], title)]
+
+    def defaults(self, key: str, node: model.Node, bound: dict[str, str]) -> None:
+        properties = {str(p.get("title")): p for p in _input_properties(node)}
+        for title in checks.inputs_of(node):
+            if title in bound:
+                continue
+            prop = properties.get(title)
+            if prop is not None and "default" in prop:
+                if not isinstance(node, (model.FlowNode, model.MapNode)):
+                    bound[title] = _literal(prop["default"])
+                continue
+            self.problem(
+                key,
+                f"input {title!r} of {node.component_type} {node.name!r} is not connected: "
+                "add a DataFlowEdge into it or give the property a default",
+            )
+
+    # -- nodes -------------------------------------------------------------------------------
+
+    def add(self, key: str, **kind: Any) -> None:
+        node = self.graph.nodes[key]
+        self.nodes.append(
+            flow_api.Node(id=self.ids[key], description=node.description or "", **kind)
+        )
+
+    def node(self, key: str, node: model.Node, bound: dict[str, str]) -> None:
+        if isinstance(node, model.StartNode):
+            defaults = {
+                str(p["title"]): p["default"]
+                for p in checks.flow_inputs(self.flow)
+                if "default" in p
+            }
+            prefix = f"{_literal(defaults)} + " if defaults else ""
+            self.add(key, transform=f"={prefix}(.run.input // {{}})")
+        elif isinstance(node, model.EndNode):
+            self.add(key, transform="=" + _object(bound))
+        elif isinstance(node, model.LlmNode):
+            self.llm(key, node, bound)
+        elif isinstance(node, model.AgentNode):
+            self.agent(key, node, bound)
+        elif isinstance(node, (model.ToolNode, model.ApiNode)):
+            self.tool(key, node, bound)
+        elif isinstance(node, model.BranchingNode):
+            self.branch(key, node, bound)
+        elif isinstance(node, model.FlowNode):
+            self.subflow(key, node, bound)
+        elif isinstance(node, model.MapNode):
+            self.map(key, node, bound)
+        else:
+            message = mapping.substitute(node.message or "", bound) or "Your message:"
+            self.add(key, input=flow_api.InputRequest(message=message, schema_={"type": "string"}))
+
+    def where(self, key: str) -> str:
+        where = f"nodes[{self.graph.index[key]}]"
+        return f"{self.path}.{where}" if self.path else where
+
+    def llm(self, key: str, node: model.LlmNode, bound: dict[str, str]) -> None:
+        if "{%" in node.prompt_template:
+            self.problem(
+                key,
+                "prompt_template: Jinja statements ({% ... %}) are not supported; "
+                "use {{name}} placeholders",
+            )
+        structured = not mapping.is_text_output(node.outputs)
+        call = flow_api.LlmCall(
+            model=mapping.model_spec(
+                node.llm_config, f"{self.where(key)}.llm_config", self.tr.problems
+            ),
+            prompt=mapping.substitute(node.prompt_template, bound),
+            output_schema=mapping.object_schema(node.outputs or []) if structured else None,
+        )
+        self.add(key, llm=call)
+
+    def agent(self, key: str, node: model.AgentNode, bound: dict[str, str]) -> None:
+        name = self.tr.agent(node.agent, f"{self.where(key)}.agent")
+        self.supervised |= components.needs_confirmation(node.agent)
+        lines = [f"{title}: {{{{ {expr} }}}}" for title, expr in bound.items()]
+        outputs = node.outputs or node.agent.outputs
+        if not mapping.is_text_output(outputs):
+            keys = ", ".join(checks.titles(outputs))
+            lines.append(f"Answer with a JSON object with the keys: {keys}.")
+        self.add(key, agent=flow_api.AgentCall(name=name, prompt="\n".join(lines) or "Begin."))
+
+    def tool(self, key: str, node: model.ToolNode | model.ApiNode, bound: dict[str, str]) -> None:
+        path = self.where(key)
+        args = {title: f"={expr}" for title, expr in bound.items()} or None
+        if isinstance(node, model.ApiNode):
+            call = flow_api.ToolCall(
+                http=components.http_tool(node, path, self.tr.problems), args=args
+            )
+        elif isinstance(node.tool, model.RemoteTool):
+            http = components.http_tool(node.tool, f"{path}.tool", self.tr.problems)
+            call = flow_api.ToolCall(http=http, args=args)
+        elif isinstance(node.tool, model.ServerTool):
+            script = components.python_script(node.tool, f"{path}.tool", self.tr.problems)
+            call = flow_api.ToolCall(python=agent_api.PythonTool(script=script), args=args)
+        else:
+            self.problem(
+                key,
+                f"tool: an MCPTool {node.tool.name!r} in a ToolNode is not supported yet; "
+                "give it to an Agent",
+            )
+            return
+        if isinstance(node, model.ToolNode) and node.tool.requires_confirmation:
+            confirm = mapping.identifier(f"{node.name}_confirm", self.taken_ids)
+            summary = "arguments: {{ " + _object(bound) + " }}" if bound else ""
+            approval = flow_api.Approval(message=f"Run {node.name}?", summary=summary)
+            self.nodes.append(flow_api.Node(id=confirm, approval=approval))
+            self.edges.append(flow_api.Edge(from_=confirm, to=self.ids[key]))
+            self.entry[key] = confirm
+        self.add(key, tool=call)
+
+    def branch(self, key: str, node: model.BranchingNode, bound: dict[str, str]) -> None:
+        def target(branch: str) -> str:
+            return self.entry[self.graph.taken[(key, branch)]]
+
+        value = bound.get(checks.BRANCHING_INPUT, "null")
+        branch = flow_api.Branch(
+            value=f"={value}",
+            cases={k: target(b) for k, b in node.mapping.items()},
+            default=target(model.DEFAULT_BRANCH),
+        )
+        self.add(key, branch=branch)
+
+    def subflow(self, key: str, node: model.FlowNode, bound: dict[str, str]) -> None:
+        if len(checks.branches_of(node)) > 1:
+            self.problem(
+                key,
+                f"FlowNode {node.name!r}: a sub-flow that ends on several branches "
+                f"({', '.join(checks.branches_of(node))}) is not supported yet",
+            )
+            return
+        name = self.tr.flow(node.subflow, f"{self.where(key)}.subflow")
+        self.add(key, flow=flow_api.FlowCall(name=name, input="=" + _object(bound)))
+
+    def map(self, key: str, node: model.MapNode, bound: dict[str, str]) -> None:
+        name = self.tr.flow(node.subflow, f"{self.where(key)}.subflow")
+        inner = [
+            t for t in checks.titles(checks.flow_inputs(node.subflow)) if f"iterated_{t}" in bound
+        ]
+        if not inner:
+            self.problem(key, f"MapNode {node.name!r} has no iterated_ input to map over")
+            return
+        lists = [bound[f"iterated_{t}"] for t in inner]
+        if len(inner) == 1:
+            items, item = f"={lists[0]}", {inner[0]: ".item"}
+        else:
+            items = "=[" + ", ".join(f"({e})" for e in lists) + "] | transpose"
+            item = {t: f".item[{i}]" for i, t in enumerate(inner)}
+        parallel = node.component_type == "ParallelMapNode"
+        spec = flow_api.MapNode(
+            items=items,
+            concurrency=mapping.PARALLEL_MAP_CONCURRENCY if parallel else 1,
+            flow=flow_api.FlowCall(name=name, input="=" + _object(item)),
+        )
+        self.add(key, map=spec)
+
+
+def _object(fields: dict[str, str]) -> str:
+    """A jq object of the given keys and expressions."""
+    return "{" + ", ".join(f"{json.dumps(k)}: ({v})" for k, v in fields.items()) + "}"
+
+
+def translate(root: model.Flow | model.Agent) -> Imported:
+    """The resources of a typed document; SpecInvalid with every problem."""
+    tr = _Translator()
+    if isinstance(root, model.Flow):
+        checks.check(root)
+        tr.result.flow = tr.flow(root, "")
+    else:
+        tr.result.flow = tr.top_agent(root)
+    if tr.problems:
+        raise errors.SpecInvalid(tr.problems)
+    return tr.result
+
+
+def import_text(text: str) -> Imported:
+    """Read, resolve, type, check and translate an Agent Spec document."""
+    resolved = document.load_text(text)
+    imported = translate(model.parse(resolved))
+    imported.version = resolved.version
+    return imported

@@ -1,0 +1,114 @@
+"""Shared pieces of the translation both ways: names, ids, jq access, models, schemas.
+
+Used by :mod:`.components` and :mod:`.importer` (Agent Spec -> agentflows) and by
+:mod:`.exporter` (back).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from agentflows.agentspec import checks, errors, model
+from agentflows.api import agent as agent_api
+from agentflows.api import common, documents
+
+_NOT_NAME = re.compile(r"[^a-z0-9-]+")
+_NOT_ID = re.compile(r"[^a-z0-9]+")
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: Metadata key under which a ServerTool carries its Python implementation.
+METADATA_KEY = "agentflows"
+#: Items a ParallelMapNode runs at once (a MapNode runs one at a time).
+PARALLEL_MAP_CONCURRENCY = 4
+
+
+def resource_name(name: str, taken: set[str], limit: int = common.FLOW_NAME_MAX) -> str:
+    """A DNS-1123 name made from a component name, unique among ``taken``."""
+    stem = _NOT_NAME.sub("-", name.lower()).strip("-")[: limit - 4].strip("-") or "spec"
+    candidate, n = stem, 2
+    while candidate in taken:
+        candidate, n = f"{stem}-{n}", n + 1
+    taken.add(candidate)
+    return candidate
+
+
+def identifier(name: str, taken: set[str]) -> str:
+    """A node or tool id made from a component name, unique among ``taken``."""
+    stem = _NOT_ID.sub("_", name.lower()).strip("_")[:56] or "node"
+    if not stem[0].isalpha():
+        stem = f"n_{stem}"
+    candidate, n = stem, 2
+    while candidate in taken:
+        candidate, n = f"{stem}_{n}", n + 1
+    taken.add(candidate)
+    return candidate
+
+
+def field(title: str) -> str:
+    """Jq access to a key."""
+    return f".{title}" if _IDENT.match(title) else f".{json.dumps(title)}"
+
+
+def model_spec(
+    config: model.OpenAiConfig | model.OpenAiCompatibleConfig,
+    path: str,
+    out: list[documents.Problem],
+) -> agent_api.ModelSpec:
+    """Our model spec for an LLM config."""
+    if config.api_key:
+        out.append(
+            errors.problem(
+                f"{path}.api_key",
+                "a key written in the document is refused (it would be kept in the resources); "
+                "OpenAiConfig reads OPENAI_API_KEY, an OpenAI-compatible endpoint needs none",
+            )
+        )
+    api_base = config.url
+    if isinstance(config, model.OpenAiCompatibleConfig):
+        api_base = config.url if "://" in config.url else f"http://{config.url}"
+        if not api_base.rstrip("/").endswith("/v1"):
+            api_base = api_base.rstrip("/") + "/v1"
+    params = config.default_generation_parameters or model.GenerationParameters()
+    timeout = config.retry_policy.request_timeout if config.retry_policy else None
+    return agent_api.ModelSpec(
+        name=f"openai/{config.model_id}",
+        api_base=api_base,
+        temperature=params.temperature,
+        top_p=params.top_p,
+        max_tokens=params.max_tokens,
+        **({"timeout_seconds": timeout} if timeout else {}),
+    )
+
+
+def object_schema(properties: list[model.Property]) -> dict[str, Any] | None:
+    """The JSON Schema of an object with these properties (defaults make a field optional)."""
+    if not properties:
+        return None
+    return {
+        "type": "object",
+        "properties": {str(p["title"]): dict(p) for p in properties},
+        "required": [str(p["title"]) for p in properties if "default" not in p],
+    }
+
+
+def substitute(template: str, bindings: dict[str, str], style: str = "{{ %s }}") -> str:
+    """Replace ``{{name}}`` placeholders with ``style % expression``."""
+
+    def one(match: re.Match[str]) -> str:
+        name = match.group(1)
+        return style % bindings[name] if name in bindings else match.group(0)
+
+    return checks.PLACEHOLDER.sub(one, template)
+
+
+def is_text_output(properties: list[model.Property] | None) -> bool:
+    """True for no outputs, or one output of type string: the reply's text is the output."""
+    return not properties or (len(properties) == 1 and properties[0].get("type") == "string")
+
+
+def input_line(prop: dict[str, Any]) -> str:
+    """The prompt line giving a top-level Agent input: ``name: {{ .run.input.name }}``."""
+    title = str(prop["title"])
+    default = f" // {json.dumps(prop['default'])}" if "default" in prop else ""
+    return f"{title}: {{{{ .run.input{field(title)}{default} }}}}"

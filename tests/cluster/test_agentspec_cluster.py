@@ -1,0 +1,94 @@
+"""An Agent Spec document imported with ``agentflows import`` runs on the real control plane.
+
+Its InputMessageNode and its tool confirmation become FlowRun requests: the run waits with no
+pod, the admin answers with ``agentflows respond`` and ``agentflows approve``, and a new runner
+pod resumes it each time.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.cluster.harness import Cluster, wait_for
+from tests.cluster.operator_fixtures import *  # noqa: F403
+from tests.cluster.operator_fixtures import FlowRuns
+
+pytestmark = pytest.mark.cluster
+
+SPEC = Path(__file__).parents[1] / "data" / "agentspec" / "refund_request.yaml"
+
+
+def cli(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
+    """``agentflows ARGS`` with the admin's kubeconfig."""
+    return subprocess.run(
+        [sys.executable, "-m", "agentflows.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={**os.environ, "KUBECONFIG": str(cluster.kubeconfig())},
+    )
+
+
+def waiting_on(runs: FlowRuns, name: str, request: str) -> dict[str, Any]:
+    """Wait until the run waits on exactly ``request``; fail with its status if it does not."""
+
+    def reached() -> dict[str, Any] | None:
+        status = runs.status(name)
+        if status.get("phase") == "Failed":
+            pytest.fail(f"{name} failed: {status.get('message')}")
+        pending = [k for k, r in (status.get("requests") or {}).items() if not r.get("decision")]
+        return status if status.get("phase") == "Waiting" and pending == [request] else None
+
+    try:
+        return wait_for(reached, 180, f"{name} waiting on {request}")
+    except pytest.fail.Exception:
+        flow = runs.condition("flows", "refund-request", "Ready")
+        pytest.fail(f"{name} never waited on {request}: status {runs.status(name)}, flow {flow}")
+
+
+def test_an_imported_flow_pauses_for_input_and_confirmation_and_resumes(
+    control_plane: Cluster, runs: FlowRuns
+) -> None:
+    imported = cli(control_plane, "import", str(SPEC))
+    assert imported.returncode == 0, imported.stderr
+    documents = list(yaml.safe_load_all(imported.stdout))
+    assert [d["kind"] for d in documents] == ["Flow"]
+    runs.apply(*documents)
+    runs.apply(
+        {
+            "kind": "FlowRun",
+            "metadata": {"name": "refund-1"},
+            "spec": {"flow": "refund-request", "input": {"order_id": "A7"}},
+        }
+    )
+    status = waiting_on(runs, "refund-1", "ask")
+    assert status["requests"]["ask"]["message"] == "Why refund order A7?"
+    wait_for(
+        lambda: not [p for p in runs.pods("refund-1") if p.status.phase == "Running"],
+        120,
+        "no running pod",
+    )
+
+    answered = cli(
+        control_plane, "respond", "refund-1", "ask", "-n", runs.namespace, "--data", '"broken"'
+    )
+    assert answered.returncode == 0, answered.stderr
+    status = waiting_on(runs, "refund-1", "refund_confirm")
+    assert status["requests"]["refund_confirm"]["message"] == "Run refund?"
+
+    approved = cli(control_plane, "approve", "refund-1", "-n", runs.namespace)
+    assert approved.returncode == 0, approved.stderr
+    status = runs.wait_phase("refund-1", "Succeeded", "Failed")
+    assert status["phase"] == "Succeeded", status.get("message")
+    assert status["output"] == {"refund_id": "R-A7: broken"}
+    assert [p.metadata.name for p in runs.pods("refund-1")] == [
+        "refund-1-1", "refund-1-2", "refund-1-3",
+    ]  # fmt: skip

@@ -1,0 +1,164 @@
+"""Agent Spec documents run by ``agentflows run``, against the scripted model server over HTTP."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.support import mcp_servers
+from tests.support.endpoint import LoopbackEndpoint
+from tests.support.model_server import Reply, ScriptedModelServer, ToolCall
+from tests.unit.agentspec.conftest import DATA, invoke, output_of, served
+
+
+def test_branching_node_routes_on_the_llm_text_to_the_mapped_end(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    spec = served("branching.yaml", tmp_path, model_server)
+    model_server.script(Reply.text("BILLING"))
+    state = str(tmp_path / "runs")
+    code, out, err = invoke("run", str(spec), "--state-dir", state, "--input", "ticket=refund me")
+    assert code == 0, err
+    assert output_of(out) == {"label": "BILLING"}
+    assert "↷ engineering (transform) skipped" in err
+    assert model_server.requests[0].messages[-1]["content"] == (
+        "Answer BILLING or OTHER. Ticket: refund me"
+    )
+
+
+def test_input_message_agent_tool_and_confirmation_pause_and_resume(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    spec = served("order_desk.json", tmp_path, model_server)
+    state = str(tmp_path / "runs")
+    run = ("--state-dir", state)
+    code, _out, err = invoke("run", str(spec), *run, "--name", "r1", "--input", "order_id=A7")
+    assert code == 3, err
+    assert "Why do you want a refund for order A7?" in err
+    model_server.script(
+        Reply.calls(ToolCall("lookup_order", {"order_id": "A7"})), Reply.text("approve")
+    )
+    code, _out, err = invoke("resume", "r1", *run, "--data", '"it arrived broken"')
+    assert code == 3, err
+    assert "Run refund?" in err
+    system, user = model_server.requests[0].messages[:2]
+    assert system["content"].startswith("You decide refunds for order <order_id>.")
+    assert user["content"] == "order_id: A7\nreason: it arrived broken"
+    assert "delivered" in model_server.requests[1].messages[-1]["content"]
+    code, out, err = invoke("resume", "r1", *run, "--decision", "approve")
+    assert code == 0, err
+    assert output_of(out) == {"decision": "approve", "refund_id": "R-A7"}
+
+
+def test_a_rejected_confirmation_fails_the_run_without_calling_the_tool(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    spec = served("order_desk.json", tmp_path, model_server)
+    run = ("--state-dir", str(tmp_path / "runs"))
+    invoke("run", str(spec), *run, "--name", "r2", "--input", "order_id=B1")
+    model_server.script(Reply.text("deny"))
+    invoke("resume", "r2", *run, "--data", '"changed my mind"')
+    code, out, err = invoke("resume", "r2", *run, "--decision", "reject")
+    assert code == 1, err
+    phases = {key: node["phase"] for key, node in json.loads(out)["nodes"].items()}
+    assert phases["refund_confirm"] == "Failed"
+    assert "refund" not in phases
+    assert "rejected by" in err
+
+
+def test_map_parallel_map_and_sub_flow_with_a_structured_llm_node(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    spec = served("digest.yaml", tmp_path, model_server)
+    model_server.script(
+        Reply.text("Kopf runs operators."),
+        Reply.text("jq filters JSON."),
+        Reply.text('{"headline": "Two tools", "count": 2}'),
+    )
+    args = ("--state-dir", str(tmp_path / "runs"), "--input-json", '{"topics": ["kopf", "jq"]}')
+    code, out, err = invoke("run", str(spec), *args)
+    assert code == 0, err
+    assert output_of(out) == {"headline": "Two tools", "count": 2, "topics": ["kopf", "jq"]}
+    prompts = [r.messages[-1]["content"] for r in model_server.requests]
+    assert prompts[:2] == ["One line on kopf.", "One line on jq."]
+    assert prompts[2] == (
+        'Write a headline and count these summaries: ["Kopf runs operators.", "jq filters JSON."]'
+    )
+
+
+def test_api_node_calls_the_endpoint_with_inputs_bound_by_name_and_defaults(
+    endpoint: LoopbackEndpoint, tmp_path: Path, model_server: ScriptedModelServer
+) -> None:
+    spec = served(
+        "weather_api.yaml", tmp_path, model_server, **{"http://127.0.0.1:9": endpoint.url}
+    )
+    args = ("--state-dir", str(tmp_path / "runs"), "--input", "city=oslo")
+    code, out, err = invoke("run", str(spec), *args)
+    assert code == 0, err
+    assert output_of(out) == {"response": {"city": "oslo", "forecast": "sunny"}}
+    assert endpoint.requests[0]["query"] == {"units": "metric"}
+
+
+def test_a_top_level_agent_runs_with_its_server_tool_and_input_default(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    spec = served("assistant.yaml", tmp_path, model_server)
+    model_server.script(Reply.calls(ToolCall("add", {"a": 2, "b": 3})), Reply.text("2 + 3 = 5"))
+    args = ("--state-dir", str(tmp_path / "runs"), "--input", "message=What is 2 + 3?")
+    code, out, err = invoke("run", str(spec), *args)
+    assert code == 0, err
+    assert output_of(out) == "2 + 3 = 5"
+    first = model_server.requests[0].messages
+    assert first[0]["content"].startswith("You are <persona>.")
+    assert first[1]["content"] == "persona: a careful assistant\nWhat is 2 + 3?"
+    assert model_server.requests[1].messages[-1]["content"] == "5"
+
+
+def test_dry_run_of_an_agent_spec_file_uses_the_mock_model(tmp_path: Path) -> None:
+    code, _out, err = invoke(
+        "run", str(DATA / "branching.yaml"), "--dry-run", "--state-dir", str(tmp_path),
+        "--input", "ticket=hello",
+    )  # fmt: skip
+    assert code == 0, err
+    assert "flow ticket-router (mock model)" in err
+
+
+def test_a_map_node_zips_its_iterated_inputs_and_applies_each_reducer(tmp_path: Path) -> None:
+    args = ("--state-dir", str(tmp_path), "--input-json", '{"names": ["a", "b"], "scores": [2, 5]}')
+    code, out, err = invoke("run", str(DATA / "pairs.yaml"), *args)
+    assert code == 0, err
+    assert output_of(out) == {"names": ["a", "b"], "total": 7}
+
+
+def test_an_agent_calls_an_mcp_tool_and_a_toolbox_over_stdio(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    command, args = mcp_servers.stdio_command()
+    transport = {"component_type": "StdioTransport", "name": "t", "command": command, "args": args}
+    doc = {
+        "agentspec_version": "26.2.0", "component_type": "Agent", "name": "calc",
+        "system_prompt": "Use the tools.",
+        "llm_config": {
+            "component_type": "OpenAiCompatibleConfig", "name": "m",
+            "model_id": "scripted-model", "url": model_server.url,
+        },
+        "tools": [{"component_type": "MCPTool", "name": "add", "client_transport": transport}],
+        "toolboxes": [
+            {"component_type": "MCPToolBox", "name": "box", "tool_filter": ["echo"],
+             "client_transport": transport},
+        ],
+    }  # fmt: skip
+    spec = tmp_path / "calc.json"
+    spec.write_text(json.dumps(doc))
+    model_server.script(
+        Reply.calls(ToolCall("add_add", {"a": 1, "b": 2}), ToolCall("box_echo", {"text": "hi"})),
+        Reply.text("3 and hi"),
+    )
+    run = ("--state-dir", str(tmp_path / "runs"), "--input", "message=add 1 and 2, echo hi")
+    code, out, err = invoke("run", str(spec), *run)
+    assert code == 0, err
+    assert output_of(out) == "3 and hi"
+    offered = {t["function"]["name"] for t in model_server.requests[0].body["tools"]}
+    assert offered == {"add_add", "box_echo"}
+    results = [m["content"] for m in model_server.requests[1].messages if m["role"] == "tool"]
+    assert results == ["3", "hi"]
