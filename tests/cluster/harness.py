@@ -116,3 +116,30 @@ def python_pod(name: str, code: str, **spec: Any) -> dict[str, Any]:
         "metadata": {"name": name},
         "spec": {"restartPolicy": "Never", "containers": [container], **spec},
     }
+
+
+def adopt_crds_into_helm_release(cluster: Cluster, release: str, namespace: str) -> list[str]:
+    """Mark the agentflows CRDs already installed (by kustomize) as the release's, as Helm asks.
+
+    Helm installs nothing it does not own; moving a cluster from ``kubectl apply -k`` to the
+    chart means labelling and annotating the existing CRDs first (the chart README says so).
+    The control plane of the cluster tests is shared, so earlier tests have installed them.
+    Returns the names of the CRDs adopted.
+    """
+    api = client.ApiextensionsV1Api(cluster.api())
+    patch = {
+        "metadata": {
+            "labels": {"app.kubernetes.io/managed-by": "Helm"},
+            "annotations": {
+                "meta.helm.sh/release-name": release,
+                "meta.helm.sh/release-namespace": namespace,
+            },
+        }
+    }
+    adopted = []
+    for crd in api.list_custom_resource_definition().items:
+        if crd.spec.group == "agentflows.io":
+            api.patch_custom_resource_definition(crd.metadata.name, patch)
+            adopted.append(crd.metadata.name)
+    return adopted
+

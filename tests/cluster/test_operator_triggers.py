@@ -210,8 +210,9 @@ def test_a_flow_with_a_bad_trigger_filter_or_input_is_not_ready_and_says_where(
         return condition if condition and condition["status"] == "False" else None
 
     message = wait_for(not_ready, 60, "Ready=False")["message"]
-    assert "spec.triggers[0].kubernetes.filter: trigger events:" in message
-    assert "spec.triggers[1].input: trigger nightly:" in message
+    # the same path-named problems `agentflows validate` prints, down to the input's key
+    assert "spec.triggers[0].kubernetes.filter: jq syntax error in '.reason == ('" in message
+    assert "spec.triggers[1].input.day: jq syntax error in '.run.trigger.scheduledTime" in message
     triggers_ready = runs.condition("flows", "broken", "TriggersReady")
     assert triggers_ready is not None and triggers_ready["status"] == "False"
     assert triggers_ready["reason"] == "FlowNotReady"
