@@ -86,16 +86,26 @@ class PythonToolRunner:
         argv = containment.command(
             [sys.executable, os.path.join(workdir, SCRIPT_NAME)], self._limits
         )
-        process = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            cwd=workdir,
-            env=self._env,
-            # Its own session and process group, led by the containment launcher.
-            start_new_session=True,
+        creating = asyncio.ensure_future(
+            asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                cwd=workdir,
+                env=self._env,
+                # Its own session and process group, led by the containment launcher.
+                start_new_session=True,
+            )
         )
+        try:
+            process = await asyncio.shield(creating)
+        except asyncio.CancelledError:
+            # Cancelled while starting (Ctrl-C): asyncio would SIGKILL the launcher alone and
+            # then wait for pipes its script still holds. Let the start finish and kill the
+            # whole tree the usual way.
+            await _kill(await creating)
+            raise
         try:
             stdout, stderr = await asyncio.wait_for(
                 _communicate(process, json.dumps(args).encode()), self.timeout_seconds
