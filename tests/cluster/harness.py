@@ -118,28 +118,32 @@ def python_pod(name: str, code: str, **spec: Any) -> dict[str, Any]:
     }
 
 
-def adopt_crds_into_helm_release(cluster: Cluster, release: str, namespace: str) -> list[str]:
-    """Mark the agentflows CRDs already installed (by kustomize) as the release's, as Helm asks.
+def adopt_into_helm_release(
+    cluster: Cluster, documents: list[dict[str, Any]], release: str, namespace: str
+) -> list[str]:
+    """Mark the objects of ``documents`` that already exist as the release's, as Helm asks.
 
     Helm installs nothing it does not own; moving a cluster from ``kubectl apply -k`` to the
-    chart means labelling and annotating the existing CRDs first (the chart README says so).
-    The control plane of the cluster tests is shared, so earlier tests have installed them.
-    Returns the names of the CRDs adopted.
+    chart means labelling and annotating what kustomize installed (the CRDs, the operator's
+    ClusterRole, the admission policies) first — the chart README gives the commands. The
+    control plane of the cluster tests is shared, and earlier modules installed config/.
+    Returns ``kind/name`` of each object adopted.
     """
-    api = client.ApiextensionsV1Api(cluster.api())
-    patch = {
-        "metadata": {
-            "labels": {"app.kubernetes.io/managed-by": "Helm"},
-            "annotations": {
-                "meta.helm.sh/release-name": release,
-                "meta.helm.sh/release-namespace": namespace,
-            },
-        }
-    }
     adopted = []
-    for crd in api.list_custom_resource_definition().items:
-        if crd.spec.group == "agentflows.io":
-            api.patch_custom_resource_definition(crd.metadata.name, patch)
-            adopted.append(crd.metadata.name)
+    for doc in documents:
+        meta = doc["metadata"]
+        where = ["-n", meta["namespace"]] if meta.get("namespace") else []
+        group = doc["apiVersion"].rpartition("/")[0]
+        kind = f"{doc['kind'].lower()}.{group}" if group else doc["kind"].lower()
+        if cluster.kubectl("get", kind, meta["name"], *where, check=False).returncode:
+            continue
+        target = [kind, meta["name"], *where, "--overwrite"]
+        cluster.kubectl("label", *target, "app.kubernetes.io/managed-by=Helm")
+        cluster.kubectl(
+            "annotate",
+            *target,
+            f"meta.helm.sh/release-name={release}",
+            f"meta.helm.sh/release-namespace={namespace}",
+        )
+        adopted.append(f"{doc['kind']}/{meta['name']}")
     return adopted
-

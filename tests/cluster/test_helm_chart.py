@@ -28,7 +28,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from tests.cluster.harness import REPO, Cluster, adopt_crds_into_helm_release, wait_for
+from tests.cluster.harness import REPO, Cluster, adopt_into_helm_release, wait_for
 
 sys.path.insert(0, str(REPO / "hack"))
 
@@ -282,7 +282,10 @@ def test_helm_install_upgrade_and_uninstall_with_editors_running_flows_and_appro
         "--set", f"webhook.port={webhook_port}",
     ]  # fmt: skip
     _check_before_install(helm, control_plane, system, values)
-    adopt_crds_into_helm_release(control_plane, "agentflows", system)
+    # what kustomize installed for earlier test modules is handed to the release first
+    adopt_into_helm_release(
+        control_plane, _rendered(helm, "agentflows", system, values), "agentflows", system
+    )
     started = time.monotonic()
     helm("install", "agentflows", str(CHART), "-n", system, *values, "--wait", "--timeout=5m")
     wait_for(lambda: _get(metrics_port, "/healthz") is not None, 60, "the operator's probe")
