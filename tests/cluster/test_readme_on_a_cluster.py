@@ -13,8 +13,9 @@ all listed here and applied textually:
   reading them, ``bob``'s (bound to ``agentflows-approver``) for deciding.
 
 ``helm`` on ``PATH`` is the pinned binary of ``hack/control-plane build-helm``; ``agentflows``
-is this checkout's. CRDs that other tests applied are adopted by the release first
-(tests/cluster/helm_adoption.py). Everything installed is removed again, the CRDs excepted.
+is this checkout's. What other tests installed with kubectl (the CRDs at least) is adopted by
+the release first, as the chart README says. Everything installed is removed again, the CRDs
+excepted.
 """
 
 from __future__ import annotations
@@ -26,12 +27,13 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 
-from tests.cluster import helm_adoption
-from tests.cluster.harness import REPO, Cluster, wait_for
+from tests.cluster.harness import REPO, Cluster, adopt_into_helm_release, wait_for
 
 sys.path.insert(0, str(REPO / "hack"))
 
@@ -132,6 +134,16 @@ def reader(control_plane: Cluster, tmp_path: Path) -> Reader:
     return Reader(control_plane, bindir, tmp_path)
 
 
+def _rendered(team: str, system: str) -> list[dict[str, Any]]:
+    """The manifests the README's ``helm install`` (with our namespaces) would install."""
+    done = subprocess.run(
+        [str(build.helm_binary()), "template", "agentflows", "charts/agentflows", "-n", system,
+         "--set", f"runnerNamespaces={{{team}}}"],
+        cwd=REPO, capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+
+
 def _delete_namespace(cluster: Cluster, name: str) -> None:
     cluster.kubectl("delete", "namespace", name, "--ignore-not-found", "--wait=false")
 
@@ -180,7 +192,6 @@ def cleanup(control_plane: Cluster) -> Iterator[list[str]]:
     """Namespaces to delete at the end; the kustomize install and Helm's CRD ownership go too."""
     namespaces: list[str] = []
     yield namespaces
-    helm_adoption.release_crds(control_plane)
     for kustomization in ("config/manager", "config/rbac", "config/rbac/users", "config/policies"):
         control_plane.kubectl("delete", "-k", str(REPO / kustomization), "--ignore-not-found")
     for name in namespaces:
@@ -197,10 +208,12 @@ def test_the_readme_on_a_cluster_commands_work_verbatim_with_helm_then_kustomize
     reader.replacements = {README_NAMESPACE: helm_team, README_SYSTEM: system}
     # As other tests of the session leave them: CRDs applied with kubectl, which Helm adopts.
     control_plane.kubectl("apply", "-f", str(REPO / "crds"))
-    assert helm_adoption.adopt_crds(control_plane, "agentflows", system)
+    adopted = adopt_into_helm_release(
+        control_plane, _rendered(helm_team, system), "agentflows", system
+    )
+    assert "CustomResourceDefinition/flowruns.agentflows.io" in adopted, adopted
     _follow_the_readme(reader, blocks[0], blocks)
     reader.run(f"helm uninstall agentflows -n {system} --wait")
-    helm_adoption.release_crds(control_plane)
 
     kustomize_team = f"team-{uuid.uuid4().hex[:8]}"
     cleanup.append(kustomize_team)
