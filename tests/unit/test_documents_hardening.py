@@ -323,3 +323,10 @@ def test_an_unknown_field_next_to_a_bad_value_in_an_approval_is_reported_with_it
     code, lines = validate(tmp_path, text)
     assert code == 2
     assert any("spec.nodes[0].approval.message" in line for line in lines), lines
+
+
+def test_a_name_with_a_newline_keeps_its_problem_on_one_line(tmp_path: Path) -> None:
+    code, lines = validate(tmp_path, 'metadata: {name: "two\\nlines"}\nspec: {}\n')
+    assert code == 2
+    # the name is shown escaped, so no problem line is broken in two
+    assert lines and all(line.startswith("#1 (two\\nlines): ") for line in lines), lines

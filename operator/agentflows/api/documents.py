@@ -241,8 +241,16 @@ def _label(source: str, index: int, document: Any) -> str:
     metadata = document.get("metadata")
     name = metadata.get("name") if isinstance(metadata, dict) else None
     kind = document.get("kind")
-    said = [str(part)[:80] for part in (kind, name) if isinstance(part, str) and part]
+    said = [_printable(part[:80]) for part in (kind, name) if isinstance(part, str) and part]
     return f"{label} ({' '.join(said)})" if said else label
+
+
+def _printable(text: str) -> str:
+    """``text`` with control characters escaped (a newline as backslash-n): one line a label."""
+    return _CONTROL.sub(lambda match: repr(match.group())[1:-1], text)
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def _foreign(document: Any) -> bool:
