@@ -194,6 +194,10 @@ def test_ctrl_c_exits_130_saves_the_run_and_resume_skips_finished_nodes(tmp_path
         text=True,
         cwd=tmp_path,
         start_new_session=True,
+        # As a shell starts a foreground job: a test run in the background (CI started with
+        # `&` by a non-interactive shell) inherits SIGINT ignored, and Python then never
+        # raises KeyboardInterrupt.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         _wait_for_node(state / "held-1.json", "hold", "Running")
