@@ -15,6 +15,7 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -35,8 +36,12 @@ TIMEOUT_DECIDER = "agentflows:timeout"
 
 
 @pytest.fixture(scope="module")
-def deciders(control_plane: Cluster, operator: OperatorProcess) -> list[str]:
-    """alice, bob and mallory may read FlowRuns and patch their status (the policy decides)."""
+def deciders(control_plane: Cluster, operator: OperatorProcess) -> Iterator[list[str]]:
+    """alice, bob and mallory may read FlowRuns and patch their status (the policy decides).
+
+    Removed after the module: the control plane is shared, and later modules test what these
+    users may not do.
+    """
     users = ["alice", "bob", "mallory"]
     control_plane.apply(
         {
@@ -73,7 +78,10 @@ def deciders(control_plane: Cluster, operator: OperatorProcess) -> list[str]:
             ],
         }
     )
-    return users
+    yield users
+    control_plane.kubectl(
+        "delete", "clusterrolebinding/test-human-deciders", "clusterrole/test-human-deciders"
+    )
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ decides. A runner's pod-bound token is refused too.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -32,7 +32,7 @@ POLICY = REPO / "config" / "policies" / "request-decisions.yaml"
 
 
 @pytest.fixture(scope="module")
-def decisions_policy(control_plane: Cluster, crds: list[str]) -> str:
+def decisions_policy(control_plane: Cluster, crds: list[str]) -> Iterator[str]:
     control_plane.kubectl("apply", "-f", str(POLICY))
     control_plane.apply(
         {
@@ -74,7 +74,11 @@ def decisions_policy(control_plane: Cluster, crds: list[str]) -> str:
             ],
         }
     )
-    return "agentflows-request-decisions"
+    yield "agentflows-request-decisions"
+    # the control plane is shared: later modules test what alice and bob may not do
+    control_plane.kubectl(
+        "delete", "clusterrolebinding/test-flowrun-deciders", "clusterrole/test-flowrun-deciders"
+    )
 
 
 @pytest.fixture
