@@ -34,6 +34,24 @@ all_namespaces_option = click.option(
 )
 
 
+def _listing_options(command: Callable[..., None]) -> Callable[..., None]:
+    """The options of list and requests: which runs, where to look, how to print them."""
+    for option in reversed(
+        (
+            click.option("--flow", help="Only runs of this Flow."),
+            views.output_option(),
+            local_option,
+            state_dir_option,
+            all_namespaces_option,
+            commands_cluster.namespace_option,
+            commands_cluster.kubeconfig_option,
+            commands_cluster.context_option,
+        )
+    ):
+        command = option(command)
+    return command
+
+
 def _usage(message: str) -> None:
     click.echo(f"error: {message}", err=True)
     sys.exit(group.EXIT_INVALID)
@@ -120,14 +138,7 @@ def get(
 
 
 @click.command("list")
-@click.option("--flow", help="Only runs of this Flow.")
-@views.output_option()
-@local_option
-@state_dir_option
-@all_namespaces_option
-@commands_cluster.namespace_option
-@commands_cluster.kubeconfig_option
-@commands_cluster.context_option
+@_listing_options
 def list_command(
     flow: str | None,
     output: str,
@@ -160,14 +171,7 @@ def list_command(
 
 
 @click.command()
-@click.option("--flow", help="Only runs of this Flow.")
-@views.output_option()
-@local_option
-@state_dir_option
-@all_namespaces_option
-@commands_cluster.namespace_option
-@commands_cluster.kubeconfig_option
-@commands_cluster.context_option
+@_listing_options
 def requests(
     flow: str | None,
     output: str,
