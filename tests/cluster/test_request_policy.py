@@ -112,21 +112,26 @@ async def waiting_run(
     )
 
     def policy_active() -> bool:
-        # the policy reaches the admission plugin asynchronously: wait until it denies
+        # The policy reaches the admission plugin asynchronously: wait until it denies. A
+        # server-side dry run, so a probe admitted before the policy is active stores nothing
+        # (a stored decision by bob would make every later probe a no-op the policy admits).
         denied = patch(
             control_plane,
             namespace,
             name,
             "bob",
             {"review": {"decision": "approve", "decidedBy": "bob"}},
+            "--dry-run=server",
         )
         return "bob is not an approver" in denied.stderr
 
-    wait_for(policy_active, 30, "the decision policy to be enforced")
+    wait_for(policy_active, 60, "the decision policy to be enforced")
     yield name
 
 
-def patch(cluster: Cluster, namespace: str, run: str, user: str, requests: dict[str, Any]) -> Any:
+def patch(
+    cluster: Cluster, namespace: str, run: str, user: str, requests: dict[str, Any], *extra: str
+) -> Any:
     body = json.dumps({"status": {"requests": requests}})
     return cluster.kubectl(
         "-n",
@@ -138,6 +143,7 @@ def patch(cluster: Cluster, namespace: str, run: str, user: str, requests: dict[
         "--type=merge",
         "-p",
         body,
+        *extra,
         user=user,
         check=False,
     )

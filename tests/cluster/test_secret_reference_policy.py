@@ -109,7 +109,7 @@ def tenants(control_plane: Cluster, namespace: str, policy: None) -> str:
             control_plane.kubectl("-n", namespace, "delete", "agent", "probe", check=False)
         return "references Secret llm-keys" in result.stderr
 
-    wait_for(enforced, 30, "the secret-reference policy to be enforced")
+    wait_for(enforced, 60, "the secret-reference policy to be enforced")
     return namespace
 
 
