@@ -68,17 +68,19 @@ class OperatorProcess:
                 env=env,
                 start_new_session=True,
             )
-        wait_for(self._serving, 60, "the operator's /metrics")
+        wait_for(self.ready, 60, "the operator's /readyz")
 
-    def _serving(self) -> bool:
+    def ready(self) -> bool:
+        """True once the operator answers /readyz with 200 (its cache holds the first lists)."""
         assert self.process is not None
         if self.process.poll() is not None:
             pytest.fail(f"the operator exited with {self.process.returncode}:\n{self.log_tail()}")
+        url = f"http://127.0.0.1:{self.metrics_port}/readyz"
         try:
-            self.metrics()
+            with urllib.request.urlopen(url, timeout=5) as response:
+                return bool(response.status == 200)
         except OSError:
             return False
-        return True
 
     def stop(self) -> None:
         if self.process is None or self.process.poll() is not None:

@@ -253,6 +253,15 @@ class FlowRunStatus(common.ApiModel):
     )
     attempt: int = Field(default=0, ge=0, description="Runner attempt number.")
     pod: str | None = Field(default=None, description="Name of the current runner pod.")
+    pod_created: int = Field(
+        default=0,
+        ge=0,
+        le=common.INT_MAX,
+        description=(
+            "The highest attempt whose runner pod the operator created: a missing pod of an "
+            "attempt up to it was lost, and is never created again."
+        ),
+    )
     current_node: str | None = Field(default=None, description="A node that is running now.")
     nodes: dict[str, NodeStatus] = Field(
         default_factory=dict, description="Node id -> its durable record."

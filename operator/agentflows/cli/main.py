@@ -2,7 +2,7 @@
 
 Local commands: ``validate``, ``run``, ``resume`` (and ``list``/``get``/``requests``, which show
 local runs or a cluster's, :mod:`agentflows.cli.commands_runs`). Heavy libraries (litellm,
-kopf, kubernetes) are imported inside the commands that need them, so ``agentflows run`` on a
+kubernetes) are imported inside the commands that need them, so ``agentflows run`` on a
 flow without model nodes starts its first node quickly. Exit codes: :mod:`agentflows.cli.group`.
 """
 
@@ -436,7 +436,7 @@ def runner(namespace: str, flowrun: str) -> None:
 @click.option(
     "--context", "kube_context", help="Kubeconfig context (default: its current-context)."
 )
-@click.option("--workers", default=8, show_default=True, help="Concurrent reconciles.")
+@click.option("--workers", default=32, show_default=True, help="Concurrent reconciles.")
 def operator_command(
     namespaces: tuple[str, ...],
     metrics_port: int,

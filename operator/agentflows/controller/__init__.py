@@ -1,8 +1,10 @@
-"""The agentflows operator: kopf watches Agents, Flows, FlowRuns and runner pods.
+"""The agentflows operator: watches Agents, Flows, FlowRuns and runner pods into a cache.
 
-kopf is used only to watch and to deliver events; every event just enqueues a key on a
-:class:`~agentflows.controller.workqueue.WorkQueue`, and the reconcilers (``agents``, ``flows``,
-``flowruns``) read the current objects from the API, decide, and write merge patches of the keys
-the operator owns (``kube/NOTES.md``). Nothing the operator decides lives only in memory: a
-restarted operator lists every object again and continues. See ``NOTES.md`` for the invariants.
+One list and one watch per kind keep :mod:`~agentflows.controller.cache` current; every change
+enqueues the keys it affects on a :class:`~agentflows.controller.workqueue.WorkQueue`, and the
+reconcilers (``agents``, ``flows``, ``flowruns``) read from the cache, decide, and write merge
+patches of the keys the operator owns (``kube/NOTES.md``), once per reconcile. Nothing the
+operator decides lives only in memory: a restarted operator lists every object again and
+continues. See ``NOTES.md`` for the invariants and ``docs/operator.md`` for the read and write
+paths.
 """

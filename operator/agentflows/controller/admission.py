@@ -1,6 +1,7 @@
 """Starting a run: resolve and snapshot its Flow, apply the concurrency policy, first attempt.
 
-Called by :mod:`agentflows.controller.flowruns` for a run with no attempt yet. Per Flow, one
+Called by :mod:`agentflows.controller.flowruns` for a run with no attempt yet; reads the Flow,
+what it reaches and its runs from the cache. Per Flow, one
 admission runs at a time (``Controller.flow_lock``), and an admitted run has ``status.attempt``
 written before the lock is released, so concurrent admissions see each other. Policies (over the
 Flow's runs that were admitted and have not finished, "active"):
@@ -15,14 +16,13 @@ Flow's runs that were admitted and have not finished, "active"):
 
 from __future__ import annotations
 
+import asyncio
 import enum
-from typing import Any
 
 from agentflows.api import flow as flow_api
 from agentflows.api.flowrun import RunPhase, RunReason
-from agentflows.controller import attempts, finishing, flows, resolve, runstate, snapshots
+from agentflows.controller import attempts, cache, finishing, flows, runstate
 from agentflows.controller import context as context_mod
-from agentflows.engine import graph
 from agentflows.kube import client as kube
 
 
@@ -34,17 +34,17 @@ class Admission(enum.Enum):
     FORBID = "forbid"
 
 
-def _age(item: dict[str, Any]) -> tuple[str, str]:
-    return (item["metadata"].get("creationTimestamp", ""), item["metadata"]["name"])
+def _age(run: cache.Run) -> tuple[str, str]:
+    meta = run.obj["metadata"]
+    return (str(meta.get("creationTimestamp", "")), str(meta["name"]))
 
 
-def _waiting(item: dict[str, Any]) -> bool:
-    status = item.get("status") or {}
-    phase = status.get("phase")
+def _waiting(run: cache.Run) -> bool:
+    phase = run.status.phase
     return (
-        not status.get("attempt")
-        and not (phase and RunPhase(phase).terminal)
-        and not (item.get("spec") or {}).get("cancel")
+        not run.status.attempt
+        and not (phase is not None and phase.terminal)
+        and not run.model.spec.cancel
     )
 
 
@@ -56,50 +56,46 @@ async def decide(
     if policy is flow_api.ConcurrencyPolicy.ALLOW:
         return Admission.START
     limit = spec.concurrency.max
-    items = [
-        item
-        for item in await flows.runs_of(ctl, run.namespace, run.flow)
-        if item["metadata"]["name"] != run.name
+    others = [
+        r
+        for r in ctl.cache.runs_of(run.namespace, run.flow)
+        if r.obj["metadata"]["name"] != run.name
     ]
-    active = sorted((item for item in items if flows.is_active(item)), key=_age)
+    active = sorted((r for r in others if flows.is_active(r)), key=_age)
     if policy is flow_api.ConcurrencyPolicy.FORBID:
         return Admission.FORBID if len(active) >= limit else Admission.START
     if policy is flow_api.ConcurrencyPolicy.REPLACE:
         for victim in active[: max(0, len(active) - limit + 1)]:
-            if not (victim.get("spec") or {}).get("cancel"):
-                name = victim["metadata"]["name"]
+            if not victim.model.spec.cancel:
+                name = victim.obj["metadata"]["name"]
                 path = kube.path_of("flowruns", run.namespace, name)
-                await ctl.api.merge_patch(path, {"spec": {"cancel": True}})
+                ctl.cache.stored(await ctl.api.merge_patch(path, {"spec": {"cancel": True}}))
                 run.event("Normal", "Replaced", f"cancelled active run {name} (policy Replace)")
         return Admission.START
-    waiting = sorted([*(item for item in items if _waiting(item)), run.obj], key=_age)
+    me = ctl.cache.run_of(run.namespace, run.name)
+    waiting = sorted([*(r for r in others if _waiting(r)), *([me] if me else [])], key=_age)
     slots = limit - len(active)
-    names = [item["metadata"]["name"] for item in waiting[: max(0, slots)]]
+    names = [r.obj["metadata"]["name"] for r in waiting[: max(0, slots)]]
     return Admission.START if run.name in names else Admission.QUEUE
 
 
 async def start(ctl: context_mod.Controller, run: runstate.RunContext) -> float | None:
     """Admit a new run and create its first pod, or queue, forbid or fail it."""
-    try:
-        await ctl.api.get(kube.path_of("flows", run.namespace, run.flow))
-    except kube.ApiError as exc:
-        if not exc.not_found:
-            raise
+    flow = ctl.cache.flow(run.namespace, run.flow)
+    if flow is None:
         message = f'Flow "{run.flow}" does not exist in namespace {run.namespace}'
         return await finishing.finish(ctl, run, RunPhase.FAILED, RunReason.FLOW_NOT_FOUND, message)
-    ns = await resolve.load_namespace(ctl.api, run.namespace)
-    spec = ns.flows.get(run.flow)
+    spec = flow.spec
     if spec is None:
         message = f'Flow "{run.flow}" does not parse; see its Ready condition'
         return await finishing.finish(ctl, run, RunPhase.FAILED, RunReason.FLOW_INVALID, message)
-    problems = [str(p) for p in graph.validate(spec, ns.resolver(), name=run.flow)]
-    problems += [f"{name} does not exist" for name in resolve.reach(run.flow, ns).missing]
+    problems = [str(p) for p in flows.graph_problems(ctl, run.namespace, run.flow)]
     if problems:
         message = "; ".join(problems)
         return await finishing.finish(ctl, run, RunPhase.FAILED, RunReason.FLOW_INVALID, message)
     if spec.concurrency.policy is flow_api.ConcurrencyPolicy.ALLOW:
         # nothing to count: runs of an Allow Flow never wait on each other's admission
-        return await _begin(ctl, run, ns)
+        return await _begin(ctl, run)
     # the lock covers counting active runs through saving this run's decision, so two runs of
     # a Forbid/Queue/Replace Flow cannot both take the last slot
     async with ctl.flow_lock(run.namespace, run.flow):
@@ -117,15 +113,17 @@ async def start(ctl: context_mod.Controller, run: runstate.RunContext) -> float 
             run.set_phase(RunPhase.QUEUED, RunReason.QUEUED, message)
             await run.save(ctl)
             return ctl.config.resync_seconds
-        return await _begin(ctl, run, ns)
+        return await _begin(ctl, run)
 
 
-async def _begin(
-    ctl: context_mod.Controller, run: runstate.RunContext, ns: resolve.Namespace
-) -> float | None:
-    """Snapshot the Flow and its Agents as they are now, then start attempt 1."""
-    snapshot = await snapshots.ensure(ctl.api, run.obj, snapshots.document(run.flow, ns))
+async def _begin(ctl: context_mod.Controller, run: runstate.RunContext) -> float | None:
+    """Snapshot the Flow and its Agents as they are now, then start attempt 1.
+
+    The attempt goes into status and the snapshot ConfigMap is written at the same time; the
+    pod, which needs both, is created once both are stored.
+    """
+    built = ctl.snapshots.build(run.namespace, run.flow)
     run.reserve_attempt(1)
     run.set_phase(RunPhase.PENDING, RunReason.ATTEMPT_STARTED, "attempt 1: starting the runner pod")
-    await run.save(ctl)
+    _, snapshot = await asyncio.gather(run.save(ctl), ctl.snapshots.ensure(ctl.api, run.obj, built))
     return await attempts.create_pod(ctl, run, snapshot)

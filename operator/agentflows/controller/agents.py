@@ -1,32 +1,31 @@
 """Agent validation: ``Ready`` says whether an Agent's references resolve and its Secrets exist.
 
-Reconciler for keys of kind Agent (:mod:`agentflows.controller.handlers` enqueues them). It
-checks that sub-agents and sub-flows exist in the namespace and that every Secret the Agent
-names exists (metadata-only GET; values are never read), writes ``Ready`` (True/False, one
-path-named message per problem), ``observedGeneration`` and the tool names, and, when the spec
-changed or the Agent is gone, re-validates the Flows of the namespace (they may use it).
-Secrets are not watched, so an Agent that is not Ready is looked at again periodically.
+Reconciler for keys of kind Agent (the cache enqueues them, and the Flows and Agents that reach
+one whose generation changed). It checks that sub-agents and sub-flows exist in the namespace
+and that every Secret the Agent names exists (metadata-only GET; values are never read), and
+writes ``Ready`` (True/False, one path-named message per problem), ``observedGeneration`` and
+the tool names when they changed. The Secret check is kept with what it was computed from (the
+Agent's version and which of its references exist); Secrets are not watched, so an Agent that
+is not Ready is checked again every ``notReadyRecheckSeconds``.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from agentflows.agents import spec_tools
 from agentflows.api import agent as agent_api
 from agentflows.api import documents
-from agentflows.controller import conditions, context, resolve, tooldiscovery, workqueue
+from agentflows.controller import cache, conditions, context, resolve, tooldiscovery, workqueue
 from agentflows.engine import graph
 from agentflows.kube import client as kube
 
 log = logging.getLogger(__name__)
 
 
-async def problems_of(
-    ctl: context.Controller, namespace: str, spec: agent_api.AgentSpec, ns: resolve.Namespace
-) -> list[documents.Problem]:
-    """Every reason the Agent is not Ready."""
+def _reference_problems(spec: agent_api.AgentSpec, ns: cache.Namespace) -> list[documents.Problem]:
     problems = graph.validate_agent(spec)
     for index, name in enumerate(spec.sub_agents):
         if name not in ns.agents:
@@ -34,7 +33,26 @@ async def problems_of(
     for index, name in enumerate(spec.sub_flows):
         if name not in ns.flows:
             problems.append(documents.Problem(f"spec.subFlows[{index}]", f'no Flow "{name}"'))
-    problems += await resolve.missing_secrets(ctl.api, namespace, resolve.agent_secret_refs(spec))
+    return problems
+
+
+async def problems_of(
+    ctl: context.Controller, agent: cache.Spec[agent_api.AgentSpec], namespace: str
+) -> list[documents.Problem]:
+    """Every reason the Agent is not Ready (the Secret check only when it is due)."""
+    assert agent.spec is not None
+    found = _reference_problems(agent.spec, ctl.cache.namespace(namespace))
+    key = (agent.uid, agent.generation, tuple(str(p) for p in found))
+    memo_key = (workqueue.AGENT, namespace, agent.name)
+    known = ctl.validated.get(memo_key)
+    recheck = ctl.config.not_ready_recheck_seconds
+    if known is not None and known[0] == key:
+        checked_at, problems = known[1], known[2]
+        if not problems or time.monotonic() - checked_at < recheck:
+            return list(problems)
+    refs = resolve.agent_secret_refs(agent.spec)
+    problems = found + await resolve.missing_secrets(ctl.api, namespace, refs)
+    ctl.validated[memo_key] = (key, time.monotonic(), problems)
     return problems
 
 
@@ -64,21 +82,17 @@ def unchanged(obj: dict[str, Any], status: dict[str, Any]) -> bool:
 
 async def reconcile(ctl: context.Controller, key: workqueue.Key) -> float | None:
     """Validate one Agent; return when to look again (not Ready: Secrets may appear)."""
-    path = kube.path_of("agents", key.namespace, key.name)
-    try:
-        obj = await ctl.api.get(path)
-    except kube.ApiError as exc:
-        if exc.not_found:
-            ctl.tools.forget(key.namespace, key.name)
-            _revalidate_flows(ctl, key.namespace, await _flow_names(ctl, key.namespace))
-            return None
-        raise
-    spec, problems = resolve.parse_spec(agent_api.AgentSpec, obj.get("spec"))
-    ns = await resolve.load_namespace(ctl.api, key.namespace)
+    agent = ctl.cache.agent(key.namespace, key.name)
+    if agent is None:
+        ctl.tools.forget(key.namespace, key.name)
+        ctl.validated.pop((workqueue.AGENT, key.namespace, key.name), None)
+        return None
+    obj, spec = agent.obj, agent.spec
+    problems = list(agent.problems)
     extra: dict[str, Any] = {}
     discovered: tooldiscovery.Discovered | None = None
     if spec is not None:
-        problems = await problems_of(ctl, key.namespace, spec, ns)
+        problems = await problems_of(ctl, agent, key.namespace)
         discovered = _discover(ctl, obj, spec)
         if discovered is not None:
             extra["tools"] = spec_tools.declared_tool_names(spec) + discovered.names
@@ -91,10 +105,9 @@ async def reconcile(ctl: context.Controller, key: workqueue.Key) -> float | None
             generation=status["observedGeneration"],
         )
     if not unchanged(obj, status):
-        await ctl.api.merge_patch(path + "/status", context.status_patch(status))
+        path = kube.path_of("agents", key.namespace, key.name, sub="status")
+        ctl.cache.stored(await ctl.api.merge_patch(path, context.status_patch(status)))
         log.info("Agent %s/%s Ready=%s", key.namespace, key.name, not problems)
-    if (obj.get("status") or {}).get("observedGeneration") != status["observedGeneration"]:
-        _revalidate_flows(ctl, key.namespace, list(ns.flows) + _broken_flows(ns))
     if problems or (discovered is not None and discovered.errors):
         return ctl.config.not_ready_recheck_seconds
     return None
@@ -126,17 +139,3 @@ def _discovery_condition(
         note = f"stdio MCP servers are listed when a run starts them: {', '.join(stdio)}"
         return "True", "Discovered", note
     return "True", "Discovered", ""
-
-
-def _broken_flows(ns: resolve.Namespace) -> list[str]:
-    return [name.split("/", 1)[1] for name in ns.broken if name.startswith("Flow/")]
-
-
-async def _flow_names(ctl: context.Controller, namespace: str) -> list[str]:
-    items = (await ctl.api.get(kube.path_of("flows", namespace))).get("items", [])
-    return [item["metadata"]["name"] for item in items]
-
-
-def _revalidate_flows(ctl: context.Controller, namespace: str, names: list[str]) -> None:
-    for name in names:
-        ctl.enqueue(workqueue.FLOW, namespace, name)

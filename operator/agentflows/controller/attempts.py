@@ -2,9 +2,11 @@
 
 Order matters. The attempt and pod name go into status first, because the runner may write only
 the FlowRun whose ``status.pod`` is its own pod (``config/policies``). Then the pod is created
-(AlreadyExists is fine) and the FlowRun is annotated ``agentflows.io/pod-created=<attempt>``.
-From then on a missing pod of that attempt is a lost attempt and is never created again, so a
-restarted operator never runs an attempt twice; attempt numbers only grow.
+(AlreadyExists is fine). The operator's next status write once the pod runs records
+``status.podCreated=<attempt>`` with it (no write of its own): from then on a missing pod of that
+attempt is a lost attempt and is never created again, so a restarted operator never runs an
+attempt twice; attempt numbers only grow. Until then the pod's name is what proves it exists: a
+second create of the same attempt is refused as AlreadyExists.
 
 A pod the API server refuses (no ServiceAccount, a quota, an admission policy) is shown where
 users look: the ``PodCreated`` condition False with the API's reason and message and what to do,
@@ -22,7 +24,7 @@ from typing import Any
 from agentflows.api import agent as agent_api
 from agentflows.api import flow as flow_api
 from agentflows.api.flowrun import RunPhase, RunReason
-from agentflows.controller import conditions, context, events, labels, pods, runstate, snapshots
+from agentflows.controller import conditions, context, events, pods, runstate, snapshots
 from agentflows.kube import client as kube
 
 log = logging.getLogger(__name__)
@@ -35,26 +37,17 @@ POD_CREATE_RETRY_MIN_SECONDS = 5.0
 POD_CREATE_RETRY_MAX_SECONDS = 60.0
 
 
-def created_attempt(run: runstate.RunContext) -> int:
-    """The highest attempt whose pod the operator has created."""
-    annotations = run.obj["metadata"].get("annotations") or {}
-    try:
-        return int(annotations.get(labels.POD_CREATED, "0"))
-    except ValueError:
-        return 0
-
-
 def remaining_seconds(run: runstate.RunContext, flow_spec: flow_api.FlowSpec) -> float | None:
     """Seconds left of ``limits.timeoutSeconds`` (counted from startTime, waiting included)."""
     timeout = flow_spec.limits.timeout_seconds
-    started = conditions.parse_time(run.get("startTime"))
+    started = conditions.parse_time(run.status.start_time)
     if timeout is None or started is None:
         return None
     return timeout - (conditions.now() - started).total_seconds()
 
 
 async def start_next(
-    ctl: context.Controller, run: runstate.RunContext, snapshot: dict[str, Any], why: str
+    ctl: context.Controller, run: runstate.RunContext, snapshot: snapshots.Snapshot, why: str
 ) -> float | None:
     """Reserve attempt ``run.attempt + 1``, save, and create its pod."""
     attempt = run.attempt + 1
@@ -64,39 +57,42 @@ async def start_next(
     return await create_pod(ctl, run, snapshot)
 
 
+def mark_created(run: runstate.RunContext, pod_name: str) -> None:
+    """Record (with the next status write) that the current attempt's pod exists."""
+    if run.status.pod_created < run.attempt:
+        run.status.pod_created = run.attempt
+    run.set_condition(POD_CREATED, "True", "Created", f"attempt {run.attempt}: pod {pod_name}")
+
+
 async def create_pod(
-    ctl: context.Controller, run: runstate.RunContext, snapshot: dict[str, Any]
+    ctl: context.Controller, run: runstate.RunContext, snapshot: snapshots.Snapshot
 ) -> float | None:
-    """Create the current attempt's pod (idempotent) and mark it created."""
+    """Create the current attempt's pod (idempotent); its record goes with the next write."""
     attempt = run.attempt
-    flow_spec, flows, agent_specs = snapshots.specs(snapshot)
-    remaining = remaining_seconds(run, flow_spec)
+    remaining = remaining_seconds(run, snapshot.flow)
     body = pods.runner_pod(
         run.obj,
         attempt,
-        snapshot["flow"],
-        flows,
-        agent_specs,
+        snapshot.document["flow"],
+        snapshot.flows,
+        snapshot.agents,
         ctl.config,
         deadline_seconds=None if remaining is None else int(remaining) + 1,
     )
     pod_name = body["metadata"]["name"]
     try:
-        await ctl.api.create(kube.path_of("pods", run.namespace), body)
+        ctl.cache.stored(await ctl.api.create(kube.path_of("pods", run.namespace), body))
     except kube.ApiError as exc:
         if not exc.conflict:
             return await _refused(ctl, run, body, exc)
     else:
         ctl.metrics.pod_attempts.labels(run.namespace, run.flow).inc()
-        run.event(events.NORMAL, "PodCreated", f"attempt {attempt}: pod {pod_name}")
-    run.set_condition(POD_CREATED, "True", "Created", f"attempt {attempt}: pod {pod_name}")
-    if run.get("reason") == RunReason.POD_CREATE_FAILED:
+    refused = run.condition(POD_CREATED)
+    if refused is not None and refused.status == "False":
+        # it was refused before: say at once that it is created now
+        mark_created(run, pod_name)
         run.set_message(RunReason.POD_PENDING, f"attempt {attempt}: pod {pod_name} created")
-    stored = await ctl.api.merge_patch(
-        run.path, {"metadata": {"annotations": {labels.POD_CREATED: str(attempt)}}}
-    )
-    run.refresh(stored)
-    await run.save(ctl)
+        await run.save(ctl)
     return None
 
 
@@ -112,16 +108,13 @@ async def _refused(
         f"cannot create runner pod {pod_name}: {exc.message}; {remedy(body, exc)}; "
         "the operator tries again"
     )
-    if run.get("message") != message:
+    if run.status.message != message:
         run.event(events.WARNING, RunReason.POD_CREATE_FAILED, message)
     run.set_message(RunReason.POD_CREATE_FAILED, message)
     run.set_condition(POD_CREATED, "False", reason, message)
     await run.save(ctl)
-    since = conditions.parse_time(
-        (conditions.condition_of(run.get("conditions"), POD_CREATED) or {}).get(
-            "lastTransitionTime"
-        )
-    )
+    refused = run.condition(POD_CREATED)
+    since = conditions.parse_time(refused.last_transition_time if refused else None)
     waited = (conditions.now() - since).total_seconds() if since else 0.0
     return min(POD_CREATE_RETRY_MAX_SECONDS, max(POD_CREATE_RETRY_MIN_SECONDS, waited))
 

@@ -1,9 +1,8 @@
-"""The operator's shared state: the API client, settings, metrics and the work queue.
+"""The operator's shared state: the API client, settings, metrics, cache and work queue.
 
-One :class:`Controller` is built by :mod:`agentflows.controller.main` and handed to kopf as the
-``memo`` (kopf copies the memo shallowly per object, so every handler sees these same objects).
-What is kept here is a cache or a scheduling aid; nothing here is needed to recover after a
-restart (``NOTES.md``).
+One :class:`Controller` is built by :mod:`agentflows.controller.main` and passed to every
+reconcile. What is kept here is a cache or a scheduling aid; nothing here is needed to recover
+after a restart (``NOTES.md``): the cache is listed again and every object reconciled.
 """
 
 from __future__ import annotations
@@ -12,7 +11,7 @@ import asyncio
 import dataclasses
 from typing import Any
 
-from agentflows.controller import flowtriggers, settings, tooldiscovery, workqueue
+from agentflows.controller import cache, flowtriggers, settings, snapshots, tooldiscovery, workqueue
 from agentflows.controller import metrics as metrics_mod
 from agentflows.kube import client as kube
 
@@ -25,6 +24,10 @@ class Controller:
     config: settings.OperatorConfig
     metrics: metrics_mod.Metrics
     queue: workqueue.WorkQueue = dataclasses.field(init=False)
+    #: Agents, Flows, FlowRuns and runner pods, kept by watches.
+    cache: cache.Cache = dataclasses.field(init=False)
+    #: Snapshots built per version of what a Flow reaches, and per run.
+    snapshots: snapshots.Snapshots = dataclasses.field(init=False)
     #: The Flows' CronJobs and kubernetes watches (one WatchManager for the operator's life).
     triggers: flowtriggers.FlowTriggers = dataclasses.field(init=False)
     #: Background MCP tool discovery for Agent status.
@@ -33,19 +36,26 @@ class Controller:
     _flow_locks: dict[tuple[str, str], asyncio.Lock] = dataclasses.field(default_factory=dict)
     #: When an attempt was first seen lost (monotonic seconds), for its backoff.
     lost_at: dict[tuple[str, str, int], float] = dataclasses.field(default_factory=dict)
+    #: When an attempt's pod was first seen ended with no result on the run yet.
+    ended_at: dict[tuple[str, str, int], float] = dataclasses.field(default_factory=dict)
+    #: What a Flow's or Agent's last validation was computed from, and what it found.
+    validated: dict[tuple[str, str, str], Any] = dataclasses.field(default_factory=dict)
 
     def flow_lock(self, namespace: str, flow: str) -> asyncio.Lock:
         """The admission lock of a Flow."""
         return self._flow_locks.setdefault((namespace, flow), asyncio.Lock())
 
     def enqueue(self, kind: str, namespace: str, name: str, delay: float = 0.0) -> None:
-        """Ask for a reconcile of an object."""
-        self.queue.add(workqueue.Key(kind, namespace, name), delay)
+        """Ask for a reconcile of an object (of this operator's namespaces and shard only)."""
+        if self.config.owns(namespace):
+            self.queue.add(workqueue.Key(kind, namespace, name), delay)
 
     def forget_run(self, namespace: str, name: str) -> None:
         """Drop what is kept about a deleted run."""
-        for key in [k for k in self.lost_at if k[:2] == (namespace, name)]:
-            del self.lost_at[key]
+        for table in (self.lost_at, self.ended_at):
+            for key in [k for k in table if k[:2] == (namespace, name)]:
+                del table[key]
+        self.snapshots.forget(namespace, name)
         self.metrics.forget_run(namespace, name)
 
 

@@ -10,21 +10,10 @@ only the newest ``successfulRunsHistoryLimit`` / ``failedRunsHistoryLimit`` fini
 from __future__ import annotations
 
 import logging
-from typing import Any
-
-import pydantic
 
 from agentflows.api import flow as flow_api
 from agentflows.api.flowrun import RunPhase
-from agentflows.controller import (
-    attempts,
-    conditions,
-    context,
-    flows,
-    runstate,
-    snapshots,
-    workqueue,
-)
+from agentflows.controller import attempts, cache, conditions, context, runstate, workqueue
 from agentflows.kube import client as kube
 
 log = logging.getLogger(__name__)
@@ -40,52 +29,44 @@ async def finish(
     delete_pod: bool = False,
 ) -> float | None:
     """Make the run terminal; return when to look again (its TTL)."""
-    if delete_pod and run.get("pod"):
-        await ctl.api.delete(kube.path_of("pods", run.namespace, run.get("pod")), grace_seconds=5)
+    if delete_pod and run.status.pod:
+        path = kube.path_of("pods", run.namespace, run.status.pod)
+        await ctl.api.delete(path, grace_seconds=5)
     run.set_phase(phase, reason, message)
     await run.save(ctl)
-    snapshot = await snapshots.read(ctl.api, run.namespace, run.name)
-    flow_spec = None
-    models: dict[str, str] = {}
-    if snapshot:
-        flow_spec, _, agent_specs = snapshots.specs(snapshot)
-        models = attempts.agent_models(agent_specs)
+    snapshot = await ctl.snapshots.of_run(ctl.api, run.obj) if run.attempt else None
+    flow_spec = snapshot.flow if snapshot else None
+    models = attempts.agent_models(snapshot.agents) if snapshot else {}
     ctl.metrics.run_finished(run.namespace, run.flow, phase.value, run.status, flow_spec, models)
+    ctl.snapshots.forget(run.namespace, run.name)
     if flow_spec is None or flow_spec.concurrency.policy is flow_api.ConcurrencyPolicy.QUEUE:
-        await wake_queued(ctl, run.namespace, run.flow)
+        wake_queued(ctl, run.namespace, run.flow)
     ctl.enqueue(workqueue.HISTORY, run.namespace, run.flow)
     return await after_finished(ctl, run)
 
 
-async def wake_queued(ctl: context.Controller, namespace: str, flow: str) -> None:
+def wake_queued(ctl: context.Controller, namespace: str, flow: str) -> None:
     """Enqueue the Flow's runs that have not started, so a freed slot is taken."""
-    for item in await flows.runs_of(ctl, namespace, flow):
-        status = item.get("status") or {}
-        if not status.get("attempt"):
-            ctl.enqueue(workqueue.FLOWRUN, namespace, item["metadata"]["name"])
+    for item in ctl.cache.runs_of(namespace, flow):
+        if not item.status.attempt:
+            ctl.enqueue(workqueue.FLOWRUN, namespace, item.obj["metadata"]["name"])
 
 
-async def live_flow(ctl: context.Controller, namespace: str, name: str) -> flow_api.FlowSpec | None:
+def live_flow(ctl: context.Controller, namespace: str, name: str) -> flow_api.FlowSpec | None:
     """The Flow as it is now (history and TTL are the Flow's current policy), if it parses."""
-    try:
-        obj = await ctl.api.get(kube.path_of("flows", namespace, name))
-        return flow_api.FlowSpec.model_validate(obj.get("spec") or {})
-    except kube.ApiError as exc:
-        if exc.not_found:
-            return None
-        raise
-    except pydantic.ValidationError:
-        return None
+    found = ctl.cache.flow(namespace, name)
+    return found.spec if found is not None else None
 
 
 async def after_finished(ctl: context.Controller, run: runstate.RunContext) -> float | None:
     """Delete the run once its TTL has passed; else return the seconds left."""
-    spec = await live_flow(ctl, run.namespace, run.flow)
-    if spec is None:
-        snapshot = await snapshots.read(ctl.api, run.namespace, run.name)
-        spec = snapshots.specs(snapshot)[0] if snapshot else None
+    spec = live_flow(ctl, run.namespace, run.flow)
+    if spec is None and ctl.cache.flow(run.namespace, run.flow) is None:
+        snapshot = await ctl.snapshots.of_run(ctl.api, run.obj) if run.attempt else None
+        ctl.snapshots.forget(run.namespace, run.name)
+        spec = snapshot.flow if snapshot else None
     ttl = spec.ttl_seconds_after_finished if spec else None
-    finished = conditions.parse_time(run.get("completionTime"))
+    finished = conditions.parse_time(run.status.completion_time)
     if ttl is None or finished is None:
         return None
     left = ttl - (conditions.now() - finished).total_seconds()
@@ -96,30 +77,29 @@ async def after_finished(ctl: context.Controller, run: runstate.RunContext) -> f
     return None
 
 
-def _finished_at(item: dict[str, Any]) -> str:
-    status = item.get("status") or {}
-    return str(status.get("completionTime") or item["metadata"].get("creationTimestamp", ""))
+def _finished_at(run: cache.Run) -> str:
+    return str(run.status.completion_time or run.obj["metadata"].get("creationTimestamp", ""))
 
 
 async def enforce_history(ctl: context.Controller, key: workqueue.Key) -> float | None:
     """Delete a Flow's oldest finished runs beyond its history limits."""
-    spec = await live_flow(ctl, key.namespace, key.name)
+    spec = live_flow(ctl, key.namespace, key.name)
     if spec is None:
         return None
-    finished: dict[bool, list[dict[str, Any]]] = {True: [], False: []}
-    for item in await flows.runs_of(ctl, key.namespace, key.name):
-        phase = (item.get("status") or {}).get("phase")
-        if not phase:
-            continue
-        if RunPhase(phase).terminal:
-            finished[phase == RunPhase.SUCCEEDED.value].append(item)
+    finished: dict[bool, list[cache.Run]] = {True: [], False: []}
+    for run in ctl.cache.runs_of(key.namespace, key.name):
+        phase = run.status.phase
+        if phase is not None and phase.terminal:
+            finished[phase is RunPhase.SUCCEEDED].append(run)
     limits = {True: spec.successful_runs_history_limit, False: spec.failed_runs_history_limit}
-    for succeeded, items in finished.items():
-        items.sort(key=_finished_at, reverse=True)
-        for item in items[limits[succeeded] :]:
-            name = item["metadata"]["name"]
+    for succeeded, runs in finished.items():
+        runs.sort(key=_finished_at, reverse=True)
+        for run in runs[limits[succeeded] :]:
+            name = run.obj["metadata"]["name"]
             log.info("FlowRun %s/%s: beyond the history limit; deleting", key.namespace, name)
             await ctl.api.delete(
-                kube.path_of("flowruns", key.namespace, name), propagation="Background"
+                kube.path_of("flowruns", key.namespace, name),
+                propagation="Background",
+                missing_ok=True,
             )
     return None

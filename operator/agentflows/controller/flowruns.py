@@ -1,7 +1,8 @@
 """The FlowRun lifecycle: level-triggered, idempotent, safe to run again at any moment.
 
-Reconciler for keys of kind FlowRun; handlers enqueue a run on any event of the run or of its
-pods. Each reconcile reads the run, decides from what it sees, and writes operator keys:
+Reconciler for keys of kind FlowRun; the cache enqueues a run on any change of the run or of its
+pods. Each reconcile reads the run and its pod from the cache (no API read), decides from what
+it sees, and writes the operator's status keys once:
 
 - finished -> only the TTL is left (:mod:`finishing`);
 - ``spec.cancel`` -> delete the pod, Cancelled;
@@ -22,45 +23,45 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 from agentflows.api import flow as flow_api
-from agentflows.api.flowrun import RunPhase, RunReason
+from agentflows.api.flowrun import RunnerResult, RunPhase, RunReason
 from agentflows.controller import (
     admission,
     attempts,
+    cache,
     context,
     events,
     finishing,
-    labels,
     requests,
     runstate,
     snapshots,
     workqueue,
 )
 from agentflows.kube import client as kube
+from agentflows.kube import objects
 
 log = logging.getLogger(__name__)
 
 #: How often an active run is looked at without any event (a safety net; events drive it).
 _RUNNING_RESYNC = 30.0
+#: An ended pod whose run shows no result yet is looked at again this soon (the runner's last
+#: write and the pod's end arrive on different watches) before the run is read to be sure.
+_RESULT_GRACE_SECONDS = 0.5
 
 
 async def reconcile(ctl: context.Controller, key: workqueue.Key) -> float | None:
     """Reconcile one FlowRun; return when to look again."""
-    try:
-        obj = await ctl.api.get(kube.path_of("flowruns", key.namespace, key.name))
-    except kube.ApiError as exc:
-        if exc.not_found:
-            ctl.forget_run(key.namespace, key.name)
-            return None
-        raise
-    run = runstate.RunContext.of(obj)
+    cached = ctl.cache.run_of(key.namespace, key.name)
+    if cached is None:
+        ctl.forget_run(key.namespace, key.name)
+        return None
+    run = runstate.RunContext.of(cached)
     if run.phase is not None and run.phase.terminal:
         run.observe(ctl)
         return await finishing.after_finished(ctl, run)
     await _ensure_flow_label(ctl, run)
-    if (obj.get("spec") or {}).get("cancel"):
+    if cached.model.spec.cancel:
         return await finishing.finish(
             ctl,
             run,
@@ -69,154 +70,139 @@ async def reconcile(ctl: context.Controller, key: workqueue.Key) -> float | None
             "spec.cancel was set",
             delete_pod=True,
         )
-    if run.phase is None:
-        run.set_phase(RunPhase.PENDING, RunReason.PENDING, f"run of Flow {run.flow} created")
-        await run.save(ctl)
     if run.attempt == 0:
         return await admission.start(ctl, run)
-    snapshot = await snapshots.read(ctl.api, run.namespace, run.name)
+    snapshot = await ctl.snapshots.of_run(ctl.api, run.obj)
     if snapshot is None:
         message = f"snapshot ConfigMap {snapshots.name_of(run.name)} is missing"
         return await finishing.finish(
             ctl, run, RunPhase.FAILED, RunReason.SNAPSHOT_MISSING, message, delete_pod=True
         )
-    flow_spec = snapshots.specs(snapshot)[0]
-    if run.status.get("requests"):
+    if run.stored.requests:
         await requests.review(ctl, run)
-    remaining = attempts.remaining_seconds(run, flow_spec)
+    remaining = attempts.remaining_seconds(run, snapshot.flow)
     if remaining is not None and remaining <= 0:
-        message = f"the run exceeded limits.timeoutSeconds={flow_spec.limits.timeout_seconds}"
+        message = f"the run exceeded limits.timeoutSeconds={snapshot.flow.limits.timeout_seconds}"
         return await finishing.finish(
             ctl, run, RunPhase.FAILED, RunReason.TIMEOUT, message, delete_pod=True
         )
-    requeue = await _follow(ctl, run, snapshot, flow_spec)
-    await run.save(ctl)
+    requeue = await _follow(ctl, run, snapshot)
     if run.phase is not None and run.phase.terminal:
         return requeue
+    await run.save(ctl)
     candidates = [t for t in (requeue, remaining, _RUNNING_RESYNC) if t is not None]
     return min(candidates)
 
 
 async def _ensure_flow_label(ctl: context.Controller, run: runstate.RunContext) -> None:
-    current = (run.obj["metadata"].get("labels") or {}).get(labels.FLOW)
-    if current != run.flow and run.flow:
-        stored = await ctl.api.merge_patch(
-            run.path, {"metadata": {"labels": {labels.FLOW: run.flow}}}
-        )
-        run.refresh(stored)
+    """Label the run with its Flow (a run created with kubectl may lack it; CLI lists by it)."""
+    wanted = objects.label_value(run.flow)
+    if run.flow and (run.obj["metadata"].get("labels") or {}).get(objects.FLOW) != wanted:
+        patch = {"metadata": {"labels": {objects.FLOW: wanted}}}
+        run.refresh(await ctl.api.merge_patch(run.path, patch), ctl)
 
 
-async def _get_pod(ctl: context.Controller, namespace: str, name: str) -> dict[str, Any] | None:
+async def _pod(ctl: context.Controller, run: runstate.RunContext, name: str) -> cache.Pod | None:
+    """The attempt's pod from the cache; a GET only to be sure before calling it gone."""
+    pod = ctl.cache.pod(run.namespace, name)
+    if pod is not None:
+        return pod
     try:
-        pod: dict[str, Any] = await ctl.api.get(kube.path_of("pods", namespace, name))
+        found = await ctl.api.get(kube.path_of("pods", run.namespace, name))
     except kube.ApiError as exc:
         if exc.not_found:
             return None
         raise
-    return pod
+    ctl.cache.stored(found)
+    return ctl.cache.pod(run.namespace, name)
 
 
 async def _follow(
-    ctl: context.Controller,
-    run: runstate.RunContext,
-    snapshot: dict[str, Any],
-    flow_spec: flow_api.FlowSpec,
+    ctl: context.Controller, run: runstate.RunContext, snapshot: snapshots.Snapshot
 ) -> float | None:
     """Follow the current attempt: its result, else its pod."""
     result = run.result()
     if result is not None:
         return await _on_result(ctl, run, snapshot, result)
-    if attempts.created_attempt(run) < run.attempt:
+    pod_name = objects.pod_name(run.name, run.attempt)
+    if run.status.pod_created < run.attempt and ctl.cache.pod(run.namespace, pod_name) is None:
         return await attempts.create_pod(ctl, run, snapshot)
-    pod_name = labels.pod_name(run.name, run.attempt)
-    pod = await _get_pod(ctl, run.namespace, pod_name)
+    pod = await _pod(ctl, run, pod_name)
     if pod is None:
-        return await _lost(ctl, run, snapshot, flow_spec, f"runner pod {pod_name} is gone")
-    if pod["metadata"].get("deletionTimestamp"):
+        return await _lost(ctl, run, snapshot, f"runner pod {pod_name} is gone")
+    if pod.deleting:
         return 2.0
-    pod_phase = (pod.get("status") or {}).get("phase", "Pending")
-    if pod_phase == "Pending":
-        if run.phase is not RunPhase.PENDING:
-            run.set_phase(
-                RunPhase.PENDING, RunReason.POD_PENDING, f"runner pod {pod_name} is starting"
-            )
+    if pod.phase == "Pending":
+        # Pending since the attempt was reserved: nothing to write until the pod runs
         return None
-    if pod_phase == "Running":
-        run.set_phase(
-            RunPhase.RUNNING, RunReason.RUNNING, f"attempt {run.attempt} running in pod {pod_name}"
-        )
+    attempts.mark_created(run, pod_name)
+    if pod.phase == "Running":
+        message = f"attempt {run.attempt} running in pod {pod_name}"
+        run.set_phase(RunPhase.RUNNING, RunReason.RUNNING, message)
         return None
-    if pod_phase not in ("Succeeded", "Failed"):
+    if pod.phase not in ("Succeeded", "Failed"):
         # Unknown: the node is unreachable and the runner may still run; never start a second
         # runner next to it. The pod's deletion (by whoever evicts it) moves the run on.
         return None
-    # The pod ended. The runner writes its result before it exits, so look once more.
-    run.refresh(await ctl.api.get(run.path))
+    # The pod ended. The runner writes its result before it exits: that change may still be on
+    # its way through the FlowRun watch; look again shortly, then read the run to be sure.
+    key = (run.namespace, run.name, run.attempt)
+    loop = asyncio.get_running_loop()
+    first_seen = ctl.ended_at.setdefault(key, loop.time())
+    if loop.time() - first_seen < _RESULT_GRACE_SECONDS:
+        return _RESULT_GRACE_SECONDS
+    del ctl.ended_at[key]
+    run.refresh(await ctl.api.get(run.path), ctl)
     result = run.result()
     if result is not None:
         return await _on_result(ctl, run, snapshot, result)
-    why = f"runner pod {pod_name} ended ({_describe_exit(pod)}) without a result"
-    return await _lost(ctl, run, snapshot, flow_spec, why)
-
-
-def _describe_exit(pod: dict[str, Any]) -> str:
-    status = pod.get("status") or {}
-    for container in status.get("containerStatuses") or []:
-        terminated = (container.get("state") or {}).get("terminated")
-        if terminated:
-            reason = terminated.get("reason") or "Terminated"
-            return f"exit code {terminated.get('exitCode')}, {reason}"
-    return str(status.get("reason") or status.get("phase", "unknown"))
+    why = f"runner pod {pod_name} ended ({pod.ended}) without a result"
+    return await _lost(ctl, run, snapshot, why)
 
 
 async def _on_result(
     ctl: context.Controller,
     run: runstate.RunContext,
-    snapshot: dict[str, Any],
-    result: dict[str, Any],
+    snapshot: snapshots.Snapshot,
+    result: RunnerResult,
 ) -> float | None:
     """Act on the runner's result for the current attempt."""
-    phase = result.get("phase")
-    message = str(result.get("message") or "")
-    if phase == RunPhase.SUCCEEDED.value:
-        reason = result.get("reason") or RunReason.SUCCEEDED
+    message = result.message or ""
+    if result.phase == RunPhase.SUCCEEDED.value:
+        reason = result.reason or RunReason.SUCCEEDED
         return await finishing.finish(
             ctl, run, RunPhase.SUCCEEDED, reason, message or "the flow finished"
         )
-    if phase == RunPhase.FAILED.value:
-        reason = result.get("reason") or RunReason.RUN_FAILED
+    if result.phase == RunPhase.FAILED.value:
+        reason = result.reason or RunReason.RUN_FAILED
         return await finishing.finish(ctl, run, RunPhase.FAILED, reason, message or "failed")
     return await _on_waiting(ctl, run, snapshot, message)
 
 
 async def _on_waiting(
-    ctl: context.Controller, run: runstate.RunContext, snapshot: dict[str, Any], message: str
+    ctl: context.Controller, run: runstate.RunContext, snapshot: snapshots.Snapshot, message: str
 ) -> float | None:
     """The attempt paused: resume once a request is decided or expired, else wait (Waiting)."""
     decided = requests.resumable(run)
     if decided:
         why = f"request(s) {', '.join(decided)} decided"
         return await attempts.start_next(ctl, run, snapshot, why)
-    expired = requests.expired(run.status)
+    expired = requests.expired(run.stored)
     if expired:
         requests.mark_expired(ctl, run, expired)
         why = f"request(s) {', '.join(expired)} expired"
         return await attempts.start_next(ctl, run, snapshot, why)
-    undecided = sorted(requests.pending(run.status))
+    undecided = sorted(requests.pending(run.stored))
     text = f"waiting for a decision on request(s) {', '.join(undecided) or '(none)'}"
     run.set_phase(RunPhase.WAITING, RunReason.WAITING, message or text)
-    return requests.seconds_to_expiry(run.status)
+    return requests.seconds_to_expiry(run.stored)
 
 
 async def _lost(
-    ctl: context.Controller,
-    run: runstate.RunContext,
-    snapshot: dict[str, Any],
-    flow_spec: flow_api.FlowSpec,
-    why: str,
+    ctl: context.Controller, run: runstate.RunContext, snapshot: snapshots.Snapshot, why: str
 ) -> float | None:
     """The current attempt ended without a result: retry after the backoff, or give up."""
-    retry = flow_spec.retry
+    retry: flow_api.Retry = snapshot.flow.retry
     if run.attempt >= retry.max_attempts:
         message = f"{why}; attempt {run.attempt} of {retry.max_attempts} was the last"
         return await finishing.finish(

@@ -4,7 +4,7 @@ Called by :mod:`agentflows.controller.flows` on every Flow reconcile. One :class
 is built by :mod:`agentflows.controller.main` and lives as long as the operator: it owns the
 :class:`~agentflows.triggers.kubernetes.WatchManager` and an in-memory index of the Ready Flows
 that have ``kubernetes`` triggers, handed to the manager whenever it changes. The index is a
-cache: after a restart kopf's initial listing reconciles every Flow and rebuilds it.
+cache: after a restart the operator reconciles every Flow it lists and rebuilds it.
 
 A Flow that is not Ready (a bad trigger expression included) has its watches stopped and its
 CronJobs left as they are until it is fixed; a Flow that goes away loses its watches here and

@@ -1,12 +1,13 @@
-"""``agentflows operator``: run kopf's watches and our work queue in one event loop.
+"""``agentflows operator``: the cache's watches and the work queue in one event loop.
 
-Called by the ``operator`` command in :mod:`agentflows.cli.main`. Builds the API client (the
-same kubeconfig or in-cluster account kopf logs in with), the metrics server and the
-:class:`~agentflows.controller.context.Controller` with the operator's one
-:class:`~agentflows.triggers.kubernetes.WatchManager` and its MCP tool discovery, then runs
-``kopf.operator`` next to the work queue until SIGINT/SIGTERM, and stops the watches and
-discoveries on the way out. Trigger CronJobs use ``$AGENTFLOWS_TRIGGER_IMAGE``, else the
-runner image (:meth:`agentflows.triggers.schedule.Settings.from_env`).
+Called by the ``operator`` command in :mod:`agentflows.cli.main`. Builds the API client
+(kubeconfig context or in-cluster account), the metrics server (``/metrics``, ``/healthz``,
+``/readyz``) and the :class:`~agentflows.controller.context.Controller` with its cache, the
+operator's one :class:`~agentflows.triggers.kubernetes.WatchManager` and its MCP tool discovery.
+The watches start at once; the work queue starts once the cache holds its first lists (so no
+reconcile decides from a partial view), and everything stops on SIGINT/SIGTERM. Trigger
+CronJobs use ``$AGENTFLOWS_TRIGGER_IMAGE``, else the runner image
+(:meth:`agentflows.triggers.schedule.Settings.from_env`).
 """
 
 from __future__ import annotations
@@ -18,10 +19,9 @@ import signal
 from collections.abc import Mapping
 from typing import Any
 
-import kopf
-
 from agentflows.controller import (
     agents,
+    cache,
     context,
     events,
     finishing,
@@ -29,10 +29,10 @@ from agentflows.controller import (
     flows,
     flowtriggers,
     settings,
+    snapshots,
     tooldiscovery,
     workqueue,
 )
-from agentflows.controller import handlers as _handlers  # noqa: F401  (registers kopf handlers)
 from agentflows.controller import metrics as metrics_mod
 from agentflows.kube import client as kube
 from agentflows.triggers import kubernetes, schedule
@@ -47,6 +47,7 @@ def dispatch(ctl: context.Controller) -> workqueue.Reconciler:
         workqueue.FLOW: flows.reconcile,
         workqueue.FLOWRUN: flowruns.reconcile,
         workqueue.HISTORY: finishing.enforce_history,
+        workqueue.SUMMARY: flows.summarize,
     }
 
     async def reconcile(key: workqueue.Key) -> float | None:
@@ -57,10 +58,8 @@ def dispatch(ctl: context.Controller) -> workqueue.Reconciler:
 
 
 def quiet_libraries() -> None:
-    """Keep per-request and per-event lines of httpx and kopf out of the operator's log."""
+    """Keep per-request lines of httpx out of the operator's log."""
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    # kopf.objects logs "Handler ... succeeded" for every watch event at INFO.
-    logging.getLogger("kopf.objects").setLevel(logging.WARNING)
 
 
 def _trigger_suspended(api: kube.Client) -> kubernetes.Suspended:
@@ -84,14 +83,14 @@ async def run(
     quiet_libraries()
     api = kube.Client.from_env(kubeconfig, kube_context)
     metrics = metrics_mod.Metrics()
-    if config.metrics_port:
-        metrics.serve(config.metrics_port)
     ctl = context.Controller(api=api, config=config, metrics=metrics)
     ctl.queue = workqueue.WorkQueue(
         dispatch(ctl),
         workers=config.workers,
         on_error=lambda key, _exc: metrics.reconcile_errors.labels(key.kind).inc(),
     )
+    ctl.cache = cache.Cache(api, config.namespaces, config.owns, ctl.enqueue)
+    ctl.snapshots = snapshots.Snapshots(ctl.cache)
     ctl.triggers = flowtriggers.FlowTriggers(
         kubernetes.WatchManager(api, on_suspended=_trigger_suspended(api)),
         schedule.Settings.from_env(),
@@ -102,33 +101,42 @@ async def run(
         lambda namespace, name: ctl.enqueue(workqueue.AGENT, namespace, name),
         retry_seconds=config.not_ready_recheck_seconds,
     )
+    if config.metrics_port:
+        metrics.serve(config.metrics_port, ready=ctl.cache.synced.is_set)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    memo = kopf.Memo(controller=ctl)
-    operator = asyncio.create_task(
-        kopf.operator(
-            settings=settings.kopf_settings(),
-            standalone=True,
-            clusterwide=config.clusterwide,
-            namespaces=list(config.namespaces),
-            memo=memo,
-            stop_flag=stop,
-        )
-    )
-    queue = asyncio.create_task(ctl.queue.run())
-    log.info("agentflows operator started: %s", dataclasses.asdict(config))
+    log.info("agentflows operator starting: %s", dataclasses.asdict(config))
+    tasks = [asyncio.create_task(ctl.cache.run(), name="cache")]
     try:
-        done, _ = await asyncio.wait({operator, queue}, return_when=asyncio.FIRST_COMPLETED)
-        for task in done:
-            # kopf cancels the tasks started after it (our queue) when it stops: not an error.
-            if not task.cancelled():
-                task.result()
+        if await _until(stop, ctl.cache.synced, tasks):
+            tasks.append(asyncio.create_task(ctl.queue.run(), name="queue"))
+            log.info("agentflows operator reconciling")
+            await _until(stop, None, tasks)
     finally:
-        stop.set()
-        queue.cancel()
-        await asyncio.gather(operator, queue, return_exceptions=True)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         await ctl.triggers.close()
         await ctl.tools.close()
         await api.close()
+
+
+async def _until(
+    stop: asyncio.Event, event: asyncio.Event | None, tasks: list[asyncio.Task[None]]
+) -> bool:
+    """Wait for ``event`` (True), a stop signal (False) or a task's end (its error is raised)."""
+    waiters = {asyncio.create_task(stop.wait())}
+    if event is not None:
+        waiters.add(asyncio.create_task(event.wait()))
+    try:
+        done, _ = await asyncio.wait({*waiters, *tasks}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+    for task in tasks:
+        if task in done:
+            task.result()
+            raise RuntimeError(f"{task.get_name()} stopped")
+    return event is not None and event.is_set() and not stop.is_set()

@@ -9,6 +9,8 @@ and ``docs/runbook.md``.
 
 from __future__ import annotations
 
+import http.server
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
@@ -118,9 +120,45 @@ class Metrics:
         """Export ``agentflows_reconcile_queue_depth`` (keys waiting or in work) per scrape."""
         self.registry.register(_QueueDepth(depth))
 
-    def serve(self, port: int) -> None:
-        """Serve ``/metrics`` on ``port`` in a background thread."""
-        prometheus_client.start_http_server(port, registry=self.registry)
+    def serve(self, port: int, ready: Callable[[], bool] = lambda: True) -> None:
+        """Serve ``/metrics``, ``/healthz`` and ``/readyz`` on ``port`` in a background thread.
+
+        ``/healthz`` answers while the process runs; ``/readyz`` answers 200 once ``ready()``
+        (the operator's cache has its first lists), else 503. A thread, so a busy event loop
+        never fails a probe.
+        """
+        registry = self.registry
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                path = self.path.split("?", 1)[0]
+                if path == "/metrics":
+                    self._answer(
+                        200,
+                        prometheus_client.generate_latest(registry),
+                        prometheus_client.CONTENT_TYPE_LATEST,
+                    )
+                elif path == "/healthz":
+                    self._answer(200, b"ok\n")
+                elif path == "/readyz":
+                    synced = ready()
+                    self._answer(200 if synced else 503, b"ok\n" if synced else b"syncing\n")
+                else:
+                    self._answer(404, b"not found: /metrics, /healthz, /readyz\n")
+
+            def _answer(self, code: int, body: bytes, kind: str = "text/plain") -> None:
+                self.send_response(code)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                """Probes and scrapes are not logged."""
+
+        server = http.server.ThreadingHTTPServer(("", port), Handler)
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
 
     def observe_run(
         self, namespace: str, name: str, flow: str, phase: str, pending: dict[str, int]
@@ -176,47 +214,52 @@ class Metrics:
         namespace: str,
         flow: str,
         phase: str,
-        status: dict[str, Any],
+        status: flowrun_api.FlowRunStatus,
         flow_spec: flow_api.FlowSpec | None,
         agent_models: dict[str, str],
     ) -> None:
         """Observe a run's duration, node durations and usage once, when it finishes."""
-        started = conditions.parse_time(status.get("startTime"))
-        ended = conditions.parse_time(status.get("completionTime")) or conditions.now()
+        started = conditions.parse_time(status.start_time)
+        ended = conditions.parse_time(status.completion_time) or conditions.now()
         if started is not None:
             self.run_duration.labels(namespace, flow, phase).observe(
                 (ended - started).total_seconds()
             )
         kinds = {n.id: n.kind for n in flow_spec.nodes} if flow_spec else {}
         models = _node_models(flow_spec, agent_models) if flow_spec else {}
-        for node_id, node in (status.get("nodes") or {}).items():
+        for node_id, node in status.nodes.items():
             base = node_id.split("[", 1)[0].split("/", 1)[0]
             node_type = kinds.get(base, "unknown")
-            begin = conditions.parse_time(node.get("startedAt"))
-            end = conditions.parse_time(node.get("finishedAt"))
+            begin = conditions.parse_time(node.started_at)
+            end = conditions.parse_time(node.finished_at)
             if begin is not None and end is not None:
-                self.node_duration.labels(
-                    namespace, flow, node_type, str(node.get("phase", ""))
-                ).observe(max(0.0, (end - begin).total_seconds()))
-            usage = node.get("usage") or {}
+                self.node_duration.labels(namespace, flow, node_type, node.phase.value).observe(
+                    max(0.0, (end - begin).total_seconds())
+                )
+            usage = node.usage
+            if usage is None:
+                continue
             model = models.get(base, "unknown")
-            for kind, field in (("prompt", "promptTokens"), ("completion", "completionTokens")):
-                if usage.get(field):
-                    self.tokens.labels(namespace, flow, model, kind).inc(usage[field])
-            if usage.get("costUSD"):
-                self.cost.labels(namespace, flow, model).inc(usage["costUSD"])
+            for kind, tokens in (
+                ("prompt", usage.prompt_tokens),
+                ("completion", usage.completion_tokens),
+            ):
+                if tokens:
+                    self.tokens.labels(namespace, flow, model, kind).inc(tokens)
+            if usage.cost_usd:
+                self.cost.labels(namespace, flow, model).inc(usage.cost_usd)
 
     def request_waited(
-        self, namespace: str, flow: str, request: dict[str, Any], decision: str
+        self, namespace: str, flow: str, request: flowrun_api.HumanRequest, decision: str
     ) -> None:
         """Observe how long a request waited for its decision (or its expiry), once."""
-        asked = conditions.parse_time(request.get("requestedAt"))
-        field = "expiresAt" if decision == "expired" else "decidedAt"
-        answered = conditions.parse_time(request.get(field)) or conditions.now()
+        asked = conditions.parse_time(request.requested_at)
+        until = request.expires_at if decision == "expired" else request.decided_at
+        answered = conditions.parse_time(until) or conditions.now()
         if asked is not None:
-            self.request_wait.labels(
-                namespace, flow, str(request.get("kind", "")), decision
-            ).observe(max(0.0, (answered - asked).total_seconds()))
+            self.request_wait.labels(namespace, flow, request.kind.value, decision).observe(
+                max(0.0, (answered - asked).total_seconds())
+            )
 
 
 class _TriggerWatches:

@@ -15,8 +15,8 @@ from agentflows.agents import secrets
 from agentflows.api import agent as agent_api
 from agentflows.api import common
 from agentflows.api import flow as flow_api
-from agentflows.controller import labels, resolve, settings
-from agentflows.kube import podsecurity
+from agentflows.controller import resolve, settings
+from agentflows.kube import objects, podsecurity
 
 CONTAINER = "runner"
 DEFAULT_RESOURCES: dict[str, dict[str, str]] = {
@@ -75,7 +75,7 @@ def runner_pod(
     name, namespace = meta["name"], meta["namespace"]
     flow_spec = flows[flow_name]
     runner = flow_spec.runner
-    pod_labels = {**labels.of_run(name, flow_name), labels.ATTEMPT: str(attempt)}
+    pod_labels = {**objects.run_labels(name, flow_name), objects.ATTEMPT: str(attempt)}
     env = [
         {"name": "LITELLM_LOCAL_MODEL_COST_MAP", "value": "True"},
         {"name": "HOME", "value": "/tmp"},
@@ -114,10 +114,10 @@ def runner_pod(
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": labels.pod_name(name, attempt),
+            "name": objects.pod_name(name, attempt),
             "namespace": namespace,
             "labels": pod_labels,
-            "ownerReferences": [labels.owner_reference(run)],
+            "ownerReferences": [objects.owner_reference(run)],
         },
         "spec": spec,
     }

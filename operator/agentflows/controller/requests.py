@@ -25,7 +25,14 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from agentflows.api import schemas
-from agentflows.api.flowrun import DECISIONS, Decision, RequestKind
+from agentflows.api.flowrun import (
+    DECISIONS,
+    Decision,
+    FlowRunStatus,
+    HumanRequest,
+    NodePhase,
+    RequestKind,
+)
 from agentflows.controller import conditions, context, events
 from agentflows.kube import status_store
 
@@ -40,7 +47,7 @@ DECIDED = "decided"
 #: Kinds whose expiry the engine applies on the next attempt (approval and input nodes).
 EXPIRING_KINDS = frozenset({RequestKind.APPROVAL, RequestKind.INPUT})
 #: The fields a human writes; all of them are removed when a decision is taken back.
-DECISION_FIELDS = ("decision", "decidedBy", "decidedAt", "comment", "edits", "data")
+DECISION_FIELDS = ("decision", "decided_by", "decided_at", "comment", "edits", "data")
 #: Longest comment quoted in an Event.
 _COMMENT_CHARS = 200
 _VERBS: dict[str, str] = {
@@ -51,27 +58,30 @@ _VERBS: dict[str, str] = {
 }
 
 
-def _node_waits(status: dict[str, Any], request: dict[str, Any]) -> bool:
+def _wire_name(field: str) -> str:
+    return HumanRequest.model_fields[field].alias or field
+
+
+def _node_waits(status: FlowRunStatus, request: HumanRequest) -> bool:
     """Whether the request's node still waits (a request written before its node: yes)."""
-    node = (status.get("nodes") or {}).get(request.get("node", "")) or {}
-    return bool(node.get("phase", "Waiting") == "Waiting")
+    node = status.nodes.get(request.node)
+    return node is None or node.phase is NodePhase.WAITING
 
 
-def pending(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def pending(status: FlowRunStatus) -> dict[str, HumanRequest]:
     """Requests waiting for a decision: undecided, and their node still waits."""
     return {
         rid: request
-        for rid, request in (status.get("requests") or {}).items()
-        if not request.get("decision") and _node_waits(status, request)
+        for rid, request in status.requests.items()
+        if not request.decision and _node_waits(status, request)
     }
 
 
-def pending_by_kind(status: dict[str, Any]) -> dict[str, int]:
+def pending_by_kind(status: FlowRunStatus) -> dict[str, int]:
     """The number of pending requests per kind (the pending-requests gauge)."""
     counts: dict[str, int] = {}
     for request in pending(status).values():
-        kind = str(request.get("kind", ""))
-        counts[kind] = counts.get(kind, 0) + 1
+        counts[request.kind.value] = counts.get(request.kind.value, 0) + 1
     return counts
 
 
@@ -83,23 +93,23 @@ def resumable(run: runstate.RunContext) -> list[str]:
     seen = _seen(run)
     return sorted(
         rid
-        for rid, request in (run.status.get("requests") or {}).items()
-        if request.get("decision")
+        for rid, request in run.stored.requests.items()
+        if request.decision
         and seen.get(rid) == DECIDED
-        and not request.get("error")
-        and _node_waits(run.status, request)
+        and not request.error
+        and _node_waits(run.stored, request)
     )
 
 
-def _expiry(request: dict[str, Any]) -> float | None:
+def _expiry(request: HumanRequest) -> float | None:
     """Seconds until the request expires (negative: past), if it expires and the engine acts."""
-    expires = conditions.parse_time(request.get("expiresAt"))
-    if expires is None or request.get("kind") not in EXPIRING_KINDS:
+    expires = conditions.parse_time(request.expires_at)
+    if expires is None or request.kind not in EXPIRING_KINDS:
         return None
     return (expires - conditions.now()).total_seconds()
 
 
-def expired(status: dict[str, Any]) -> list[str]:
+def expired(status: FlowRunStatus) -> list[str]:
     """Pending approval and input requests past their ``expiresAt``."""
     return sorted(
         rid
@@ -108,7 +118,7 @@ def expired(status: dict[str, Any]) -> list[str]:
     )
 
 
-def seconds_to_expiry(status: dict[str, Any]) -> float | None:
+def seconds_to_expiry(status: FlowRunStatus) -> float | None:
     """Seconds until the first pending request expires, if any will."""
     lefts = [left for r in pending(status).values() if (left := _expiry(r)) is not None]
     return max(0.0, min(lefts)) if lefts else None
@@ -127,11 +137,9 @@ def _pointer(*parts: str) -> str:
     return "/" + "/".join(p.replace("~", "~0").replace("/", "~1") for p in parts)
 
 
-async def _schema(
-    ctl: context.Controller, run: runstate.RunContext, request: dict[str, Any]
-) -> Any:
+async def _schema(ctl: context.Controller, run: runstate.RunContext, request: HumanRequest) -> Any:
     """The request's JSON Schema, read back from ConfigMaps when it was offloaded."""
-    schema = request.get("schema")
+    schema = request.schema_
     if isinstance(schema, dict) and set(schema) == {status_store.OFFLOADED}:
         return await status_store.read_output(
             ctl.api, run.namespace, str(schema[status_store.OFFLOADED])
@@ -140,24 +148,26 @@ async def _schema(
 
 
 async def problem(
-    ctl: context.Controller, run: runstate.RunContext, request: dict[str, Any]
+    ctl: context.Controller, run: runstate.RunContext, request: HumanRequest
 ) -> str | None:
     """Why the request's decision cannot be accepted, or None when it can."""
-    decision = request.get("decision")
-    kind = str(request.get("kind", ""))
+    decision = request.decision
+    kind = request.kind.value
     allowed = DECISIONS.get(kind, frozenset(Decision))
     if decision not in allowed:
         valid = ", ".join(sorted(allowed))
         article = "an" if kind[:1] in ("a", "i") else "a"
-        return f"decision {decision!r} is not valid for {article} {kind} request (valid: {valid})"
-    if decision == Decision.EDIT and "edits" not in request:
+        shown = decision.value if decision else None
+        return f"decision {shown!r} is not valid for {article} {kind} request (valid: {valid})"
+    given = request.model_fields_set
+    if decision == Decision.EDIT and "edits" not in given:
         return "decision 'edit' needs edits (the replacement arguments)"
     if decision == Decision.RESPOND:
-        if "data" not in request:
+        if "data" not in given:
             return "decision 'respond' needs data (the answer)"
         schema = await _schema(ctl, run, request)
-        if kind == RequestKind.INPUT and schema is not None:
-            found = schemas.mismatch(schema, request["data"])
+        if request.kind == RequestKind.INPUT and schema is not None:
+            found = schemas.mismatch(schema, request.data)
             if found is not None:
                 where = "data" + "".join(f"[{part!r}]" for part in found.path)
                 return f"{where} does not match the request's schema: {found.message}"[:1024]
@@ -165,27 +175,33 @@ async def problem(
 
 
 async def _take_back(
-    ctl: context.Controller, run: runstate.RunContext, rid: str, request: dict[str, Any], why: str
+    ctl: context.Controller, run: runstate.RunContext, rid: str, request: HumanRequest, why: str
 ) -> None:
     """Remove the decision fields and write ``error``, so the human can answer again."""
     base = ("status", "requests", rid)
+    assert request.decision is not None
     ops: list[dict[str, Any]] = [
-        {"op": "test", "path": _pointer(*base, "decision"), "value": request["decision"]}
+        {"op": "test", "path": _pointer(*base, "decision"), "value": request.decision.value}
     ]
-    ops += [{"op": "remove", "path": _pointer(*base, f)} for f in DECISION_FIELDS if f in request]
+    ops += [
+        {"op": "remove", "path": _pointer(*base, _wire_name(f))}
+        for f in DECISION_FIELDS
+        if f in request.model_fields_set
+    ]
     ops.append({"op": "add", "path": _pointer(*base, "error"), "value": why})
-    run.refresh(await ctl.api.json_patch(run.path + "/status", ops))
+    run.refresh(await ctl.api.json_patch(run.path + "/status", ops), ctl)
 
 
-def _describe(rid: str, request: dict[str, Any]) -> str:
+def _describe(rid: str, request: HumanRequest) -> str:
     """``alice approved request review: "lgtm"`` (data and edits only by their size)."""
-    decision = str(request.get("decision"))
-    text = f"{request.get('decidedBy') or 'someone'} {_VERBS.get(decision, decision)} request {rid}"
+    decision = request.decision.value if request.decision else ""
+    text = f"{request.decided_by or 'someone'} {_VERBS.get(decision, decision)} request {rid}"
     for field in ("edits", "data"):
-        if field in request:
-            size = len(json.dumps(request[field], separators=(",", ":")))
+        if field in request.model_fields_set:
+            value = getattr(request, field)
+            size = len(json.dumps(value, separators=(",", ":")))
             text += f" ({field}: {size} bytes of JSON)"
-    comment = str(request.get("comment") or "")
+    comment = request.comment or ""
     if comment:
         quoted = comment if len(comment) <= _COMMENT_CHARS else comment[:_COMMENT_CHARS] + "..."
         text += f": {json.dumps(quoted, ensure_ascii=False)}"
@@ -193,68 +209,61 @@ def _describe(rid: str, request: dict[str, Any]) -> str:
 
 
 async def _check_decision(
-    ctl: context.Controller, run: runstate.RunContext, rid: str, request: dict[str, Any]
+    ctl: context.Controller, run: runstate.RunContext, rid: str, request: HumanRequest
 ) -> bool:
     """Accept or take back a new decision; True when accepted."""
     why = await problem(ctl, run, request)
     if why is not None:
         await _take_back(ctl, run, rid, request, why)
-        who = request.get("decidedBy") or "someone"
+        who = request.decided_by or "someone"
         run.event(events.WARNING, "RequestDecisionInvalid", f"request {rid} by {who}: {why}")
         return False
-    if request.get("error"):
+    if request.error:
         path = _pointer("status", "requests", rid, "error")
-        run.refresh(
-            await ctl.api.json_patch(run.path + "/status", [{"op": "remove", "path": path}])
-        )
+        stored = await ctl.api.json_patch(run.path + "/status", [{"op": "remove", "path": path}])
+        run.refresh(stored, ctl)
     run.event(events.NORMAL, "RequestDecided", _describe(rid, request))
-    ctl.metrics.request_waited(run.namespace, run.flow, request, str(request["decision"]))
+    assert request.decision is not None
+    ctl.metrics.request_waited(run.namespace, run.flow, request, request.decision.value)
     return True
 
 
-def _created_message(rid: str, request: dict[str, Any]) -> str:
-    message = str(request.get("message") or "")[:200]
-    text = f"{request.get('kind')} request {rid} from node {request.get('node')}: {message}"
-    approvers = request.get("approvers") or {}
-    names = [
-        *(approvers.get("users") or []),
-        *(f"group {g}" for g in approvers.get("groups") or []),
-    ]
+def _created_message(rid: str, request: HumanRequest) -> str:
+    message = request.message[:200]
+    text = f"{request.kind.value} request {rid} from node {request.node}: {message}"
+    names = [*request.approvers.users, *(f"group {g}" for g in request.approvers.groups)]
     if names:
         text += f" (approvers: {', '.join(names)})"
-    if request.get("expiresAt"):
-        text += f"; expires at {request['expiresAt']}"
+    if request.expires_at:
+        text += f"; expires at {request.expires_at}"
     return text
 
 
 async def review(ctl: context.Controller, run: runstate.RunContext) -> None:
     """Announce new requests and check new decisions (Events after the run's next save)."""
-    requests: dict[str, Any] = run.status.get("requests") or {}
     seen = _seen(run)
     before = dict(seen)
-    for rid, request in sorted(requests.items()):
+    for rid, request in sorted(run.stored.requests.items()):
         if rid not in seen:
             run.event(events.NORMAL, "RequestCreated", _created_message(rid, request))
             seen[rid] = CREATED
-        new_decision = bool(request.get("decision")) and seen[rid] != DECIDED
+        new_decision = bool(request.decision) and seen[rid] != DECIDED
         if new_decision and await _check_decision(ctl, run, rid, request):
             seen[rid] = DECIDED
     if seen != before:
         value = json.dumps(seen, separators=(",", ":"), sort_keys=True)
-        run.refresh(
-            await ctl.api.merge_patch(run.path, {"metadata": {"annotations": {ANNOTATION: value}}})
-        )
+        patch = {"metadata": {"annotations": {ANNOTATION: value}}}
+        run.refresh(await ctl.api.merge_patch(run.path, patch), ctl)
 
 
 def mark_expired(ctl: context.Controller, run: runstate.RunContext, rids: list[str]) -> None:
     """Post ``RequestExpired`` and observe the wait for requests the next attempt times out."""
-    requests: dict[str, Any] = run.status.get("requests") or {}
     for rid in rids:
-        request = requests[rid]
-        action = request.get("onTimeout") or "reject"
+        request = run.stored.requests[rid]
+        action = request.on_timeout or "reject"
         run.event(
             events.WARNING,
             "RequestExpired",
-            f"request {rid} expired at {request.get('expiresAt')}; onTimeout: {action}",
+            f"request {rid} expired at {request.expires_at}; onTimeout: {action}",
         )
         ctl.metrics.request_waited(run.namespace, run.flow, request, "expired")

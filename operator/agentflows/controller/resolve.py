@@ -1,67 +1,22 @@
 """What a Flow or Agent refers to, read from the API: other Agents and Flows, named Secrets.
 
-Used by the Agent and Flow validators and by the FlowRun snapshot. The namespace's Agents and
-Flows are listed once per reconcile and served to :func:`agentflows.engine.graph.validate`
-through a :class:`~agentflows.engine.graph.StaticResolver`. A Secret is checked with a
+Used by the Agent and Flow validators and by the runner pod's env. Agents and Flows come from
+the operator's cache (:class:`agentflows.controller.cache.Namespace`). A Secret is checked with a
 metadata-only GET (``PartialObjectMetadata``): the operator learns that it exists, never a value.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
-
-import pydantic
 
 from agentflows.api import agent as agent_api
 from agentflows.api import common, documents
 from agentflows.api import flow as flow_api
-from agentflows.engine import graph
+from agentflows.controller import cache
 from agentflows.kube import client as kube
 
 #: Ask for metadata only, so a GET on a Secret never returns its data.
 PARTIAL_METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
-
-
-@dataclasses.dataclass
-class Namespace:
-    """The Agents and Flows of one namespace that parsed, and the problems of those that did not."""
-
-    agents: dict[str, agent_api.AgentSpec]
-    flows: dict[str, flow_api.FlowSpec]
-    broken: set[str]
-
-    def resolver(self) -> graph.StaticResolver:
-        """A resolver over the parsed specs."""
-        return graph.StaticResolver(agents=self.agents, flows=self.flows)
-
-
-async def load_namespace(api: kube.Client, namespace: str) -> Namespace:
-    """List the namespace's Agents and Flows and parse their specs."""
-    agents: dict[str, agent_api.AgentSpec] = {}
-    flows: dict[str, flow_api.FlowSpec] = {}
-    broken: set[str] = set()
-    for item in (await api.get(kube.path_of("agents", namespace))).get("items", []):
-        name = item["metadata"]["name"]
-        try:
-            agents[name] = agent_api.AgentSpec.model_validate(item.get("spec") or {})
-        except pydantic.ValidationError:
-            broken.add(f"Agent/{name}")
-    for item in (await api.get(kube.path_of("flows", namespace))).get("items", []):
-        name = item["metadata"]["name"]
-        try:
-            flows[name] = flow_api.FlowSpec.model_validate(item.get("spec") or {})
-        except pydantic.ValidationError:
-            broken.add(f"Flow/{name}")
-    return Namespace(agents, flows, broken)
-
-
-def parse_spec(model: type[pydantic.BaseModel], spec: Any) -> tuple[Any, list[documents.Problem]]:
-    """Parse a spec; on failure return None and path-named problems (``spec.nodes[0]...``)."""
-    try:
-        return model.model_validate(spec or {}), []
-    except pydantic.ValidationError as exc:
-        return None, documents.validation_problems(exc, prefix="spec")
 
 
 # ----- secrets ----------------------------------------------------------------------------------
@@ -177,7 +132,7 @@ def _flow_refs(spec: flow_api.FlowSpec) -> tuple[set[str], set[str]]:
     return agents, flows
 
 
-def reach(flow_name: str, ns: Namespace) -> Reach:
+def reach(flow_name: str, ns: cache.Namespace) -> Reach:
     """Walk from ``flow_name`` over every Agent and sub-flow it can call."""
     out = Reach(flows={}, agents={}, missing=[])
     flow_stack = [flow_name]

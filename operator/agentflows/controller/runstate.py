@@ -1,23 +1,46 @@
-"""One reconcile's view of a FlowRun: a copy of the object, the status changes, the Events.
+"""One reconcile's view of a FlowRun: its typed status, the changes to it, the Events they imply.
 
-Built once per reconcile from a fresh GET (:meth:`RunContext.of`); helpers record changes to the
-operator's status keys (``kube/NOTES.md``) and the Events they imply; :meth:`RunContext.save`
-writes them as one merge patch of those keys only, then posts the Events. Nothing is written
-for a reconcile that changed nothing.
+Built from the cache (:meth:`RunContext.of`). Helpers change :attr:`RunContext.status`, a
+:class:`~agentflows.api.flowrun.FlowRunStatus` (the model the CRD is generated from), and record
+Events; :meth:`RunContext.save` writes the operator's status keys (``kube/NOTES.md``) that differ
+from what is stored as one merge patch, puts the answer into the cache, then posts the Events.
+A reconcile that changed nothing writes nothing.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from typing import Any
 
-from agentflows.api.flowrun import RunPhase
-from agentflows.controller import conditions, context, events, labels, requests, workqueue
+from agentflows.api import common
+from agentflows.api.flowrun import FlowRunStatus, RunnerResult, RunPhase
+from agentflows.controller import cache, conditions, context, events, requests
 from agentflows.kube import client as kube
+from agentflows.kube import objects
 
 #: Event type of a phase change: a failure is a warning.
 _EVENT_TYPE = {RunPhase.FAILED: events.WARNING}
+#: The status fields the operator writes; every other one belongs to the runner or a human.
+OPERATOR_FIELDS = (
+    "observed_generation",
+    "phase",
+    "conditions",
+    "start_time",
+    "completion_time",
+    "duration",
+    "attempt",
+    "pod",
+    "pod_created",
+    "message",
+    "reason",
+)
+
+
+def _wire(status: FlowRunStatus, field: str) -> Any:
+    value = getattr(status, field)
+    if isinstance(value, list):
+        return [item.model_dump(mode="json", exclude_none=True) for item in value]
+    return value.value if isinstance(value, RunPhase) else value
 
 
 @dataclasses.dataclass
@@ -25,15 +48,16 @@ class RunContext:
     """A FlowRun being reconciled."""
 
     obj: dict[str, Any]
-    status: dict[str, Any]
-    patch: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: The status as stored.
+    stored: FlowRunStatus
+    #: The status as it will be after :meth:`save`.
+    status: FlowRunStatus
     pending_events: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
 
     @classmethod
-    def of(cls, obj: dict[str, Any]) -> RunContext:
-        """A context over a copy of ``obj``."""
-        copied = copy.deepcopy(obj)
-        return cls(obj=copied, status=copied.get("status") or {})
+    def of(cls, run: cache.Run) -> RunContext:
+        """A context over a cached run."""
+        return cls(obj=run.obj, stored=run.status, status=run.status.model_copy(deep=True))
 
     @property
     def namespace(self) -> str:
@@ -46,6 +70,11 @@ class RunContext:
         return str(self.obj["metadata"]["name"])
 
     @property
+    def uid(self) -> str:
+        """The run's uid."""
+        return str(self.obj["metadata"].get("uid") or "")
+
+    @property
     def flow(self) -> str:
         """The Flow the run runs."""
         return str((self.obj.get("spec") or {}).get("flow", ""))
@@ -55,108 +84,107 @@ class RunContext:
         """The run's API path."""
         return kube.path_of("flowruns", self.namespace, self.name)
 
-    def get(self, key: str) -> Any:
-        """A status key as it will be after the pending patch."""
-        return self.patch[key] if key in self.patch else self.status.get(key)
-
     @property
     def phase(self) -> RunPhase | None:
-        """The phase after the pending patch."""
-        value = self.get("phase")
-        return RunPhase(value) if value else None
+        """The phase after the pending changes."""
+        return self.status.phase
 
     @property
     def attempt(self) -> int:
         """The current attempt (0: no pod yet)."""
-        return int(self.get("attempt") or 0)
+        return self.status.attempt
 
-    def result(self) -> dict[str, Any] | None:
+    def result(self) -> RunnerResult | None:
         """The runner's result for the current attempt, if it wrote one."""
-        result = self.status.get("result")
-        if isinstance(result, dict) and result.get("attempt") == self.attempt:
-            return result
-        return None
+        result = self.stored.result
+        return result if result is not None and result.attempt == self.attempt else None
 
-    def refresh(self, obj: dict[str, Any]) -> None:
-        """Take a newer copy of the object (keeping the pending patch)."""
-        self.obj = copy.deepcopy(obj)
-        self.status = self.obj.get("status") or {}
+    def refresh(self, obj: dict[str, Any], ctl: context.Controller) -> None:
+        """Take what a write returned (keeping the pending changes) and give it to the cache."""
+        ctl.cache.stored(obj)
+        self.obj = obj
+        pending = {f: getattr(self.status, f) for f in OPERATOR_FIELDS if self._changed(f)}
+        self.stored = FlowRunStatus.model_validate(obj.get("status") or {})
+        self.status = self.stored.model_copy(deep=True, update=pending)
+
+    def _changed(self, field: str) -> bool:
+        return bool(_wire(self.status, field) != _wire(self.stored, field))
 
     def set_phase(self, phase: RunPhase, reason: str, message: str) -> None:
         """Move to ``phase`` (an Event when it changes) and set the matching conditions."""
-        changed = self.phase != phase
-        self.patch["phase"] = phase.value
+        changed = self.status.phase != phase
+        self.status.phase = phase
         self.set_message(reason, message)
-        generation = self.obj["metadata"].get("generation")
-        conds = list(self.get("conditions") or [])
         if phase is RunPhase.SUCCEEDED:
-            conds = conditions.set_condition(conds, "Succeeded", "True", reason, message)
+            self.set_condition("Succeeded", "True", reason, message)
         elif phase.terminal:
-            conds = conditions.set_condition(conds, "Succeeded", "False", reason, message)
+            self.set_condition("Succeeded", "False", reason, message)
         else:
-            conds = conditions.set_condition(conds, "Succeeded", "Unknown", phase.value, message)
+            self.set_condition("Succeeded", "Unknown", phase.value, message)
         if phase is RunPhase.WAITING:
-            conds = conditions.set_condition(conds, "Waiting", "True", reason, message)
+            self.set_condition("Waiting", "True", reason, message)
         else:
-            conds = conditions.set_condition(conds, "Waiting", "False", phase.value)
-        self.patch["conditions"] = [{**c, "observedGeneration": generation} for c in conds]
-        self.patch["observedGeneration"] = generation
-        if phase.terminal and not self.get("completionTime"):
-            self.patch["completionTime"] = conditions.timestamp()
-        if changed:
+            self.set_condition("Waiting", "False", phase.value)
+        self.status.observed_generation = self.obj["metadata"].get("generation")
+        if phase.terminal and not self.status.completion_time:
+            self.status.completion_time = conditions.timestamp()
+        if changed and phase is not RunPhase.PENDING:
+            # a run is Pending until its pod runs: the Running Event says which attempt started
             self.event(_EVENT_TYPE.get(phase, events.NORMAL), reason, message)
 
     def set_condition(self, type_: str, status: str, reason: str, message: str = "") -> None:
         """Set one condition (its transition time moves only when its status changes)."""
+        current = [c.model_dump(by_alias=True) for c in self.status.conditions]
         generation = self.obj["metadata"].get("generation")
-        conds = list(self.get("conditions") or [])
-        self.patch["conditions"] = conditions.set_condition(
-            conds, type_, status, reason, message, generation=generation
+        updated = conditions.set_condition(
+            current, type_, status, reason, message, generation=generation
         )
+        self.status.conditions = [common.Condition.model_validate(c) for c in updated]
+
+    def condition(self, type_: str) -> common.Condition | None:
+        """The condition of that type, after the pending changes."""
+        return next((c for c in self.status.conditions if c.type == type_), None)
 
     def set_message(self, reason: str, message: str) -> None:
         """Set ``reason`` and ``message`` (no Event)."""
-        if self.get("reason") != reason:
-            self.patch["reason"] = reason
-        if self.get("message") != message:
-            self.patch["message"] = message
+        self.status.reason = reason
+        self.status.message = message
 
     def reserve_attempt(self, attempt: int) -> None:
         """Make ``attempt`` current: its pod name goes into status before the pod exists."""
-        self.patch["attempt"] = attempt
-        self.patch["pod"] = labels.pod_name(self.name, attempt)
-        if not self.get("startTime"):
-            self.patch["startTime"] = conditions.timestamp()
+        self.status.attempt = attempt
+        self.status.pod = objects.pod_name(self.name, attempt)
+        if not self.status.start_time:
+            self.status.start_time = conditions.timestamp()
 
     def event(self, type_: str, reason: str, message: str) -> None:
         """Post an Event after the next save."""
         self.pending_events.append((type_, reason, message))
 
     def _duration(self) -> str | None:
-        started = conditions.parse_time(self.get("startTime"))
+        started = conditions.parse_time(self.status.start_time)
         if started is None:
             return None
-        ended = conditions.parse_time(self.get("completionTime")) or conditions.now()
+        ended = conditions.parse_time(self.status.completion_time) or conditions.now()
         return conditions.format_duration((ended - started).total_seconds())
 
+    def changes(self) -> dict[str, Any]:
+        """The merge patch of the operator's status keys that differ from what is stored."""
+        fields = FlowRunStatus.model_fields
+        return {
+            fields[f].alias or f: _wire(self.status, f) for f in OPERATOR_FIELDS if self._changed(f)
+        }
+
     async def save(self, ctl: context.Controller) -> None:
-        """Write the pending status changes (merge patch of operator keys), then the Events."""
-        duration = self._duration()
-        if self.patch and duration is not None and duration != self.status.get("duration"):
-            self.patch["duration"] = duration
-        if self.patch:
-            phase_changed = "phase" in self.patch and self.patch["phase"] != self.status.get(
-                "phase"
+        """Write the pending status changes (one merge patch), then post the Events."""
+        if self.changes():
+            duration = self._duration()
+            if duration is not None:
+                self.status.duration = duration
+            stored = await ctl.api.merge_patch(
+                self.path + "/status", context.status_patch(self.changes())
             )
-            changes = {k: v for k, v in self.patch.items() if self.status.get(k) != v}
-            if changes:
-                stored = await ctl.api.merge_patch(
-                    self.path + "/status", context.status_patch(changes)
-                )
-                self.refresh(stored)
-            self.patch = {}
-            if phase_changed:
-                ctl.enqueue(workqueue.FLOW, self.namespace, self.flow)
+            self.refresh(stored, ctl)
         for type_, reason, message in self.pending_events:
             await events.post(ctl.api, self.obj, type_, reason, message)
         self.pending_events = []
@@ -165,7 +193,6 @@ class RunContext:
     def observe(self, ctl: context.Controller) -> None:
         """Update the run gauges from the current status."""
         phase = self.phase.value if self.phase else RunPhase.PENDING.value
-        pending = (
-            {} if self.phase and self.phase.terminal else requests.pending_by_kind(self.status)
-        )
+        terminal = self.phase is not None and self.phase.terminal
+        pending = {} if terminal else requests.pending_by_kind(self.status)
         ctl.metrics.observe_run(self.namespace, self.name, self.flow, phase, pending)

@@ -1,19 +1,14 @@
-"""Operator settings: what ``agentflows operator`` was started with, and kopf's settings.
+"""Operator settings: what ``agentflows operator`` was started with.
 
-Called by :mod:`agentflows.controller.main` once at start. kopf keeps its progress and diff-base
-in annotations under ``agentflows.io`` (never in ``status``, which belongs to the writers listed in
-``kube/NOTES.md``), runs standalone (one operator; no peering objects), and posts Kubernetes
-Events only for warnings from its own machinery; phase-change Events are posted by the reconcilers.
+Called by :mod:`agentflows.controller.main` once at start, and read by every reconcile.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
+import zlib
 from collections.abc import Mapping
-
-import kopf
 
 #: Comma-separated namespaces to watch; empty or unset: every namespace.
 NAMESPACES_ENV = "AGENTFLOWS_NAMESPACES"
@@ -32,16 +27,31 @@ class OperatorConfig:
     runner_image: str = DEFAULT_RUNNER_IMAGE
     runner_service_account: str = DEFAULT_RUNNER_SERVICE_ACCOUNT
     metrics_port: int | None = 8080
-    workers: int = 8
+    workers: int = 32
     #: Active runs are looked at again at least this often, events or not.
     resync_seconds: float = 30.0
     #: Agents that are not Ready (a Secret may appear; Secrets are not watched) are re-checked.
     not_ready_recheck_seconds: float = 30.0
 
+    #: This operator's shard of the namespaces, and how many shards there are.
+    shard_index: int = 0
+    shard_count: int = 1
+
     @property
     def clusterwide(self) -> bool:
         """True when no namespace was named."""
         return not self.namespaces
+
+    def owns(self, namespace: str) -> bool:
+        """Whether this operator handles ``namespace`` (named, and of its shard)."""
+        if self.namespaces and namespace not in self.namespaces:
+            return False
+        return shard_of(namespace, self.shard_count) == self.shard_index
+
+
+def shard_of(namespace: str, shard_count: int) -> int:
+    """The shard a namespace belongs to: a stable hash of its name (the same in every process)."""
+    return zlib.crc32(namespace.encode()) % shard_count if shard_count > 1 else 0
 
 
 def namespaces_from_env(env: Mapping[str, str] | None = None) -> tuple[str, ...]:
@@ -53,20 +63,3 @@ def namespaces_from_env(env: Mapping[str, str] | None = None) -> tuple[str, ...]
 def runner_image_from_env(env: Mapping[str, str] | None = None) -> str:
     """The runner image from ``AGENTFLOWS_RUNNER_IMAGE``, else the default."""
     return (env if env is not None else os.environ).get(RUNNER_IMAGE_ENV) or DEFAULT_RUNNER_IMAGE
-
-
-def kopf_settings() -> kopf.OperatorSettings:
-    """The kopf settings of this operator."""
-    settings = kopf.OperatorSettings()
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="agentflows.io")
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix="agentflows.io", key="last-handled-configuration"
-    )
-    settings.persistence.finalizer = "agentflows.io/finalizer"
-    settings.peering.standalone = True
-    settings.posting.level = logging.WARNING
-    # Watches are re-opened every few minutes so a silently dropped connection cannot stall us.
-    settings.watching.server_timeout = 300
-    settings.watching.client_timeout = 330
-    settings.watching.connect_timeout = 30
-    return settings

@@ -1,21 +1,51 @@
-"""The run snapshot, as the operator uses it: written once before the first pod, read back.
+"""The run snapshot, as the operator uses it: built from the cache, written once, parsed once.
 
 A thin layer over :mod:`agentflows.kube.snapshot` (the ConfigMap ``<run>-snapshot`` and its
-layout are defined there and in ``kube/NOTES.md``): it feeds the namespace's parsed specs to
-``build_snapshot`` and parses what is stored. An existing snapshot is never rewritten, so edits
-to a Flow never change a started run and a restarted operator stays idempotent.
+layout are defined there and in ``kube/NOTES.md``). What a Flow reaches is the same for every run
+started while none of it changes, so the document, its JSON and its parsed specs are built once
+per version of what it reaches (:class:`Snapshots`) and shared by those runs. A run's snapshot
+is kept by run uid from when it is written until the run finishes; after an operator restart it
+is read back once. An existing snapshot is never rewritten, so edits to a Flow never change a
+started run and a restarted operator stays idempotent.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
 from agentflows.api import agent as agent_api
 from agentflows.api import flow as flow_api
-from agentflows.controller import resolve
+from agentflows.controller import cache
 from agentflows.kube import client as kube
 from agentflows.kube import snapshot as kube_snapshot
+
+#: Versions of reachable specs kept (each is shared by every run started from it).
+_MAX_BUILT = 256
+
+
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    """A snapshot document and its specs, parsed."""
+
+    document: dict[str, Any]
+    flow: flow_api.FlowSpec
+    flows: dict[str, flow_api.FlowSpec]
+    agents: dict[str, agent_api.AgentSpec]
+
+    @classmethod
+    def parse(cls, document: dict[str, Any]) -> Snapshot:
+        """Parse a snapshot document; raises pydantic's ValidationError or KeyError."""
+        flows = {
+            name: flow_api.FlowSpec.model_validate(spec)
+            for name, spec in document.get("flows", {}).items()
+        }
+        agents = {
+            name: agent_api.AgentSpec.model_validate(spec)
+            for name, spec in document.get("agents", {}).items()
+        }
+        return cls(document, flows[document["flow"]], flows, agents)
 
 
 def name_of(run_name: str) -> str:
@@ -23,41 +53,78 @@ def name_of(run_name: str) -> str:
     return kube_snapshot.snapshot_name(run_name)
 
 
-def document(flow_name: str, ns: resolve.Namespace) -> dict[str, Any]:
-    """The snapshot document of ``flow_name`` over the namespace's specs."""
-    lookup = kube_snapshot.lookup_in(
-        {name: spec.to_wire() for name, spec in ns.flows.items()},
-        {name: spec.to_wire() for name, spec in ns.agents.items()},
-    )
-    return kube_snapshot.build_snapshot(flow_name, lookup)
+def _version(store: cache.Cache, namespace: str, document: dict[str, Any]) -> tuple[Any, ...]:
+    """What the document was built from: each reached Flow's and Agent's uid and generation."""
+    parts: list[tuple[str, str, str, int]] = []
+    for kind, names in (("Flow", document["flows"]), ("Agent", document["agents"])):
+        for name in sorted(names):
+            found = store.flow(namespace, name) if kind == "Flow" else store.agent(namespace, name)
+            if found is not None:
+                parts.append((kind, name, found.uid, found.generation))
+    return tuple(parts)
 
 
-async def ensure(api: kube.Client, run: dict[str, Any], snapshot: dict[str, Any]) -> dict[str, Any]:
-    """Create the snapshot unless it exists; return the snapshot that is stored."""
-    stored = await kube_snapshot.write_snapshot(api, run, snapshot)
-    document: dict[str, Any] = json.loads(stored["data"][kube_snapshot.SNAPSHOT_KEY])
-    return document
+class Snapshots:
+    """Snapshots built (by what they reach) and snapshots of runs (by run uid)."""
 
+    def __init__(self, store: cache.Cache) -> None:
+        self._cache = store
+        self._built: dict[tuple[str, str], tuple[tuple[Any, ...], Snapshot]] = {}
+        #: (namespace, run) -> (run uid, its snapshot)
+        self._runs: dict[tuple[str, str], tuple[str, Snapshot]] = {}
 
-async def read(api: kube.Client, namespace: str, run_name: str) -> dict[str, Any] | None:
-    """The stored snapshot document of a run, or None when it is missing or malformed."""
-    try:
-        found = await kube_snapshot.read_snapshot(api, namespace, run_name)
-    except kube_snapshot.SnapshotError:
-        return None
-    return {"flow": found.flow, "flows": found.flows, "agents": found.agents}
+    def build(self, namespace: str, flow: str) -> Snapshot:
+        """The snapshot of ``flow`` as the cache has it now (shared while nothing changes)."""
+        known = self._built.get((namespace, flow))
+        if known is not None and known[0] == self._reached_version(namespace, known[1]):
+            return known[1]
+        ns = self._cache.namespace(namespace)
 
+        def lookup(kind: str, name: str) -> dict[str, Any] | None:
+            spec = (ns.flows if kind == "Flow" else ns.agents).get(name)
+            return None if spec is None else spec.to_wire()
 
-def specs(
-    snapshot: dict[str, Any],
-) -> tuple[flow_api.FlowSpec, dict[str, flow_api.FlowSpec], dict[str, agent_api.AgentSpec]]:
-    """The run's Flow, and every Flow and Agent of the snapshot, parsed."""
-    flows = {
-        name: flow_api.FlowSpec.model_validate(spec)
-        for name, spec in snapshot.get("flows", {}).items()
-    }
-    agents = {
-        name: agent_api.AgentSpec.model_validate(spec)
-        for name, spec in snapshot.get("agents", {}).items()
-    }
-    return flows[snapshot["flow"]], flows, agents
+        document = kube_snapshot.build_snapshot(flow, lookup)
+        flows = {name: ns.flows[name] for name in document["flows"]}
+        agents = {name: ns.agents[name] for name in document["agents"]}
+        built = Snapshot(document, flows[flow], flows, agents)
+        if len(self._built) >= _MAX_BUILT:
+            self._built.pop(next(iter(self._built)))
+        self._built[(namespace, flow)] = (_version(self._cache, namespace, built.document), built)
+        return built
+
+    def _reached_version(self, namespace: str, built: Snapshot) -> tuple[Any, ...]:
+        return _version(self._cache, namespace, built.document)
+
+    async def ensure(self, api: kube.Client, run: dict[str, Any], built: Snapshot) -> Snapshot:
+        """Write the run's snapshot unless it exists; return (and keep) what is stored."""
+        stored = await kube_snapshot.write_snapshot(api, run, built.document)
+        text = stored["data"][kube_snapshot.SNAPSHOT_KEY]
+        same = text == json.dumps(built.document, ensure_ascii=False, sort_keys=True)
+        snapshot = built if same else Snapshot.parse(json.loads(text))
+        self._keep(run, snapshot)
+        return snapshot
+
+    def _keep(self, run: dict[str, Any], snapshot: Snapshot) -> None:
+        meta = run["metadata"]
+        self._runs[(meta["namespace"], meta["name"])] = (meta["uid"], snapshot)
+
+    async def of_run(self, api: kube.Client, run: dict[str, Any]) -> Snapshot | None:
+        """The run's snapshot (read once after a restart); None when missing or malformed."""
+        meta = run["metadata"]
+        known = self._runs.get((meta["namespace"], meta["name"]))
+        if known is not None and known[0] == meta["uid"]:
+            return known[1]
+        try:
+            found = await kube_snapshot.read_snapshot(api, meta["namespace"], meta["name"])
+            snapshot = Snapshot.parse(
+                {"flow": found.flow, "flows": found.flows, "agents": found.agents}
+            )
+        except (kube_snapshot.SnapshotError, KeyError, ValueError):
+            return None
+        self._keep(run, snapshot)
+        return snapshot
+
+    def forget(self, namespace: str, run: str) -> None:
+        """A run finished or is gone: its snapshot is not needed any more."""
+        self._runs.pop((namespace, run), None)

@@ -5,7 +5,7 @@ adds the object's :class:`Key`. A key waiting in the queue is not added twice; a
 its reconcile runs is processed once more afterwards; a reconcile returns how many seconds until
 it wants to look again (a backoff, a deadline, a TTL), or None. A reconcile that raises is retried
 with a per-key exponential backoff. Kept in memory only: a restarted operator rebuilds it from
-the initial listing kopf delivers.
+the cache's first lists.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ FLOW = "Flow"
 FLOWRUN = "FlowRun"
 #: A Flow's finished runs, checked against its history limits.
 HISTORY = "History"
+#: A Flow's run summary (``activeRuns``, ``lastRun``), written at most once a second.
+SUMMARY = "Summary"
 
 
 @dataclasses.dataclass(frozen=True, order=True)

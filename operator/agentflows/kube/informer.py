@@ -9,11 +9,17 @@ applying ADDED/MODIFIED/DELETED. On 410 Gone or an ERROR event it lists again; o
 failure it backs off (1 s doubling to 30 s) and lists again, keeping the last known objects
 meanwhile. ``convert`` keeps only what the caller needs of each object (None: not kept), so the
 cache holds no more than that.
+
+``on_change(key, old, new)`` is called for every change the cache sees (``new`` None: gone), also
+for what a new list finds different, so a caller can keep indexes and enqueue work. A writer may
+:meth:`Informer.put` the object an API write returned: the cache never goes back to an older
+``resourceVersion`` when the watch delivers the events before it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
@@ -24,9 +30,13 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 Key = tuple[str, str]
+#: ``on_change(key, old, new)``: converted values before and after (None: absent).
+OnChange = Callable[[Key, Any, Any], None]
 PAGE_SIZE = 500
 WATCH_TIMEOUT_SECONDS = 300
 MAX_BACKOFF_SECONDS = 30.0
+#: Deleted objects whose last version is remembered (against late write answers).
+MAX_TOMBSTONES = 10_000
 
 
 def key_of(obj: Mapping[str, Any]) -> Key:
@@ -39,12 +49,22 @@ class Informer(Generic[T]):
     """Objects of one collection path by ``(namespace, name)``, converted by ``convert``."""
 
     def __init__(
-        self, client: kube.Client, path: str, convert: Callable[[Mapping[str, Any]], T | None]
+        self,
+        client: kube.Client,
+        path: str,
+        convert: Callable[[Mapping[str, Any]], T | None],
+        *,
+        on_change: OnChange | None = None,
+        params: Mapping[str, str] | None = None,
     ) -> None:
         self.client = client
         self.path = path
         self._convert = convert
+        self._on_change = on_change
+        self._params = dict(params or {})
         self._items: dict[Key, T] = {}
+        self._versions: dict[Key, int] = {}
+        self._tombstones: collections.OrderedDict[Key, None] = collections.OrderedDict()
         #: Set once the first list has completed; the cache is complete from then on.
         self.ready = asyncio.Event()
 
@@ -54,6 +74,39 @@ class Informer(Generic[T]):
 
     def __len__(self) -> int:
         return len(self._items)
+
+    def items(self) -> dict[Key, T]:
+        """Every object held (a view: do not change it)."""
+        return self._items
+
+    def put(self, obj: Mapping[str, Any]) -> None:
+        """Take ``obj`` as returned by a write, unless the cache already has a newer version."""
+        self._apply(obj)
+
+    def _apply(self, obj: Mapping[str, Any], deleted: bool = False) -> None:
+        key = key_of(obj)
+        version = _version(obj)
+        known = self._versions.get(key)
+        if version is not None and known is not None and version < known:
+            return
+        old = self._items.get(key)
+        new = None if deleted else self._convert(obj)
+        if new is None:
+            self._items.pop(key, None)
+            self._versions.pop(key, None)
+            if deleted and version is not None:
+                # a write's answer older than the deletion must not bring the object back
+                self._versions[key] = version
+                self._tombstones[key] = None
+                while len(self._tombstones) > MAX_TOMBSTONES:
+                    self._versions.pop(self._tombstones.popitem(last=False)[0], None)
+        else:
+            self._tombstones.pop(key, None)
+            self._items[key] = new
+            if version is not None:
+                self._versions[key] = version
+        if self._on_change is not None and (old is not None or new is not None):
+            self._on_change(key, old, new)
 
     async def run(self) -> None:
         """List, then watch; again after 410 or a failure. Runs until cancelled."""
@@ -73,31 +126,32 @@ class Informer(Generic[T]):
                 backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
 
     async def _list(self) -> str:
-        """Replace the cache with a full list; return its resourceVersion."""
-        items: dict[Key, T] = {}
-        params: dict[str, Any] = {"limit": PAGE_SIZE}
+        """Bring the cache to a full list; return its resourceVersion."""
+        seen: set[Key] = set()
+        params: dict[str, Any] = {**self._params, "limit": PAGE_SIZE}
         while True:
             page = await self.client.get(self.path, **params)
             for obj in page.get("items") or []:
-                self._put(items, obj)
+                seen.add(key_of(obj))
+                # a list is the truth: an older version than a write-through is not possible
+                self._versions.pop(key_of(obj), None)
+                self._apply(obj)
             meta = page.get("metadata") or {}
             if not meta.get("continue"):
-                self._items = items
+                for key in [k for k in self._items if k not in seen]:
+                    namespace, name = key
+                    self._apply({"metadata": {"namespace": namespace, "name": name}}, True)
                 return str(meta.get("resourceVersion") or "")
             params["continue"] = meta["continue"]
-
-    def _put(self, items: dict[Key, T], obj: Mapping[str, Any]) -> None:
-        value = self._convert(obj)
-        if value is None:
-            items.pop(key_of(obj), None)
-        else:
-            items[key_of(obj)] = value
 
     async def _follow(self, version: str) -> str | None:
         """One watch request; the resourceVersion to go on from, or None to list again."""
         try:
             async for event in self.client.watch(
-                self.path, resource_version=version, timeout_seconds=WATCH_TIMEOUT_SECONDS
+                self.path,
+                resource_version=version,
+                timeout_seconds=WATCH_TIMEOUT_SECONDS,
+                **self._params,
             ):
                 kind = event.get("type")
                 obj = event.get("object") or {}
@@ -106,11 +160,17 @@ class Informer(Generic[T]):
                     return None
                 version = (obj.get("metadata") or {}).get("resourceVersion") or version
                 if kind in ("ADDED", "MODIFIED"):
-                    self._put(self._items, obj)
+                    self._apply(obj)
                 elif kind == "DELETED":
-                    self._items.pop(key_of(obj), None)
+                    self._apply(obj, deleted=True)
         except kube.ApiError as exc:
             if exc.status == 410:
                 return None
             raise
         return version
+
+
+def _version(obj: Mapping[str, Any]) -> int | None:
+    """The object's resourceVersion as a number (etcd's revision), if it is one."""
+    value = (obj.get("metadata") or {}).get("resourceVersion")
+    return int(value) if isinstance(value, str) and value.isdigit() else None

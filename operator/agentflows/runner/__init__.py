@@ -6,5 +6,5 @@ with :class:`agentflows.kube.status_store.StatusStore`, writes ``status.result``
 attempt and exits 0 (Succeeded), 1 (Failed, permanently) or 3 (Waiting for a human). The
 contracts with the operator and with humans are in ``agentflows/kube/NOTES.md``.
 
-Imports stay light (no kopf, no ``kubernetes`` package): a pod's cold start counts.
+Imports stay light (no ``kubernetes`` package): a pod's cold start counts.
 """

@@ -30,12 +30,13 @@ from typing import Any
 from agentflows.api import flow as flow_api
 from agentflows.engine import expressions
 from agentflows.kube import client as kube
+from agentflows.kube import objects
 
-FLOW_LABEL = "agentflows.io/flow"
+FLOW_LABEL = objects.FLOW
 TRIGGER_LABEL = "agentflows.io/trigger"
 TRIGGER_TYPE_LABEL = "agentflows.io/trigger-type"
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-MANAGED_BY = "agentflows"
+MANAGED_BY_LABEL = objects.MANAGED_BY
+MANAGED_BY = objects.MANAGER
 DEDUP_ANNOTATION = "agentflows.io/dedup-key"
 DELIVERY_ANNOTATION = "agentflows.io/delivery-id"
 SCHEDULED_TIME_ANNOTATION = "agentflows.io/scheduled-time"
@@ -157,7 +158,7 @@ def _body(
         {"name": request.name} if request.name else {"generateName": f"{flow}-"}
     )
     metadata["labels"] = {
-        FLOW_LABEL: flow,
+        FLOW_LABEL: objects.label_value(flow),
         TRIGGER_LABEL: trigger.name,
         TRIGGER_TYPE_LABEL: kind,
         MANAGED_BY_LABEL: MANAGED_BY,

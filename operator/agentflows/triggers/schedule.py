@@ -25,22 +25,18 @@ import datetime
 import hashlib
 import json
 import os
-import re
 from collections.abc import Mapping
 from typing import Any
 
 from agentflows.api import flow as flow_api
 from agentflows.kube import client as kube
-from agentflows.kube import podsecurity
+from agentflows.kube import objects, podsecurity
 from agentflows.triggers import common
 
-#: CronJob names are at most 52 characters: the controller appends "-" and 11 digits for Jobs.
-MAX_CRONJOB_NAME = 52
 SERVICE_ACCOUNT = "agentflows-trigger"
 JOB_NAME_ENV = "AGENTFLOWS_JOB_NAME"
 CRONJOB_ENV = "AGENTFLOWS_CRONJOB"
 SPEC_HASH_ANNOTATION = "agentflows.io/spec-hash"
-_UNSAFE = re.compile(r"[^a-z0-9.-]")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,19 +63,13 @@ class Settings:
 
 def cronjob_name(flow: str, trigger: str) -> str:
     """``<flow>-<trigger>``, made DNS-safe and shortened with a hash suffix to <= 52 chars."""
-    plain = f"{flow}-{trigger}"
-    safe = _UNSAFE.sub("-", plain)
-    if safe == plain and len(plain) <= MAX_CRONJOB_NAME:
-        return plain
-    digest = hashlib.sha1(plain.encode()).hexdigest()[:8]
-    head = safe[: MAX_CRONJOB_NAME - len(digest) - 1].rstrip("-.")
-    return f"{head}-{digest}"
+    return objects.cronjob_name(flow, trigger)
 
 
 def _labels(flow: str, trigger: str) -> dict[str, str]:
     return {
         common.MANAGED_BY_LABEL: common.MANAGED_BY,
-        common.FLOW_LABEL: flow,
+        common.FLOW_LABEL: objects.label_value(flow),
         common.TRIGGER_LABEL: trigger,
         common.TRIGGER_TYPE_LABEL: "schedule",
     }
@@ -161,14 +151,9 @@ def cronjob_for(
             "labels": labels,
             "annotations": {SPEC_HASH_ANNOTATION: digest},
             "ownerReferences": [
-                {
-                    "apiVersion": "agentflows.io/v1alpha1",
-                    "kind": "Flow",
-                    "name": flow,
-                    "uid": meta["uid"],
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
+                objects.owner_reference(
+                    {"apiVersion": objects.GROUP_VERSION, "kind": "Flow", "metadata": meta}
+                )
             ],
         },
         "spec": spec,
@@ -177,11 +162,6 @@ def cronjob_for(
 
 def _without_nulls(spec: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in spec.items() if v is not None}
-
-
-def _owned_by(obj: Mapping[str, Any], uid: str) -> bool:
-    refs = obj.get("metadata", {}).get("ownerReferences") or []
-    return any(ref.get("uid") == uid for ref in refs)
 
 
 async def sync_cronjobs(
@@ -209,13 +189,13 @@ async def sync_cronjobs(
         desired = {}
     path = kube.path_of("cronjobs", namespace)
     selector = (
-        f"{common.FLOW_LABEL}={flow},{common.TRIGGER_TYPE_LABEL}=schedule,"
+        f"{objects.flow_selector(flow)},{common.TRIGGER_TYPE_LABEL}=schedule,"
         f"{common.MANAGED_BY_LABEL}={common.MANAGED_BY}"
     )
     existing = {
         item["metadata"]["name"]: item
         for item in (await client.get(path, labelSelector=selector)).get("items", [])
-        if _owned_by(item, uid)
+        if objects.owned_by(item, uid)
     }
     for name, body in desired.items():
         current = existing.get(name)
@@ -226,7 +206,7 @@ async def sync_cronjobs(
         annotations = current["metadata"].get("annotations") or {}
         if annotations.get(SPEC_HASH_ANNOTATION) != body["metadata"]["annotations"][
             SPEC_HASH_ANNOTATION
-        ] or not _owned_by(current, uid):
+        ] or not objects.owned_by(current, uid):
             patch = {
                 "metadata": {
                     "labels": body["metadata"]["labels"],
