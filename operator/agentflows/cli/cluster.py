@@ -16,6 +16,7 @@ from typing import Any
 from agentflows.api import flowrun as flowrun_api
 from agentflows.cli import views
 from agentflows.kube import client as kube
+from agentflows.kube import objects
 
 
 def run_path(namespace: str, name: str | None = None) -> str:
@@ -28,7 +29,7 @@ async def start(
 ) -> dict[str, Any]:
     """Create a FlowRun of ``flow`` (a manual run: never de-duplicated)."""
     metadata: dict[str, Any] = {"name": name} if name else {"generateName": f"{flow}-"}
-    metadata["labels"] = {"agentflows.io/flow": flow}
+    metadata["labels"] = {objects.FLOW: objects.label_value(flow)}
     body = {
         "apiVersion": "agentflows.io/v1alpha1",
         "kind": "FlowRun",

@@ -14,7 +14,7 @@ from typing import Any
 
 from agentflows.cli import views
 from agentflows.kube import client as kube
-from agentflows.kube import status_store
+from agentflows.kube import objects
 
 SELF_REVIEW = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
 
@@ -69,7 +69,7 @@ async def list_runs(
     if flow:
         # the operator labels runs with their Flow (shortened when the name is too long for a
         # label value); the label narrows the listing, spec.flow decides
-        params["labelSelector"] = f"agentflows.io/flow={status_store.label_value(flow)}"
+        params["labelSelector"] = objects.flow_selector(flow)
     listed = await api.get(kube.path_of("flowruns", namespace), **params)
     items: list[dict[str, Any]] = listed.get("items", [])
     return [r for r in items if not flow or (r.get("spec") or {}).get("flow") == flow]

@@ -53,6 +53,7 @@ async def problems_of(
     refs = resolve.agent_secret_refs(agent.spec)
     problems = found + await resolve.missing_secrets(ctl.api, namespace, refs)
     ctl.validated[memo_key] = (key, time.monotonic(), problems)
+    ctl.metrics.validations.labels(workqueue.AGENT).inc()
     return problems
 
 

@@ -78,7 +78,7 @@ class Spec(Generic[S]):
 
 @dataclasses.dataclass(frozen=True)
 class Run:
-    """A FlowRun: the object as stored (small once finished) and its parsed form."""
+    """A FlowRun: its metadata and spec as stored (small once finished), and its parsed form."""
 
     obj: dict[str, Any]
     model: flowrun_api.FlowRun
@@ -162,6 +162,7 @@ def _parse_run(obj: Mapping[str, Any]) -> Run | None:
     except pydantic.ValidationError as exc:
         log.error("FlowRun %s/%s is not kept: %s", meta.get("namespace"), meta.get("name"), exc)
         return None
+    del kept["status"]  # held once, parsed, in the model
     return Run(kept, model)
 
 

@@ -109,6 +109,8 @@ def _validated(ctl: context.Controller, namespace: str, name: str) -> _Validated
     ]
     fresh = _Validated(key, found)
     ctl.validated[memo_key] = fresh
+    ctl.metrics.validations.labels(workqueue.FLOW).inc()
+    log.info("validated Flow %s/%s: %d problem(s)", namespace, name, len(found))
     return fresh
 
 

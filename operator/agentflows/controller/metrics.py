@@ -79,6 +79,12 @@ class Metrics:
             ["kind"],
             registry=r,
         )
+        self.validations = prometheus_client.Counter(
+            "agentflows_validations_total",
+            "Flows and Agents validated (only when they or what they reach changed).",
+            ["kind"],
+            registry=self.registry,
+        )
         self.reconcile_errors = prometheus_client.Counter(
             "agentflows_reconcile_errors_total",
             "Reconciles that raised (and were retried), by resource kind.",

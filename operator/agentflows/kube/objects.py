@@ -76,10 +76,10 @@ def offload_prefix(run: str, key: str) -> str:
 def cronjob_name(flow: str, trigger: str) -> str:
     """``<flow>-<trigger>``, made DNS-safe and shortened with a hash suffix to <= 52 chars."""
     plain = f"{flow}-{trigger}"
-    safe = _NOT_DNS.sub("-", plain)
+    safe = _NOT_DNS.sub("-", plain.lower())
     if safe == plain and len(plain) <= CRONJOB_NAME_MAX:
         return plain
-    head = safe[: CRONJOB_NAME_MAX - 9].rstrip("-.")
+    head = safe[: CRONJOB_NAME_MAX - 9].strip("-.")
     return f"{head}-{_digest(plain, 8)}"
 
 
