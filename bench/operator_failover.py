@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from pathlib import Path
 
@@ -46,13 +47,19 @@ async def holder(api: kube.Client) -> str | None:
     return (lease.get("spec") or {}).get("holderIdentity") or None
 
 
-async def first_holder(api: kube.Client, seconds: float) -> str | None:
+async def first_holder(
+    api: kube.Client, ours: dict[str, oc.Operator], seconds: float
+) -> str | None:
+    """The one of ``ours`` the Lease names (None: no Lease appeared: no leader election)."""
     deadline = time.monotonic() + seconds
+    found = None
     while time.monotonic() < deadline:
         found = await holder(api)
-        if found:
+        if found in ours:
             return found
         await asyncio.sleep(0.2)
+    if found is not None:
+        raise RuntimeError(f"the Lease still names {found!r}, neither of {sorted(ours)}")
     return None
 
 
@@ -68,9 +75,7 @@ async def taken_over(api: kube.Client, standby: str, since: float, limit: float)
 async def failover(
     api: kube.Client, namespace: str, observer: oc.Observer, ops: dict[str, oc.Operator]
 ) -> list[str]:
-    leader = await first_holder(api, 60)
-    if leader is not None and leader not in ops:
-        raise RuntimeError(f"the Lease names {leader!r}, neither of {sorted(ops)}")
+    leader = await first_holder(api, ops, 60)
     victim = leader or "operator-a"
     standby = next(name for name in ops if name != victim)
     names = [f"fo-{i:03d}" for i in range(RUNS)]
@@ -103,7 +108,7 @@ async def failover(
 
 
 async def main_async(cluster: oc.Cluster, workdir: Path) -> list[str]:
-    namespace = "bench-failover"
+    namespace = f"bench-failover-{os.getpid()}"
     oc.install(cluster.kubeconfig)
     oc.add_namespace(cluster.kubeconfig, namespace)
     kubelet = oc.Kubelet(cluster.kubelet)
