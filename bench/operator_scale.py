@@ -1,24 +1,39 @@
-"""Operator benchmarks on loopback: pod-start and finish latencies, status patches, memory.
+"""Operator benchmarks on the dev control plane: API requests, latencies, CPU, memory, start.
 
-Run ``python bench/operator_scale.py`` (about 4 minutes on 2 cores) or ``--quick``. It uses the
-cluster in ``--kubeconfig`` (admin), else starts a private control plane the way the cluster
-tests do (hack/devcluster) and stops it afterwards. It installs crds/ and config/ as they ship,
-runs ``agentflows operator`` as a subprocess with its ServiceAccount's token (exactly the RBAC of
-config/rbac), and measures:
+Run ``python bench/operator_scale.py --quick`` (about 4 minutes on 2 shared cores) or without
+``--quick`` (see bench/README.md for how long), or ``--failover`` (operator_failover.py). It
+starts a private control plane the way the cluster tests do (hack/devcluster), with the API
+server's audit log on, or uses the cluster of ``--kubeconfig`` (admin); installs crds/ and
+config/ as they ship; runs ``agentflows operator`` as a subprocess with its ServiceAccount's
+token (exactly the RBAC of config/rbac). Runner pods are local processes of the process kubelet:
+the bench holds the kubelet (SIGSTOP) while it measures pod creation and runs them at nice 19
+otherwise, so the operator is measured alone. Every latency is the difference of two receipt
+times (``time.monotonic``) in this process: the create call returning, or an event on its own
+pod and FlowRun watches. Not a test: it asserts nothing and is bounded by timeouts.
 
-- ``created -> pod``: ``--runs`` FlowRuns of a one-node Flow created at once; for each, the time
-  from its create call returning to its runner pod's ADDED event on the bench's pod watch.
-- ``pod done -> run terminal``: for the same runs, from the bench's watch first seeing the pod
-  ended (phase Succeeded/Failed) to its FlowRun watch first seeing a terminal phase. Both are
-  receipt times on one clock; container ``finishedAt`` has whole seconds only, so it is not used.
-  A negative value means the operator had finished the run from the runner's ``result`` before
-  the kubelet reported the pod ended.
-- ``status patches``: ``apiserver_request_total`` for PATCH flowruns/status from the API
-  server's /metrics (all writers: operator and runners), before and after a batch of runs of a
-  1-node and of a 6-node Flow; per node = (6-node batch - 1-node batch) / (5 x runs).
-- ``operator RSS``: VmRSS (and peak VmHWM) of the operator process from /proc, idle and then with
-  ``--settle`` FlowRuns present, created for a Flow that does not exist so they fail without
-  pods; measured once every one of them is Failed.
+- ``operator API requests per run`` / ``runner API requests per run``: the ``ResponseComplete``
+  lines of the API server's audit log by user (the operator's ServiceAccount, the runners'),
+  over ``count`` one-node runs made one after another (each started when the last is terminal,
+  the window closed when the operator has been quiet for 3 s), divided by the runs; WATCH
+  requests and the operator's Lease are reported apart (operator_audit.py). The same over
+  six-node runs gives the runner's requests per node.
+- ``created -> pod``: ``runs`` FlowRuns of a one-node Flow created at once, the kubelet held;
+  per run, from its create call returning to its pod's ADDED event.
+- ``pod done -> terminal``: the same runs, the kubelet released; from when the bench first saw
+  the runner done (its pod ended, or its ``result`` written: ``operator_cluster.Observer.pod_done``
+  says why that cannot come out negative) to its FlowRun's terminal phase.
+- ``operator CPU ms per run``: utime + stime of the operator process (/proc) over ``cpu_runs``
+  one-node runs, ``cpu_in_flight`` at a time, divided by the runs.
+- ``held`` FlowRuns present (finished runs, as a namespace's history holds them: created and
+  given a finished run's status while the operator is stopped), then the operator started:
+  ``start -> ready`` (its ``/readyz`` answers 200; an operator without /readyz: its first
+  FlowRun reconcile, from ``agentflows_reconciles_total``, so marked), ``start -> caught up``
+  (work queue empty and no reconcile for 2 s), its RSS then, and ``new run -> pod`` for
+  ``new_runs`` runs created one at a time, the kubelet held.
+- The peer, with the operator stopped: ``operator_peer.py``, a watch -> create-pod loop on the
+  `kubernetes` client, in a namespace of its own; the same burst of ``runs`` runs gives the floor
+  of ``created -> pod``, ``pod done -> terminal`` and CPU per run, and each operator figure is
+  printed as a ratio of it.
 """
 
 from __future__ import annotations
@@ -26,402 +41,419 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
+import dataclasses
+import math
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+import operator_audit as audit_mod
+import operator_cluster as oc
 from agentflows.kube import client as kube
 
-REPO = Path(__file__).resolve().parent.parent
-TERMINAL = {"Succeeded", "Failed", "Cancelled"}
-OPERATOR = ("agentflows-system", "agentflows-operator")
+BENCH = Path(__file__).resolve().parent
 
 
-@contextlib.contextmanager
-def cluster(kubeconfig: str | None) -> Iterator[str]:
-    """Yield an admin kubeconfig path: the given one, or a private control plane's."""
-    if kubeconfig:
-        yield kubeconfig
-        return
-    sys.path.insert(0, str(REPO / "hack"))
-    from devcluster import controlplane
+@dataclasses.dataclass
+class Sizes:
+    """How many runs each measure takes."""
 
-    state_dir = controlplane.temporary_state_dir()
-    plane = controlplane.start(state_dir)
-    try:
-        yield str(plane.kubeconfig("admin"))
-    finally:
-        controlplane.stop(state_dir)
+    runs: int
+    count: int
+    count_six: int
+    cpu_runs: int
+    cpu_in_flight: int
+    held: int
+    new_runs: int
 
 
-def kubectl(kubeconfig: str, *args: str, stdin: str | None = None) -> str:
-    done = subprocess.run(
-        ["kubectl", f"--kubeconfig={kubeconfig}", *args],
-        input=stdin,
-        text=True,
-        check=True,
-        capture_output=True,
-        timeout=120,
+FULL = Sizes(
+    runs=100, count=10, count_six=5, cpu_runs=1000, cpu_in_flight=20, held=10_000, new_runs=20
+)
+QUICK = Sizes(runs=20, count=4, count_six=2, cpu_runs=20, cpu_in_flight=10, held=500, new_runs=5)
+
+
+@dataclasses.dataclass
+class Bench:
+    """What every measure needs: the admin client, the namespace, the watches' receipts."""
+
+    api: kube.Client
+    cluster: oc.Cluster
+    namespace: str
+    observer: oc.Observer
+    kubelet: oc.Kubelet
+    audit: audit_mod.AuditLog | None
+    operator_kubeconfig: Path
+    workdir: Path
+    #: The audit log's offset when the operator started.
+    audit_mark: int = 0
+
+    def path(self, plural: str, name: str | None = None, sub: str | None = None) -> str:
+        return kube.path_of(plural, self.namespace, name, sub=sub)
+
+    async def create_run(self, name: str, flow: str) -> float:
+        """Create a FlowRun; return when the create call returned."""
+        await self.api.create(self.path("flowruns"), oc.flowrun(name, flow))
+        return time.monotonic()
+
+    async def terminal(self, names: list[str], seconds: float) -> None:
+        ended = self.observer.run_ended
+        await oc.wait_until(lambda: all(n in ended for n in names), seconds, "runs terminal")
+
+    def start_operator(self, name: str = "operator") -> oc.Operator:
+        return oc.Operator(self.operator_kubeconfig, self.workdir / f"{name}.log", name)
+
+
+def ms(seconds: float) -> int:
+    return round(seconds * 1000)
+
+
+def p50_p99(label: str, seconds: list[float]) -> str:
+    p50, p99 = oc.percentile(seconds, 0.5), oc.percentile(seconds, 0.99)
+    return f"{label} p50 {ms(p50)} ms p99 {ms(p99)} ms"
+
+
+def ratio(ours: float, peer: float) -> str:
+    return f"x{ours / peer:.1f}" if peer > 0 else "x-"
+
+
+def versus(ours: list[float], peer: list[float]) -> str:
+    """``operator/peer p50 x35.1 p99 x47.6``."""
+    p50 = ratio(oc.percentile(ours, 0.5), oc.percentile(peer, 0.5))
+    return (
+        f"operator/peer p50 {p50} p99 {ratio(oc.percentile(ours, 0.99), oc.percentile(peer, 0.99))}"
     )
-    return done.stdout
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+async def flow_ready(bench: Bench, name: str) -> None:
+    """Wait until the operator has set Flow ``name`` Ready."""
 
+    async def ready() -> bool:
+        flow = await bench.api.get(bench.path("flows", name))
+        conditions = (flow.get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-# --- installing and running the operator -------------------------------------------------------
-
-
-def install(kubeconfig: str, namespace: str) -> None:
-    """CRDs, the operator's namespace, RBAC and policies; the runner's account in ``namespace``."""
-    kubectl(kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
-    kubectl(kubeconfig, "wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
-    kubectl(kubeconfig, "apply", "-f", str(REPO / "config/manager/namespace.yaml"))
-    kubectl(kubeconfig, "apply", "-k", str(REPO / "config/rbac"))
-    kubectl(kubeconfig, "apply", "-k", str(REPO / "config/policies"))
-    kubectl(kubeconfig, "create", "namespace", namespace)
-    for name in ("service_account.yaml", "role.yaml", "role_binding.yaml"):
-        document = yaml.safe_load((REPO / "config/rbac/runner" / name).read_text())
-        document["metadata"]["namespace"] = namespace
-        for subject in document.get("subjects", []):
-            subject["namespace"] = namespace
-        kubectl(kubeconfig, "apply", "-f", "-", stdin=json.dumps(document))
-
-
-def operator_kubeconfig(kubeconfig: str, directory: Path) -> Path:
-    """A kubeconfig holding a TokenRequest token of the operator's ServiceAccount."""
-    namespace, account = OPERATOR
-    token = kubectl(kubeconfig, "create", "token", account, "-n", namespace, "--duration=24h")
-    admin = yaml.safe_load(Path(kubeconfig).read_text())
-    entry = admin["clusters"][0]
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [entry],
-        "users": [{"name": account, "user": {"token": token.strip()}}],
-        "contexts": [{"name": "op", "context": {"cluster": entry["name"], "user": account}}],
-        "current-context": "op",
-    }
-    path = directory / "operator.kubeconfig"
-    path.write_text(yaml.safe_dump(config))
-    path.chmod(0o600)
-    return path
-
-
-@contextlib.contextmanager
-def operator_process(kubeconfig: Path, log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    port = free_port()
-    env = {**os.environ, "AGENTFLOWS_RUNNER_IMAGE": "agentflows:bench"}
-    env.pop("KUBECONFIG", None)
-    argv = [sys.executable, "-m", "agentflows.cli.main", "operator"]
-    argv += ["--kubeconfig", str(kubeconfig), "--metrics-port", str(port)]
-    with log.open("ab") as output:
-        process = subprocess.Popen(
-            argv, stdout=output, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
-    try:
-        for _ in range(600):
-            if process.poll() is not None:
-                raise RuntimeError(f"the operator exited with {process.returncode}; see {log}")
-            with contextlib.suppress(OSError):
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).close()
-                break
-            time.sleep(0.1)
-        yield process
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def memory(pid: int) -> tuple[float, float]:
-    """(VmRSS, VmHWM) of a process in MiB."""
-    fields = dict(
-        line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
-    )
-    return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
-
-
-# --- watching ----------------------------------------------------------------------------------
-
-
-async def watch_forever(
-    api: kube.Client, path: str, handle: Callable[[dict[str, Any]], None], **params: Any
-) -> None:
-    """List then watch ``path`` until cancelled, calling ``handle`` on every object seen."""
-    while True:
-        try:
-            listed = await api.get(path, **params)
-            for item in listed.get("items", []):
-                handle(item)
-            version = listed["metadata"]["resourceVersion"]
-            async for event in api.watch(
-                path, resource_version=version, timeout_seconds=60, **params
-            ):
-                if event.get("type") in ("ADDED", "MODIFIED"):
-                    handle(event["object"])
-                elif event.get("type") == "ERROR":
-                    break
-        except kube.ApiError:
-            await asyncio.sleep(0.5)
-
-
-class Observer:
-    """Receipt times (perf_counter) of pods appearing and ending, and of runs ending."""
-
-    def __init__(self) -> None:
-        self.pod_added: dict[str, float] = {}
-        self.pod_ended: dict[str, float] = {}
-        self.run_ended: dict[str, float] = {}
-
-    def pod(self, pod: dict[str, Any]) -> None:
-        now = time.perf_counter()
-        run = pod["metadata"].get("labels", {}).get("agentflows.io/run")
-        if run is None:
-            return
-        self.pod_added.setdefault(run, now)
-        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-            self.pod_ended.setdefault(run, now)
-
-    def run(self, run: dict[str, Any]) -> None:
-        if (run.get("status") or {}).get("phase") in TERMINAL:
-            self.run_ended.setdefault(run["metadata"]["name"], time.perf_counter())
-
-
-def flow(name: str, nodes: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "agentflows.io/v1alpha1",
-        "kind": "Flow",
-        "metadata": {"name": name},
-        "spec": {
-            "nodes": [{"id": f"n{i}", "transform": f"={i}"} for i in range(nodes)],
-            "successfulRunsHistoryLimit": 10_000,
-            "failedRunsHistoryLimit": 10_000,
-        },
-    }
-
-
-def flowrun(name: str, flow_name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "agentflows.io/v1alpha1",
-        "kind": "FlowRun",
-        "metadata": {"name": name},
-        "spec": {"flow": flow_name},
-    }
-
-
-async def bounded(jobs: list[Callable[[], Awaitable[Any]]], concurrency: int) -> None:
-    queue = list(reversed(jobs))
-
-    async def worker() -> None:
-        while queue:
-            await queue.pop()()
-
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-
-
-async def wait_until(check: Callable[[], bool], seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while not check():
+    deadline = time.monotonic() + 120
+    while not await ready():
         if time.monotonic() > deadline:
-            raise TimeoutError(f"gave up after {seconds}s waiting for {what}")
+            raise TimeoutError(f"Flow {name} not Ready after 120 s")
         await asyncio.sleep(0.2)
 
 
-# --- the measurements --------------------------------------------------------------------------
+# --- created -> pod, pod done -> terminal ---------------------------------------------------------
 
 
-def kubelet_pid(kubeconfig: str) -> int | None:
-    """The process kubelet of a hack/control-plane cluster (its pid file sits by the kubeconfig)."""
-    pid_file = Path(kubeconfig).parent / "run" / "kubelet.pid"
-    return int(pid_file.read_text()) if pid_file.exists() else None
-
-
-async def bench_latency(
-    api: kube.Client, ns: str, observer: Observer, runs: int, kubelet: int | None
-) -> list[str]:
-    await api.create(kube.path_of("flows", ns), flow("one", 1))
-    await asyncio.sleep(2)  # the Flow validated (Ready) before the burst
+async def burst(bench: Bench, prefix: str, runs: int) -> tuple[list[float], list[float], float]:
+    """``runs`` runs of Flow ``one`` at once: (created -> pod, pod done -> terminal, wall s)."""
+    names = [f"{prefix}-{i:04d}" for i in range(runs)]
     created: dict[str, float] = {}
-    names = [f"lat-{i:04d}" for i in range(runs)]
+    observer = bench.observer
 
     async def create(name: str) -> None:
-        await api.create(kube.path_of("flowruns", ns), flowrun(name, "one"))
-        created[name] = time.perf_counter()
+        created[name] = await bench.create_run(name, "one")
 
-    # With the process kubelet frozen, the burst measures the operator alone: otherwise the
-    # first runner processes (a Python start each) take the 2 cores the operator needs. In a
-    # real cluster runner pods run on other nodes.
-    if kubelet:
-        os.kill(kubelet, signal.SIGSTOP)
-    started = time.perf_counter()
-    try:
+    started = time.monotonic()
+    with bench.kubelet.held():
         await asyncio.gather(*(create(n) for n in names))
-        await wait_until(lambda: all(n in observer.pod_added for n in names), 300, "pods created")
-    finally:
-        if kubelet:
-            os.kill(kubelet, signal.SIGCONT)
-    await wait_until(lambda: all(n in observer.run_ended for n in names), 900, "runs terminal")
-    wall = time.perf_counter() - started
+        await oc.wait_until(lambda: all(n in observer.pod_added for n in names), 600, "pods")
+    await bench.terminal(names, 900)
+    wall = time.monotonic() - started
     to_pod = [observer.pod_added[n] - created[n] for n in names]
-    to_end = [
-        observer.run_ended[n] - observer.pod_ended[n] for n in names if n in observer.pod_ended
-    ]
-    rows = [
-        row(f"created -> pod ({runs} at once{', kubelet held' if kubelet else ''})", to_pod),
-        row(f"pod done -> run terminal ({len(to_end)})", to_end),
-        f"{'all ' + str(runs) + ' runs terminal after':<44} {wall:>9.1f} s",
-    ]
-    return rows
+    to_end = []
+    for name in names:
+        done = observer.pod_done(name)
+        assert done is not None  # a terminal run bounds it
+        to_end.append(observer.run_ended[name] - done)
+    return to_pod, to_end, wall
 
 
-def row(label: str, seconds: list[float]) -> str:
-    p50, p99 = percentile(seconds, 0.5), percentile(seconds, 0.99)
-    return f"{label:<44} {p50 * 1000:>9.0f} ms  p99 {p99 * 1000:>8.0f} ms"
+# --- API requests -----------------------------------------------------------------------------
 
 
-async def status_patches(api: kube.Client) -> float:
-    text = await api.request_text("GET", "/metrics")
-    total = 0.0
-    for line in text.splitlines():
-        wanted = ('resource="flowruns"', 'subresource="status"', 'verb="PATCH"')
-        if line.startswith("apiserver_request_total{") and all(w in line for w in wanted):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
+async def requests_per_run(
+    bench: Bench, flow: str, runs: int
+) -> tuple[audit_mod.Tally, audit_mod.Tally]:
+    """Runs of ``flow`` one after another: the operator's and the runners' requests."""
+    assert bench.audit is not None
+    users = [oc.OPERATOR_USER, oc.runner_user(bench.namespace)]
+    await bench.audit.quiet(users)
+    start = bench.audit.offset()
+    for i in range(runs):
+        name = f"count-{flow}-{i:03d}"
+        await bench.create_run(name, flow)
+        await bench.terminal([name], 300)
+    await bench.audit.quiet(users)
+    tallies, _ = bench.audit.tally(start, users)
+    return tallies[users[0]], tallies[users[1]]
 
 
-async def bench_patches(api: kube.Client, ns: str, observer: Observer, runs: int) -> list[str]:
-    counts = {}
-    for nodes in (1, 6):
-        name = f"patch{nodes}"
-        await api.create(kube.path_of("flows", ns), flow(name, nodes))
-        await asyncio.sleep(2)
-        before = await status_patches(api)
-        names = [f"{name}-{i:03d}" for i in range(runs)]
-        await asyncio.gather(
-            *(api.create(kube.path_of("flowruns", ns), flowrun(n, name)) for n in names)
-        )
-        await wait_until(lambda ns_=names: all(n in observer.run_ended for n in ns_), 600, name)
-        await asyncio.sleep(3)  # the operator's last writes (completion, Flow status)
-        counts[nodes] = (await status_patches(api) - before) / runs
-    per_node = (counts[6] - counts[1]) / 5
+async def api_requests(bench: Bench, sizes: Sizes) -> list[str]:
+    if bench.audit is None:
+        why = "n/a (the cluster writes no audit log: hack/control-plane up --audit-log)"
+        return [f"operator API requests per run: {why}", f"runner API requests per run: {why}"]
+    operator, runner = await requests_per_run(bench, "one", sizes.count)
+    _, runner_six = await requests_per_run(bench, "six", sizes.count_six)
+    lifetime, _ = bench.audit.tally(bench.audit_mark, [oc.OPERATOR_USER])
+    watches = lifetime[oc.OPERATOR_USER].watches_opened
+    per_run = runner_six.total / sizes.count_six
+    per_node = (per_run - runner.total / sizes.count) / 5
     return [
-        f"{'status PATCHes per run, 1-node flow':<44} {counts[1]:>9.1f}",
-        f"{'status PATCHes per run, 6-node flow':<44} {counts[6]:>9.1f}",
-        f"{'status PATCHes per node (marginal)':<44} {per_node:>9.1f}",
+        f"operator API requests per run: {operator.total / sizes.count:.1f}",
+        f"runner API requests per run: {runner.total / sizes.count:.1f}",
+        f"  ({sizes.count} one-node runs one after another, counted by the API server's audit log;"
+        f" not counted: the WATCH requests the operator opened, {watches} since its start and"
+        f" {operator.watches_opened} during these runs, and its {operator.lease_requests} Lease"
+        " requests)",
+        f"  operator per run: {operator.breakdown(sizes.count)}",
+        f"  runner per run: {runner.breakdown(sizes.count)}",
+        f"runner API requests per run, 6-node flow: {per_run:.1f}; per node (marginal)"
+        f" {per_node:.1f}",
     ]
 
 
-async def bench_memory(api: kube.Client, ns: str, pid: int, count: int) -> list[str]:
-    idle, _ = memory(pid)
-    names = [f"ghost-{i:05d}" for i in range(count)]
-    started = time.perf_counter()
-    await bounded(
-        [
-            lambda n=n: api.create(kube.path_of("flowruns", ns), flowrun(n, "no-such-flow"))
-            for n in names
-        ],
-        16,
+# --- CPU --------------------------------------------------------------------------------------
+
+
+async def cpu_per_run(bench: Bench, pid: int, runs: int, in_flight: int) -> float:
+    """CPU seconds of process ``pid`` per run, over ``runs`` runs, ``in_flight`` at a time."""
+    gate = asyncio.Semaphore(in_flight)
+
+    async def one(i: int) -> None:
+        async with gate:
+            name = f"cpu-{i:05d}"
+            await bench.create_run(name, "one")
+            await bench.terminal([name], 900)
+
+    before = oc.cpu_seconds(pid)
+    await asyncio.gather(*(one(i) for i in range(runs)))
+    if bench.audit is not None:
+        await bench.audit.quiet([oc.OPERATOR_USER])
+    else:
+        await asyncio.sleep(3)
+    return (oc.cpu_seconds(pid) - before) / runs
+
+
+# --- many FlowRuns present --------------------------------------------------------------------
+
+
+async def hold_runs(bench: Bench, count: int, status: dict[str, Any]) -> float:
+    """Create ``count`` finished runs of Flow ``held`` (operator stopped); return seconds taken."""
+    started = time.monotonic()
+
+    async def one(i: int) -> None:
+        name = f"held-{i:05d}"
+        await bench.api.create(bench.path("flowruns"), oc.flowrun(name, "held"))
+        await bench.api.merge_patch(bench.path("flowruns", name, "status"), {"status": status})
+
+    await oc.bounded([lambda i=i: one(i) for i in range(count)], 32)
+    return time.monotonic() - started
+
+
+async def start_to_ready(operator: oc.Operator, limit: float) -> tuple[float, str, float | None]:
+    """(start -> ready s, how ready was told, start -> caught up s or None)."""
+    how = ""
+    while not how:
+        operator.check_alive()
+        ready = await asyncio.to_thread(operator.readyz)
+        if ready:
+            how = "/readyz"
+        elif ready is None:
+            text = await asyncio.to_thread(operator.metrics)
+            if (oc.metric(text, "agentflows_reconciles_total", kind="FlowRun") or 0) > 0:
+                how = "first reconcile; no /readyz"
+        if time.monotonic() - operator.started > limit:
+            raise TimeoutError(f"the operator was not ready in {limit}s; see {operator.log}")
+        await asyncio.sleep(0.05)
+    ready_at = time.monotonic() - operator.started
+    last, quiet_since = None, time.monotonic()
+    while time.monotonic() - operator.started < limit:
+        text = await asyncio.to_thread(operator.metrics)
+        depth = oc.metric(text, "agentflows_reconcile_queue_depth")
+        count = oc.metric(text, "agentflows_reconciles_total")
+        if depth is None or count is None:
+            return ready_at, how, None
+        if depth > 0 or count != last:
+            last, quiet_since = count, time.monotonic()
+        elif time.monotonic() - quiet_since >= 2:
+            return ready_at, how, quiet_since - operator.started
+        await asyncio.sleep(0.1)
+    return ready_at, how, None
+
+
+async def new_run_to_pod(bench: Bench, runs: int) -> list[float]:
+    """Runs of Flow ``one`` created one at a time, the kubelet held: create -> pod ADDED."""
+    latencies = []
+    names = [f"new-{i:03d}" for i in range(runs)]
+    with bench.kubelet.held():
+        for name in names:
+            created = await bench.create_run(name, "one")
+            await oc.wait_until(lambda n=name: n in bench.observer.pod_added, 300, "pod")
+            latencies.append(bench.observer.pod_added[name] - created)
+    await bench.terminal(names, 600)
+    return latencies
+
+
+async def many_runs(bench: Bench, sizes: Sizes, template: dict[str, Any]) -> list[str]:
+    """The operator restarted with ``held`` finished runs present."""
+    took = await hold_runs(bench, sizes.held, template)
+    oc.progress(f"{sizes.held} FlowRuns created in {took:.0f} s; starting the operator")
+    limit = 1800.0
+    with oc.running(bench.start_operator("operator-held")) as operator:
+        ready, how, caught_up = await start_to_ready(operator, limit)
+        await asyncio.sleep(2)
+        rss, peak = oc.memory(operator.pid)
+        latencies = await new_run_to_pod(bench, sizes.new_runs)
+    caught = f"{caught_up:.1f} s" if caught_up is not None else f"n/a (not within {limit:.0f} s)"
+    held = sizes.held
+    return [
+        f"operator RSS {rss:.0f} MiB with {held} FlowRuns (peak {peak:.0f} MiB)",
+        f"operator start -> ready {ready:.1f} s with {held} FlowRuns ({how})",
+        f"operator start -> caught up {caught} with {held} FlowRuns (queue empty for 2 s)",
+        f"new run -> pod p50 {ms(oc.percentile(latencies, 0.5))} ms with {held} FlowRuns present"
+        f" (max {ms(max(latencies))} ms over {len(latencies)})",
+        f"  ({held} finished FlowRuns created in {took:.0f} s, operator stopped)",
+    ]
+
+
+# --- the peer ---------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def peer_process(bench: Bench, namespace: str) -> Iterator[subprocess.Popen[str]]:
+    argv = [sys.executable, str(BENCH / "operator_peer.py"), str(bench.operator_kubeconfig)]
+    process = subprocess.Popen(
+        [*argv, namespace], stdout=subprocess.PIPE, text=True, start_new_session=True
     )
+    try:
+        assert process.stdout is not None
+        if process.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"the peer exited with {process.wait()}")
+        yield process
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
 
-    async def settled() -> int:
-        listed = await api.get(kube.path_of("flowruns", ns))
-        return sum(
-            1
-            for item in listed["items"]
-            if item["metadata"]["name"].startswith("ghost-")
-            and (item.get("status") or {}).get("phase") in TERMINAL
-        )
 
-    deadline = time.monotonic() + 900
-    while (done := await settled()) < count:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"only {done} of {count} FlowRuns settled")
-        await asyncio.sleep(2)
-    settle = time.perf_counter() - started
-    await asyncio.sleep(5)
-    rss, peak = memory(pid)
+async def peer(bench: Bench, runs: int) -> tuple[list[float], list[float], float]:
+    """The peer's burst in its own namespace: (created -> pod, pod done -> terminal, CPU s/run)."""
+    namespace = f"bench-peer-{os.getpid()}"
+    oc.add_namespace(bench.cluster.kubeconfig, namespace)
+    own = dataclasses.replace(bench, namespace=namespace)
+    watchers = bench.observer.watch(bench.api, namespace)
+    try:
+        with peer_process(bench, namespace) as process:
+            before = oc.cpu_seconds(process.pid)
+            to_pod, to_end, _ = await burst(own, "peer", runs)
+            cpu = (oc.cpu_seconds(process.pid) - before) / runs
+    finally:
+        await oc.stop_watching(watchers)
+    return to_pod, to_end, cpu
+
+
+# --- the whole run ----------------------------------------------------------------------------
+
+
+async def measure(bench: Bench, sizes: Sizes) -> list[str]:
+    bench.audit_mark = bench.audit.offset() if bench.audit else 0
+    operator = bench.start_operator()
+    with oc.running(operator):
+        await operator.serving()
+        for name, nodes in (("one", 1), ("six", 6), ("held", 1)):
+            await bench.api.create(bench.path("flows"), oc.flow(name, nodes))
+            await flow_ready(bench, name)
+        oc.progress(f"{sizes.runs} runs at once")
+        to_pod, to_end, wall = await burst(bench, "lat", sizes.runs)
+        oc.progress("API requests per run")
+        counted = await api_requests(bench, sizes)
+        oc.progress(f"CPU over {sizes.cpu_runs} runs")
+        cpu = await cpu_per_run(bench, operator.pid, sizes.cpu_runs, sizes.cpu_in_flight)
+        template = (await bench.api.get(bench.path("flowruns", "lat-0000")))["status"]
+    oc.progress(f"{sizes.held} FlowRuns present")
+    held = await many_runs(bench, sizes, template)
+    oc.progress("the peer")
+    peer_pod, peer_end, peer_cpu = await peer(bench, sizes.runs)
+    names = [f"lat-{i:04d}" for i in range(sizes.runs)]
+    seen, ended = bench.observer.result_seen, bench.observer.pod_ended
+    by_result = sum(seen.get(n, math.inf) <= ended.get(n, math.inf) for n in names)
     return [
-        f"{'operator RSS, idle':<44} {idle:>9.1f} MiB",
-        f"{f'operator RSS, {count} FlowRuns present':<44} {rss:>9.1f} MiB  peak {peak:.1f} MiB",
-        f"{f'{count} FlowRuns created and Failed in':<44} {settle:>9.1f} s",
+        *counted[:2],
+        p50_p99("created -> pod", to_pod),
+        p50_p99("pod done -> terminal", to_end),
+        f"operator CPU ms per run {cpu * 1000:.1f} (over {sizes.cpu_runs} runs,"
+        f" {sizes.cpu_in_flight} in flight)",
+        *held[:4],
+        *counted[2:],
+        f"  ({sizes.runs} runs at once, kubelet held until every pod existed; all terminal after"
+        f" {wall:.1f} s; pod done seen first as the runner's result for {by_result} of them)",
+        p50_p99("peer created -> pod", peer_pod)
+        + f" (the kubernetes client: watch -> create pod); {versus(to_pod, peer_pod)}",
+        p50_p99("peer pod done -> terminal", peer_end)
+        + f" (pod watch -> status patch); {versus(to_end, peer_end)}",
+        f"peer CPU ms per run {peer_cpu * 1000:.1f}; operator/peer {ratio(cpu, peer_cpu)}",
+        *held[4:],
     ]
 
 
-async def main_async(args: argparse.Namespace, kubeconfig: str, workdir: Path) -> list[str]:
-    ns = f"bench-operator-{os.getpid()}"
-    install(kubeconfig, ns)
-    op_kubeconfig = operator_kubeconfig(kubeconfig, workdir)
-    observer = Observer()
-    rows: list[str] = []
-    with operator_process(op_kubeconfig, workdir / "operator.log") as process:
-        async with kube.Client.from_env(kubeconfig, retry_seconds=30) as api:
-            watchers = [
-                asyncio.ensure_future(
-                    watch_forever(
-                        api, kube.path_of("pods", ns), observer.pod,
-                        labelSelector="agentflows.io/run",
-                    )
-                ),
-                asyncio.ensure_future(
-                    watch_forever(api, kube.path_of("flowruns", ns), observer.run)
-                ),
-            ]  # fmt: skip
-            try:
-                rows += await bench_latency(api, ns, observer, args.runs, kubelet_pid(kubeconfig))
-                rows += await bench_patches(api, ns, observer, args.patch_runs)
-                rows += await bench_memory(api, ns, process.pid, args.settle)
-            finally:
-                for task in watchers:
-                    task.cancel()
-                await asyncio.gather(*watchers, return_exceptions=True)
-    return rows
+async def main_async(sizes: Sizes, cluster: oc.Cluster, workdir: Path) -> list[str]:
+    namespace = f"bench-operator-{os.getpid()}"
+    oc.install(cluster.kubeconfig)
+    oc.add_namespace(cluster.kubeconfig, namespace)
+    kubelet = oc.Kubelet(cluster.kubelet)
+    if cluster.private:
+        kubelet.lower_pods_priority()
+    async with kube.Client.from_env(cluster.kubeconfig, retry_seconds=60) as api:
+        bench = Bench(
+            api=api,
+            cluster=cluster,
+            namespace=namespace,
+            observer=oc.Observer(),
+            kubelet=kubelet,
+            audit=audit_mod.AuditLog(cluster.audit_log) if cluster.audit_log else None,
+            operator_kubeconfig=oc.operator_kubeconfig(cluster.kubeconfig, workdir),
+            workdir=workdir,
+        )
+        watchers = bench.observer.watch(api, namespace)
+        try:
+            return await measure(bench, sizes)
+        finally:
+            await oc.stop_watching(watchers)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kubeconfig", help="An admin kubeconfig (default: a private cluster).")
-    parser.add_argument("--runs", type=int, default=100, help="FlowRuns created at once.")
-    parser.add_argument("--patch-runs", type=int, default=10, help="Runs per patch batch.")
-    parser.add_argument("--settle", type=int, default=2000, help="FlowRuns for the RSS figure.")
-    parser.add_argument("--quick", action="store_true", help="20 runs, 200 FlowRuns.")
+    parser.add_argument("--quick", action="store_true", help="Fewer runs: a few minutes.")
+    parser.add_argument(
+        "--failover", action="store_true", help="Only the leader-failover measure (two operators)."
+    )
+    parser.add_argument("--keep", help="Keep the operators' logs in this directory.")
     args = parser.parse_args()
-    if args.quick:
-        args.runs, args.patch_runs, args.settle = 20, 5, 200
-    started = time.perf_counter()
-    with (
-        tempfile.TemporaryDirectory(prefix="bench-operator-") as tmp,
-        cluster(args.kubeconfig) as kubeconfig,
-    ):
-        rows = asyncio.run(main_async(args, kubeconfig, Path(tmp)))
-    print(f"{'measure':<44} {'p50 / value':>9}")
-    print("-" * 78)
-    for line in rows:
+    # Run the clean-up (the operators, the private control plane) when stopped with SIGTERM too.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    started = time.monotonic()
+    with contextlib.ExitStack() as stack:
+        workdir = (
+            Path(args.keep)
+            if args.keep
+            else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-operator-")))
+        )
+        workdir.mkdir(parents=True, exist_ok=True)
+        cluster = stack.enter_context(oc.cluster(args.kubeconfig))
+        if args.failover:
+            import operator_failover
+
+            lines = asyncio.run(operator_failover.main_async(cluster, workdir))
+        else:
+            lines = asyncio.run(main_async(QUICK if args.quick else FULL, cluster, workdir))
+    for line in lines:
         print(line)
-    print(f"(bench wall time {time.perf_counter() - started:.0f} s, {os.cpu_count()} CPUs)")
+    print(f"(bench wall time {time.monotonic() - started:.0f} s, {os.cpu_count()} CPUs)")
 
 
 if __name__ == "__main__":

@@ -3,10 +3,11 @@
 ``build`` makes sure the pinned binaries are cached (instant when they are), ``build-helm`` the
 same for helm (which the chart tests use), ``build-prometheus`` for prometheus and promtool
 (which the monitoring tests use); ``write-monitoring`` renders the chart's PodMonitors and
-PrometheusRule into ``config/prometheus`` for kustomize users; ``up`` starts a
-control plane in ``$AGENTFLOWS_CP_DIR`` (default ``/tmp/agentflows-cp``) and waits until it is
-ready; ``down`` stops it and removes the directory; ``status`` reports on it; ``env`` prints the
-``export KUBECONFIG=...`` line for ``eval``.
+PrometheusRule into ``config/prometheus`` for kustomize users; ``up`` starts a control plane
+(``--audit-log``: with the API server's audit log) in ``$AGENTFLOWS_CP_DIR`` (default
+``/tmp/agentflows-cp``) and waits until it is ready; ``down`` stops it and removes the
+directory; ``status`` reports on it; ``env`` prints the ``export KUBECONFIG=...`` line for
+``eval``.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def _write_monitoring(_: argparse.Namespace) -> int:
 
 def _up(args: argparse.Namespace) -> int:
     started = time.monotonic()
-    cp = controlplane.start(_state_dir(args))
+    cp = controlplane.start(_state_dir(args), audit=args.audit_log)
     elapsed = time.monotonic() - started
     print(
         f"control plane ready in {elapsed:.1f}s at {cp.server} "
@@ -104,7 +105,13 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser(
         "write-monitoring", help="render the chart's monitoring objects into config/prometheus"
     ).set_defaults(run=_write_monitoring)
-    commands.add_parser("up", help="start and wait until ready").set_defaults(run=_up)
+    up = commands.add_parser("up", help="start and wait until ready")
+    up.add_argument(
+        "--audit-log",
+        action="store_true",
+        help="API server audit log in <state>/logs/audit.log (bench/operator_scale.py reads it)",
+    )
+    up.set_defaults(run=_up)
     commands.add_parser("down", help="stop everything, remove the state").set_defaults(run=_down)
     commands.add_parser("status", help="report processes and readiness").set_defaults(run=_status)
     env = commands.add_parser("env", help="print export KUBECONFIG=...")

@@ -17,6 +17,12 @@ The static users, all with token authentication:
   bindings: tests grant them what they need.
 
 Each user has ``<state>/<user>.kubeconfig``; ``admin.kubeconfig`` is the default.
+
+``start(audit=True)`` (``hack/control-plane up --audit-log``; bench/operator_scale.py) also
+writes an audit log, ``<state>/logs/audit.log``: one JSON line per request stage at the
+Metadata level (who, verb, resource, status; never a body), without health probes, the Node and
+controller Lease renewals and the controllers' watches. Off by default: the log is written
+synchronously on every request, which the test suite does not need to pay.
 """
 
 from __future__ import annotations
@@ -58,6 +64,34 @@ _CONTROLLER_MANAGER_USER = "system:kube-controller-manager"
 # Order of shutdown: the kubelet first (it stops the pods' processes), etcd last.
 _PROCESS_ORDER = ("kubelet", "kube-controller-manager", "kube-apiserver", "etcd")
 _HACK_DIR = Path(__file__).resolve().parent.parent
+# The audit policy of ``start(audit=True)``: rules are matched in order, the first one wins.
+_AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],
+    "rules": [
+        {
+            "level": "None",
+            "nonResourceURLs": ["/healthz*", "/livez*", "/readyz*", "/version", "/metrics"],
+        },
+        # The process kubelet's Node heartbeat and the controllers' Leases.
+        {
+            "level": "None",
+            "resources": [{"group": "coordination.k8s.io", "resources": ["leases"]}],
+            "namespaces": ["kube-node-lease", "kube-system"],
+        },
+        # The controller-manager's informers: dozens of watches, re-opened every few minutes.
+        {
+            "level": "None",
+            "verbs": ["watch"],
+            "userGroups": ["system:serviceaccounts:kube-system"],
+        },
+        {"level": "None", "users": [_CONTROLLER_MANAGER_USER], "verbs": ["watch"]},
+        # The API server's own loopback client (bootstrap objects, its informers).
+        {"level": "None", "users": ["system:apiserver"]},
+        {"level": "Metadata"},
+    ],
+}
 
 
 class ControlPlaneError(RuntimeError):
@@ -256,7 +290,27 @@ def _start_etcd(cp: ControlPlane, binaries: build.Binaries) -> None:
     )
 
 
-def _start_apiserver(cp: ControlPlane, binaries: build.Binaries, keys: pki.Pki) -> None:
+def audit_log(state_dir: Path) -> Path:
+    """Return where the API server of ``start(state_dir, audit=True)`` writes its audit log."""
+    return state_dir / "logs" / "audit.log"
+
+
+def _audit_flags(state_dir: Path) -> list[str]:
+    policy = state_dir / "audit-policy.json"
+    policy.write_text(json.dumps(_AUDIT_POLICY, indent=2))
+    return [
+        f"--audit-policy-file={policy}",
+        f"--audit-log-path={audit_log(state_dir)}",
+        "--audit-log-format=json",
+        # blocking: a request's line is written before it completes, so a reader right after a
+        # response sees it (batching would delay lines by seconds)
+        "--audit-log-mode=blocking",
+    ]
+
+
+def _start_apiserver(
+    cp: ControlPlane, binaries: build.Binaries, keys: pki.Pki, audit: bool
+) -> None:
     _spawn(
         cp,
         "kube-apiserver",
@@ -285,6 +339,7 @@ def _start_apiserver(cp: ControlPlane, binaries: build.Binaries, keys: pki.Pki) 
             "--endpoint-reconciler-type=none",
             "--kubelet-preferred-address-types=InternalIP,Hostname",
             "--profiling=false",
+            *(_audit_flags(cp.state_dir) if audit else []),
         ],
     )
 
@@ -370,8 +425,12 @@ def _prepare(state_dir: Path) -> tuple[ControlPlane, pki.Pki]:
     return cp, keys
 
 
-def start(state_dir: Path | None = None, timeout: float = 240) -> ControlPlane:
+def start(
+    state_dir: Path | None = None, timeout: float = 240, *, audit: bool = False
+) -> ControlPlane:
     """Start the whole control plane in ``state_dir`` and wait until it serves and a Node is Ready.
+
+    With ``audit``, the API server writes :func:`audit_log` (see the module docstring).
 
     On failure everything started so far is stopped and the state directory removed before the
     :class:`ControlPlaneError` (with the failing process's log tail) propagates.
@@ -385,7 +444,7 @@ def start(state_dir: Path | None = None, timeout: float = 240) -> ControlPlane:
     try:
         _start_etcd(cp, binaries)
         _wait(cp, "etcd /health", ("etcd",), lambda: _etcd_healthy(cp), deadline)
-        _start_apiserver(cp, binaries, keys)
+        _start_apiserver(cp, binaries, keys, audit)
         _wait(
             cp,
             "kube-apiserver /readyz",

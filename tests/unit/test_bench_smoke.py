@@ -26,3 +26,19 @@ def test_quick_engine_benchmark_prints_both_graphs_and_the_startup_line() -> Non
     assert any(line.startswith("chain-100 ") for line in rows), result.stdout
     assert any(line.startswith("fanout-1-32-1 ") for line in rows), result.stdout
     assert any(line.startswith("cli start -> first node: ") for line in rows), result.stdout
+
+
+def test_operator_benchmark_offers_quick_and_failover_modes() -> None:
+    # The operator benchmark needs a control plane and minutes; its help proves it imports.
+    result = subprocess.run(
+        [sys.executable, "bench/operator_scale.py", "--help"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "--quick" in result.stdout, result.stdout
+    assert "--failover" in result.stdout, result.stdout
