@@ -99,6 +99,8 @@ class Resource:
     plural: str
     short_name: str
     printer_columns: tuple[dict[str, Any], ...]
+    #: Fields ``kubectl get --field-selector`` (and the API's fieldSelector) may select on.
+    selectable_fields: tuple[str, ...] = ()
 
     @property
     def crd_name(self) -> str:
@@ -151,6 +153,7 @@ RESOURCES: tuple[Resource, ...] = (
         kind="FlowRun",
         plural="flowruns",
         short_name="fr",
+        selectable_fields=(".spec.flow",),
         printer_columns=(
             _column("Flow", ".spec.flow", "string", "The Flow being run."),
             _column("Phase", ".status.phase", "string", "Where the run is."),
@@ -308,6 +311,11 @@ def build_crd(resource: Resource) -> dict[str, Any]:
                     "schema": {"openAPIV3Schema": openapi_schema(resource)},
                     "subresources": {"status": {}},
                     "additionalPrinterColumns": [dict(c) for c in resource.printer_columns],
+                    **(
+                        {"selectableFields": [{"jsonPath": f} for f in resource.selectable_fields]}
+                        if resource.selectable_fields
+                        else {}
+                    ),
                 }
             ],
         },

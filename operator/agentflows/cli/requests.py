@@ -14,7 +14,6 @@ from typing import Any
 
 from agentflows.cli import views
 from agentflows.kube import client as kube
-from agentflows.kube import objects
 
 SELF_REVIEW = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
 
@@ -67,9 +66,8 @@ async def list_runs(
     """FlowRuns in a namespace (None: all), optionally of one Flow (``spec.flow``, exactly)."""
     params: dict[str, Any] = {}
     if flow:
-        # the operator labels runs with their Flow (shortened when the name is too long for a
-        # label value); the label narrows the listing, spec.flow decides
-        params["labelSelector"] = objects.flow_selector(flow)
+        # spec.flow is a selectable field of the CRD: the API server filters, for every run
+        params["fieldSelector"] = f"spec.flow={flow}"
     listed = await api.get(kube.path_of("flowruns", namespace), **params)
     items: list[dict[str, Any]] = listed.get("items", [])
     return [r for r in items if not flow or (r.get("spec") or {}).get("flow") == flow]

@@ -119,11 +119,18 @@ async def start(ctl: context_mod.Controller, run: runstate.RunContext) -> float 
 async def _begin(ctl: context_mod.Controller, run: runstate.RunContext) -> float | None:
     """Snapshot the Flow and its Agents as they are now, then start attempt 1.
 
-    The attempt goes into status and the snapshot ConfigMap is written at the same time; the
-    pod, which needs both, is created once both are stored.
+    The attempt's status, the snapshot ConfigMap and the pod are written at the same time: the
+    runner reads the snapshot and may write only once ``status.pod`` names its pod, and a pod
+    takes far longer to start than either write. A write that fails is retried by the next
+    reconcile (the pod's fixed name makes its create idempotent).
     """
     built = ctl.snapshots.build(run.namespace, run.flow)
     run.reserve_attempt(1)
     run.set_phase(RunPhase.PENDING, RunReason.ATTEMPT_STARTED, "attempt 1: starting the runner pod")
-    _, snapshot = await asyncio.gather(run.save(ctl), ctl.snapshots.ensure(ctl.api, run.obj, built))
-    return await attempts.create_pod(ctl, run, snapshot)
+    body = attempts.pod_body(ctl, run, built)
+    _, _, refusal = await asyncio.gather(
+        run.save(ctl),
+        ctl.snapshots.ensure(ctl.api, run.obj, built),
+        attempts.post_pod(ctl, run, body),
+    )
+    return await attempts.created(ctl, run, body, refusal)

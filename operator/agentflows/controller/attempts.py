@@ -64,36 +64,59 @@ def mark_created(run: runstate.RunContext, pod_name: str) -> None:
     run.set_condition(POD_CREATED, "True", "Created", f"attempt {run.attempt}: pod {pod_name}")
 
 
-async def create_pod(
+def pod_body(
     ctl: context.Controller, run: runstate.RunContext, snapshot: snapshots.Snapshot
-) -> float | None:
-    """Create the current attempt's pod (idempotent); its record goes with the next write."""
-    attempt = run.attempt
+) -> dict[str, Any]:
+    """The current attempt's pod."""
     remaining = remaining_seconds(run, snapshot.flow)
-    body = pods.runner_pod(
+    return pods.runner_pod(
         run.obj,
-        attempt,
+        run.attempt,
         snapshot.document["flow"],
         snapshot.flows,
         snapshot.agents,
         ctl.config,
         deadline_seconds=None if remaining is None else int(remaining) + 1,
     )
-    pod_name = body["metadata"]["name"]
+
+
+async def post_pod(
+    ctl: context.Controller, run: runstate.RunContext, body: dict[str, Any]
+) -> kube.ApiError | None:
+    """Create the pod (AlreadyExists is fine); the API's refusal, if it refused."""
     try:
         ctl.cache.stored(await ctl.api.create(kube.path_of("pods", run.namespace), body))
     except kube.ApiError as exc:
-        if not exc.conflict:
-            return await _refused(ctl, run, body, exc)
-    else:
-        ctl.metrics.pod_attempts.labels(run.namespace, run.flow).inc()
+        return None if exc.conflict else exc
+    ctl.metrics.pod_attempts.labels(run.namespace, run.flow).inc()
+    return None
+
+
+async def created(
+    ctl: context.Controller,
+    run: runstate.RunContext,
+    body: dict[str, Any],
+    refusal: kube.ApiError | None,
+) -> float | None:
+    """After a create: record a refusal, or that a refused pod is created now."""
+    if refusal is not None:
+        return await _refused(ctl, run, body, refusal)
     refused = run.condition(POD_CREATED)
     if refused is not None and refused.status == "False":
         # it was refused before: say at once that it is created now
+        pod_name = body["metadata"]["name"]
         mark_created(run, pod_name)
-        run.set_message(RunReason.POD_PENDING, f"attempt {attempt}: pod {pod_name} created")
+        run.set_message(RunReason.POD_PENDING, f"attempt {run.attempt}: pod {pod_name} created")
         await run.save(ctl)
     return None
+
+
+async def create_pod(
+    ctl: context.Controller, run: runstate.RunContext, snapshot: snapshots.Snapshot
+) -> float | None:
+    """Create the current attempt's pod (idempotent); its record goes with the next write."""
+    body = pod_body(ctl, run, snapshot)
+    return await created(ctl, run, body, await post_pod(ctl, run, body))
 
 
 async def _refused(

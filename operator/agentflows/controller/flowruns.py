@@ -60,7 +60,6 @@ async def reconcile(ctl: context.Controller, key: workqueue.Key) -> float | None
     if run.phase is not None and run.phase.terminal:
         run.observe(ctl)
         return await finishing.after_finished(ctl, run)
-    await _ensure_flow_label(ctl, run)
     if cached.model.spec.cancel:
         return await finishing.finish(
             ctl,
@@ -92,14 +91,6 @@ async def reconcile(ctl: context.Controller, key: workqueue.Key) -> float | None
     await run.save(ctl)
     candidates = [t for t in (requeue, remaining, _RUNNING_RESYNC) if t is not None]
     return min(candidates)
-
-
-async def _ensure_flow_label(ctl: context.Controller, run: runstate.RunContext) -> None:
-    """Label the run with its Flow (a run created with kubectl may lack it; CLI lists by it)."""
-    wanted = objects.label_value(run.flow)
-    if run.flow and (run.obj["metadata"].get("labels") or {}).get(objects.FLOW) != wanted:
-        patch = {"metadata": {"labels": {objects.FLOW: wanted}}}
-        run.refresh(await ctl.api.merge_patch(run.path, patch), ctl)
 
 
 async def _pod(ctl: context.Controller, run: runstate.RunContext, name: str) -> cache.Pod | None:

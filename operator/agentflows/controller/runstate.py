@@ -20,6 +20,11 @@ from agentflows.kube import objects
 
 #: Event type of a phase change: a failure is a warning.
 _EVENT_TYPE = {RunPhase.FAILED: events.WARNING}
+#: Phases announced with an Event: where a human may act, and the end. Pending and Running are
+#: in status only (an Event is an API request; a trivial run costs two: Running would be a third).
+_ANNOUNCED = frozenset(
+    {RunPhase.QUEUED, RunPhase.WAITING, RunPhase.SUCCEEDED, RunPhase.FAILED, RunPhase.CANCELLED}
+)
 #: The status fields the operator writes; every other one belongs to the runner or a human.
 OPERATOR_FIELDS = (
     "observed_generation",
@@ -128,8 +133,7 @@ class RunContext:
         self.status.observed_generation = self.obj["metadata"].get("generation")
         if phase.terminal and not self.status.completion_time:
             self.status.completion_time = conditions.timestamp()
-        if changed and phase is not RunPhase.PENDING:
-            # a run is Pending until its pod runs: the Running Event says which attempt started
+        if changed and phase in _ANNOUNCED:
             self.event(_EVENT_TYPE.get(phase, events.NORMAL), reason, message)
 
     def set_condition(self, type_: str, status: str, reason: str, message: str = "") -> None:
