@@ -1,4 +1,4 @@
-"""A fake Kubernetes API behind an httpx transport, for the webhook receiver's unit tests.
+"""A fake Kubernetes API on a loopback HTTP server, for the webhook receiver's unit tests.
 
 Serves Flows (list, and a watch that stays open without events), Secrets by name and FlowRun
 creates, and records every request so a test can count what the receiver asked the API server.
@@ -9,22 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
-from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
+from aiohttp import web
 
 from agentflows.kube import client as kube
 from agentflows.kube import kubeconfig
-
-
-class _OpenWatch(httpx.AsyncByteStream):
-    """A watch response that sends nothing and ends only when the client closes it."""
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        await asyncio.Event().wait()
-        yield b""  # pragma: no cover - never reached
 
 
 class FakeKubeApi:
@@ -37,12 +27,23 @@ class FakeKubeApi:
         self.created: list[dict[str, Any]] = []
         #: (method, path, query) of every request.
         self.requests: list[tuple[str, str, str]] = []
+        self._runner: web.AppRunner | None = None
 
-    def client(self) -> kube.Client:
-        """A kube.Client whose requests this fake answers."""
-        api = kube.Client(kubeconfig.Config(server="http://api"), retry_seconds=0)
-        api._http = httpx.AsyncClient(base_url="http://api", transport=httpx.MockTransport(self))
-        return api
+    async def client(self) -> kube.Client:
+        """A kube.Client whose requests this fake answers (its server starts here)."""
+        app = web.Application()
+        app.router.add_route("*", "/{path:.*}", self._answer)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = self._runner.addresses[0][1]
+        return kube.Client(kubeconfig.Config(server=f"http://127.0.0.1:{port}"), retry_seconds=0)
+
+    async def close(self) -> None:
+        """Stop the server."""
+        if self._runner is not None:
+            await self._runner.cleanup()
 
     def gets(self, resource: str) -> int:
         """How many GETs of one resource (``flows``, ``secrets``) were made, watches excluded."""
@@ -52,22 +53,24 @@ class FakeKubeApi:
             if method == "GET" and f"/{resource}" in path and "watch=true" not in query
         )
 
-    async def __call__(self, request: httpx.Request) -> httpx.Response:
-        path = request.url.path
-        self.requests.append((request.method, path, request.url.query.decode()))
+    async def _answer(self, request: web.Request) -> web.StreamResponse:
+        path = request.path
+        self.requests.append((request.method, path, request.query_string))
         if request.method == "GET" and path.endswith("/flows"):
-            if request.url.params.get("watch") == "true":
-                return httpx.Response(200, stream=_OpenWatch())
+            if request.query.get("watch") == "true":
+                response = web.StreamResponse()
+                await response.prepare(request)
+                await asyncio.Event().wait()  # open until the client goes
             listing = {"items": self.flows, "metadata": {"resourceVersion": "1"}}
-            return httpx.Response(200, json=listing)
+            return web.json_response(listing)
         if request.method == "GET" and "/secrets/" in path:
             data = self.secrets.get(path.rsplit("/", 1)[1])
             if data is not None:
                 encoded = {k: base64.b64encode(v).decode() for k, v in data.items()}
-                return httpx.Response(200, json={"data": encoded})
+                return web.json_response({"data": encoded})
         if request.method == "POST" and path.endswith("/flowruns"):
-            body = json.loads(request.content)
+            body = await request.json()
             body["metadata"]["name"] = f"{body['spec']['flow']}-{len(self.created)}"
             self.created.append(body)
-            return httpx.Response(201, json=body)
-        return httpx.Response(404, json={"reason": "NotFound", "message": path})
+            return web.json_response(body, status=201)
+        return web.json_response({"reason": "NotFound", "message": path}, status=404)

@@ -302,13 +302,14 @@ def hooked_api() -> FakeKubeApi:
 @pytest.fixture
 async def receiver() -> Any:
     fake = hooked_api()
-    api = fake.client()
+    api = await fake.client()
     async with TestClient(TestServer(webhook.make_app(api))) as test_client:
         for _ in range(100):
             if (await test_client.get("/readyz")).status == 200:
                 break
         yield test_client, fake
     await api.close()
+    await fake.close()
 
 
 def signed(body: bytes, key: bytes = b"k", **headers: str) -> dict[str, str]:

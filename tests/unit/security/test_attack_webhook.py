@@ -61,11 +61,11 @@ async def start() -> AsyncIterator[Start]:
 
     async def run(**settings: Any) -> tuple[str, FakeKubeApi]:
         fake = fake_api()
-        api = fake.client()
+        api = await fake.client()
         listening = await webhook.listen(
             webhook.make_app(api, webhook.Settings(**settings)), "127.0.0.1", 0
         )
-        stack.append((listening, api))
+        stack.append((listening, api, fake))
         base = f"http://127.0.0.1:{listening.port}"
         async with aiohttp.ClientSession() as session:
             for _ in range(200):
@@ -76,9 +76,10 @@ async def start() -> AsyncIterator[Start]:
         pytest.fail("the receiver never became ready")
 
     yield run
-    for listening, api in stack:
+    for listening, api, fake in stack:
         await listening.close()
         await api.close()
+        await fake.close()
 
 
 async def post(base: str, path: str, body: bytes, headers: dict[str, str] | None = None) -> Any:
