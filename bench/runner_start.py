@@ -165,21 +165,6 @@ def first_request(server: model_server.ScriptedModelServer, since: int) -> float
     return server.requests[since].received
 
 
-async def probe_until_counted(
-    api: kube.Client, runner: kube.Client, namespace: str, schema: str
-) -> None:
-    """Wait until the API server counts the account's requests under ``schema``."""
-    before = await api_counts.requests_of(api, schema)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        with contextlib.suppress(kube.ApiError):  # a 404 is counted all the same
-            await runner.get(kube.path_of("configmaps", namespace, "probe"))
-        if await api_counts.requests_of(api, schema) > before:
-            return
-        await asyncio.sleep(0.5)
-    raise SystemExit(f"FlowSchema {schema} never counted a request")
-
-
 async def bench(admin: Path, rounds: int) -> None:
     namespace = f"bench-runner-{uuid.uuid4().hex[:6]}"
     install(admin, namespace)
@@ -202,7 +187,7 @@ async def bench(admin: Path, rounds: int) -> None:
     async with kube.Client.from_env(str(admin)) as api:
         schema = await api_counts.install_schema(api, namespace, ACCOUNT, namespace)
         async with kube.Client.from_env(str(runner_config)) as runner_api:
-            await probe_until_counted(api, runner_api, namespace, schema)
+            await api_counts.wait_until_counted(api, runner_api, namespace, schema)
         try:
             counted = 0
             for _ in range(rounds):

@@ -9,6 +9,8 @@ schema counts that account alone, whatever else the shared control plane serves.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import re
 import subprocess
 from pathlib import Path
@@ -61,6 +63,20 @@ async def install_schema(api: kube_client.Client, name: str, account: str, names
 async def remove_schema(api: kube_client.Client, name: str) -> None:
     """Delete FlowSchema ``name`` (gone already is fine)."""
     await api.delete(f"{FLOWSCHEMAS}/{name}")
+
+
+async def wait_until_counted(
+    api: kube_client.Client, account: kube_client.Client, namespace: str, schema: str
+) -> None:
+    """Make requests as the account until the API server counts them under ``schema``."""
+    before = await requests_of(api, schema)
+    for _ in range(60):
+        with contextlib.suppress(kube_client.ApiError):  # a 404 is counted all the same
+            await account.get(kube_client.path_of("configmaps", namespace, "probe"))
+        if await requests_of(api, schema) > before:
+            return
+        await asyncio.sleep(0.5)
+    raise TimeoutError(f"FlowSchema {schema} counted no request in 30 s")
 
 
 async def requests_of(api: kube_client.Client, schema: str) -> int:
