@@ -12,7 +12,7 @@ tests do (hack/devcluster) and stops it afterwards. It installs crds/ and the ru
   of the runner's ServiceAccount. Measured: from just before the process is spawned to the
   scripted model server (tests/support/model_server.py, in this process) receiving the
   chat-completions request, both on this process's monotonic clock; and the process's peak
-  RSS (``ru_maxrss`` from ``wait4``). The run must end Succeeded.
+  RSS (GNU time's ``%M``). The run must end Succeeded.
 - **peer**: ``python -c 'import litellm; litellm.completion(...)'`` against the same server,
   timed the same way: what a bare litellm script pays before its first request.
 
@@ -143,19 +143,25 @@ async def create_run(api: kube.Client, namespace: str, spec: dict[str, Any]) -> 
     return name
 
 
-def timed(argv: list[str], env: dict[str, str]) -> tuple[float, int, int]:
-    """Run ``argv``; return (monotonic start, exit status, peak RSS in KiB)."""
-    started = time.monotonic()
-    process = subprocess.Popen(
-        argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-    )
-    assert process.stderr is not None
-    errors = process.stderr.read()
-    _, status, usage = os.wait4(process.pid, 0)
-    process.returncode = os.waitstatus_to_exitcode(status)
-    if process.returncode != 0:
-        raise SystemExit(f"{argv[0]} exited {process.returncode}:\n{errors[-2000:]}")
-    return started, process.returncode, usage.ru_maxrss
+def timed(argv: list[str], env: dict[str, str]) -> tuple[float, int]:
+    """Run ``argv``; return (monotonic start, peak RSS in KiB).
+
+    The peak comes from GNU time's ``wait4`` (``%M``), not ours: a child of this process would
+    carry this process's own peak RSS, inherited across fork and exec, in its ``ru_maxrss``.
+    """
+    with tempfile.NamedTemporaryFile("r", suffix=".rss") as rss:
+        started = time.monotonic()
+        done = subprocess.run(
+            ["/usr/bin/time", "-f", "%M", "-o", rss.name, *argv],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise SystemExit(f"{argv[0]} exited {done.returncode}:\n{done.stderr[-2000:]}")
+        return started, int(rss.read().split()[-1])
 
 
 def first_request(server: model_server.ScriptedModelServer, since: int) -> float:
@@ -165,7 +171,7 @@ def first_request(server: model_server.ScriptedModelServer, since: int) -> float
     return server.requests[since].received
 
 
-async def bench(admin: Path, rounds: int) -> None:
+async def bench(admin: Path, rounds: int, agentflows: str) -> None:
     namespace = f"bench-runner-{uuid.uuid4().hex[:6]}"
     install(admin, namespace)
     work = Path(tempfile.mkdtemp(prefix="runner-start-"))
@@ -173,7 +179,6 @@ async def bench(admin: Path, rounds: int) -> None:
         admin, namespace, ACCOUNT, work / "runner.kubeconfig"
     )
     server = model_server.ScriptedModelServer().start()
-    agentflows = str(Path(sys.executable).parent / "agentflows")
     env = {
         **os.environ,
         "LITELLM_LOCAL_MODEL_COST_MAP": "True",
@@ -195,7 +200,7 @@ async def bench(admin: Path, rounds: int) -> None:
                 server.script(model_server.Reply.text("hi"))
                 seen = len(server.requests)
                 before = await api_counts.requests_of(api, schema)
-                started, _, kib = await asyncio.to_thread(
+                started, kib = await asyncio.to_thread(
                     timed,
                     [agentflows, "runner", "--namespace", namespace, "--flowrun", name],
                     env,
@@ -210,7 +215,7 @@ async def bench(admin: Path, rounds: int) -> None:
 
                 server.script(model_server.Reply.text("hi"))
                 seen = len(server.requests)
-                started, _, kib = await asyncio.to_thread(
+                started, kib = await asyncio.to_thread(
                     timed, [sys.executable, "-c", PEER, server.url], env
                 )
                 peer_ms.append((first_request(server, seen) - started) * 1000)
@@ -248,9 +253,14 @@ def main() -> None:
     parser.add_argument("--kubeconfig", help="admin kubeconfig of a running cluster")
     parser.add_argument("--runs", type=int, default=7, help="rounds of runner and peer")
     parser.add_argument("--quick", action="store_true", help="3 rounds")
+    parser.add_argument(
+        "--runner",
+        default=str(Path(sys.executable).parent / "agentflows"),
+        help="the agentflows console script to measure (another checkout's, to compare)",
+    )
     args = parser.parse_args()
     with cluster(args.kubeconfig) as admin:
-        asyncio.run(bench(admin, 3 if args.quick else args.runs))
+        asyncio.run(bench(admin, 3 if args.quick else args.runs, args.runner))
 
 
 if __name__ == "__main__":

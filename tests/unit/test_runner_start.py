@@ -3,7 +3,8 @@
 A runner pod's start counts (issue 13: process start -> first model request). The runner's
 command is dispatched before the rest of the CLI is imported (:mod:`agentflows.cli.entry`),
 and a pod's kubeconfig is read without the ``kubernetes`` package; litellm, mcp, kopf,
-jsonschema and the CLI's other commands are imported only where they are used.
+jsonschema and the CLI's other commands are imported only where they are used, and the optional
+parts of httpx and httpcore (rich, pygments, h2) not at all.
 """
 
 from __future__ import annotations
@@ -21,11 +22,14 @@ NOT_BEFORE_THE_FIRST_NODE = (
     "agentflows.cli.main",
     "agentflows.cli.local",
     "agentflows.controller",
+    "h2",
     "jsonschema",
     "kopf",
     "kubernetes",
     "litellm",
     "mcp",
+    "pygments",
+    "rich",
 )
 
 STARTS = """
@@ -40,7 +44,7 @@ from agentflows.runner import main
 from agentflows.agents import host
 from agentflows.kube import kubeconfig
 kubeconfig.load({kubeconfig!r})
-print(json.dumps(sorted(sys.modules)))
+print(json.dumps(sorted(m for m, module in sys.modules.items() if module is not None)))
 """
 
 
