@@ -147,6 +147,7 @@ async def run_attempt(
         flowrun = await client.get(kube_client.path_of("flowruns", namespace, name))
     except BaseException:
         reading.cancel()
+        await asyncio.gather(reading, return_exceptions=True)  # its error is not ours to log
         raise
     spec = flowrun.get("spec") or {}
     if attempt is None:
