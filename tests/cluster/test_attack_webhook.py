@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import json
-import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -23,62 +22,12 @@ from agentflows.triggers import signing, webhook
 from tests.cluster.harness import Cluster
 from tests.cluster.kube_fixtures import crds, kube
 from tests.cluster.test_triggers import create_flow, eventually, webhook_client
+from tests.support import api_counts
 
 pytestmark = pytest.mark.cluster
 __all__ = ["crds", "kube"]
 
 KEY = b"s3cret"
-
-
-def counting_schema(cluster: Cluster, namespace: str) -> str:
-    """A FlowSchema for the receiver's account alone; its name labels the API server's counts."""
-    name = f"test-webhook-{namespace}"
-    cluster.apply(
-        {
-            "apiVersion": "flowcontrol.apiserver.k8s.io/v1",
-            "kind": "FlowSchema",
-            "metadata": {"name": name},
-            "spec": {
-                "priorityLevelConfiguration": {"name": "workload-low"},
-                "matchingPrecedence": 100,
-                "rules": [
-                    {
-                        "subjects": [
-                            {
-                                "kind": "ServiceAccount",
-                                "serviceAccount": {
-                                    "name": "agentflows-webhook",
-                                    "namespace": namespace,
-                                },
-                            }
-                        ],
-                        "resourceRules": [
-                            {
-                                "verbs": ["*"],
-                                "apiGroups": ["*"],
-                                "resources": ["*"],
-                                "namespaces": ["*"],
-                                "clusterScope": True,
-                            }
-                        ],
-                    }
-                ],
-            },
-        }
-    )
-    return name
-
-
-async def requests_of(api: kube_client.Client, schema: str) -> int:
-    """How many requests the API server dispatched for ``schema`` (all verbs)."""
-    text = await api.request_text("GET", "/metrics")
-    pattern = re.compile(
-        r'^apiserver_flowcontrol_dispatched_requests_total\{[^}]*flow_schema="'
-        + re.escape(schema)
-        + r'"[^}]*\} (\S+)$',
-        re.MULTILINE,
-    )
-    return sum(int(float(value)) for value in pattern.findall(text))
 
 
 @pytest.fixture
@@ -99,7 +48,9 @@ async def served(
     )
     trigger = {"name": "push", "webhook": {"secret": {"name": "hook", "key": "hmac"}}}
     await create_flow(kube, namespace, "ci", [trigger])
-    schema = counting_schema(control_plane, namespace)
+    schema = await api_counts.install_schema(
+        kube, f"test-webhook-{namespace}", "agentflows-webhook", namespace
+    )
     async with webhook_client(control_plane, namespace) as api:
         settings = webhook.Settings(namespaces=(namespace,))
         listening = await webhook.listen(webhook.make_app(api, settings), "127.0.0.1", 0)
@@ -115,7 +66,7 @@ async def served(
             yield base, schema
         finally:
             await listening.close()
-            control_plane.kubectl("delete", "flowschema", schema, check=False)
+            await api_counts.remove_schema(kube, schema)
 
 
 async def test_requests_for_unknown_flows_cost_the_api_server_nothing(
@@ -128,12 +79,12 @@ async def test_requests_for_unknown_flows_cost_the_api_server_nothing(
     headers = {signing.SIGNATURE_HEADER: signing.signature(KEY, body)}
     async with aiohttp.ClientSession() as session:
         # A known trigger's first delivery reads its Secret: the count is live.
-        before_known = await requests_of(kube, schema)
+        before_known = await api_counts.requests_of(kube, schema)
         async with session.post(
             f"{base}/hooks/{namespace}/ci/push", data=body, headers=headers
         ) as r:
             assert r.status == 202
-        after_known = await requests_of(kube, schema)
+        after_known = await api_counts.requests_of(kube, schema)
         assert after_known - before_known == 2  # GET the Secret, POST the FlowRun
 
         answers: dict[tuple[int, Any], int] = {}
@@ -142,6 +93,6 @@ async def test_requests_for_unknown_flows_cost_the_api_server_nothing(
             async with session.post(url, data=body, headers=headers) as response:
                 key = (response.status, json.dumps(await response.json()))
                 answers[key] = answers.get(key, 0) + 1
-        after_unknown = await requests_of(kube, schema)
+        after_unknown = await api_counts.requests_of(kube, schema)
     assert answers == {(401, json.dumps({"error": webhook.UNAUTHORIZED})): 300}
     assert after_unknown - after_known == 0

@@ -45,7 +45,7 @@ class StatusBackend:
         self.cluster = cluster
 
     def new_store(self) -> status_store.StatusStore:
-        return status_store.StatusStore(self.api, self.namespace, self.name)
+        return status_store.StatusStore(self.api, self.namespace, self.name, attempt=1)
 
     async def decide(self, st: Any, request_id: str, **fields: Any) -> None:
         """What ``kubectl patch --subresource=status --type=merge`` does for a human.
@@ -79,10 +79,12 @@ class TestStatusStore(StoreContract):
         return StatusBackend(kube, kube_namespace, name, control_plane)
 
 
-async def _new_run(api: kube_client.Client, namespace: str) -> status_store.StatusStore:
+async def _new_run(
+    api: kube_client.Client, namespace: str, attempt: int = 1
+) -> status_store.StatusStore:
     name = unique("run")
     await create_flowrun(api, namespace, name, flow="big")
-    return status_store.StatusStore(api, namespace, name)
+    return status_store.StatusStore(api, namespace, name, attempt=attempt)
 
 
 def _mixed_text(size: int) -> str:
@@ -101,7 +103,7 @@ async def test_ten_mib_output_round_trips_while_the_flowrun_stays_small(
     await st.save_node("big", flowrun_api.NodeStatus(phase=Phase.SUCCEEDED, output=big))
     await st.save_outcome(store.Outcome(flowrun_api.RunPhase.SUCCEEDED, output=big))
 
-    loaded = await status_store.StatusStore(kube, kube_namespace, st.name).load()
+    loaded = await status_store.StatusStore(kube, kube_namespace, st.name, attempt=1).load()
     assert loaded.nodes["big"].output == big
     assert loaded.outcome is not None and loaded.outcome.output == big
     obj = await get_flowrun(kube, kube_namespace, st.name)
@@ -172,7 +174,7 @@ async def test_nulls_inside_outputs_survive_and_a_rewrite_replaces_the_whole_rec
             phase=Phase.SUCCEEDED, output={"json": {"old": None, "list": [None]}, "raw": None}
         ),
     )
-    loaded = await status_store.StatusStore(kube, kube_namespace, st.name).load()
+    loaded = await status_store.StatusStore(kube, kube_namespace, st.name, attempt=1).load()
     assert loaded.nodes["a"].output == {"json": {"old": None, "list": [None]}, "raw": None}
     assert loaded.nodes["a"].error is None
 
@@ -193,7 +195,7 @@ async def test_large_detail_and_errors_are_bounded_and_detail_comes_back_whole(
     obj = await get_flowrun(kube, kube_namespace, st.name)
     assert len(json.dumps(obj)) < 32 * 1024
     assert len(obj["status"]["nodes"]["bad"]["error"]) <= status_store.TEXT_LIMIT
-    loaded = await status_store.StatusStore(kube, kube_namespace, st.name).load()
+    loaded = await status_store.StatusStore(kube, kube_namespace, st.name, attempt=1).load()
     assert loaded.nodes["agent"].detail == {"request": "agent", "state": conversation}
 
 
@@ -205,7 +207,7 @@ async def test_run_record_comes_from_the_flowrun_spec_and_start_time(
     trigger = {"type": "webhook", "name": "hook", "payload": {"id": 7}}
     await create_flowrun(kube, kube_namespace, name, input_value={"a": 1}, trigger=trigger)
     await patch_status(kube, kube_namespace, name, {"startTime": "2026-01-02T03:04:05Z"})
-    loaded = await status_store.StatusStore(kube, kube_namespace, name).load()
+    loaded = await status_store.StatusStore(kube, kube_namespace, name, attempt=1).load()
     assert loaded.run is not None
     assert (loaded.run.input, loaded.run.trigger) == ({"a": 1}, trigger)
     assert loaded.run.started_at == "2026-01-02T03:04:05Z"
@@ -215,14 +217,16 @@ async def test_waiting_result_is_not_an_outcome_and_result_carries_the_attempt(
     kube: kube_client.Client,  # noqa: F811
     kube_namespace: str,  # noqa: F811
 ) -> None:
-    st = await _new_run(kube, kube_namespace)
+    st = await _new_run(kube, kube_namespace, attempt=2)
     await patch_status(kube, kube_namespace, st.name, {"attempt": 2})
     await st.save_outcome(store.Outcome(flowrun_api.RunPhase.WAITING, reason="Waiting"))
     obj = await get_flowrun(kube, kube_namespace, st.name)
     assert obj["status"]["result"]["attempt"] == 2
     assert obj["status"]["result"]["phase"] == "Waiting"
     assert obj["status"]["attempt"] == 2  # the operator's key is untouched
-    assert (await status_store.StatusStore(kube, kube_namespace, st.name).load()).outcome is None
+    assert (
+        await status_store.StatusStore(kube, kube_namespace, st.name, attempt=1).load()
+    ).outcome is None
 
 
 class CountingClient(kube_client.Client):
@@ -249,7 +253,7 @@ async def test_chain_of_transforms_costs_one_status_patch_per_node(
         name = unique("chain")
         await create_flowrun(api, kube_namespace, name)
         api.patches = 0
-        st = status_store.StatusStore(api, kube_namespace, name)
+        st = status_store.StatusStore(api, kube_namespace, name, attempt=1)
         progress = runner_main.Progress(st)
         resolver = graph.StaticResolver()
         outcome = await run.run_flow(
@@ -261,7 +265,6 @@ async def test_chain_of_transforms_costs_one_status_patch_per_node(
             resolver=resolver,
             observer=progress,
         )
-        await progress.close()
         assert outcome.phase == flowrun_api.RunPhase.SUCCEEDED
         print(f"chain of {length} transforms: {api.patches} status patches")
         # one per node, plus save_run's and the outcome's

@@ -87,6 +87,8 @@ class RecordedRequest:
     path: str
     headers: dict[str, str]
     body: dict[str, Any]
+    #: ``time.monotonic()`` when the request was read (benchmarks time a client's first call).
+    received: float = dataclasses.field(default_factory=time.monotonic)
 
     @property
     def messages(self) -> list[dict[str, Any]]:

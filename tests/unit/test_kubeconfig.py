@@ -370,3 +370,30 @@ def test_in_a_pod_without_kubeconfig_the_service_account_is_used_and_its_token_r
     with pytest.raises(kubeconfig.ConfigError) as error:
         kubeconfig.load(None, "prod")
     assert str(error.value) == "no kubeconfig: set KUBECONFIG or --kubeconfig"
+
+
+def test_a_pods_kubeconfig_is_read_without_the_kubernetes_package(
+    tmp_path: Path, echo: LoopbackEndpoint
+) -> None:
+    token = tmp_path / "token"
+    token.write_text("pod-token-1\n")
+    path = write_config(
+        tmp_path / "config",
+        {"pod": ("c", {"tokenFile": str(token)})},
+        {"c": {"server": echo.url}},
+        "pod",
+    )
+    code = (
+        "import json, sys\n"
+        "from agentflows.kube import kubeconfig\n"
+        "config = kubeconfig.load(sys.argv[1])\n"
+        "print(json.dumps([config.server, config.namespace, 'kubernetes' in sys.modules]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True
+    )
+    assert json.loads(done.stdout) == [echo.url, "ns-pod", False]
+    config = kubeconfig.load(str(path))
+    assert headers_seen(config)[0]["authorization"] == "Bearer pod-token-1"
+    token.write_text("pod-token-2\n")  # projected tokens rotate: read per request
+    assert headers_seen(config)[0]["authorization"] == "Bearer pod-token-2"

@@ -5,6 +5,9 @@ through :func:`load_paths`, which imports them into the Agent and Flow resources
 the CLI works with (so a run of an Agent Spec file has the same progress lines, exit codes,
 ``--dry-run`` and ``resume`` as any other). ``import`` prints those resources as YAML for
 ``kubectl apply``; ``export`` writes a Flow (with its Agents and sub-flows) as Agent Spec.
+
+The Agent Spec modules are imported where they are used: every ``agentflows`` command imports
+this module, and the runner pod's should not pay for them before its first node.
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ from typing import Any, NoReturn
 import click
 import yaml
 
-from agentflows.agentspec import document, errors, exporter, importer
 from agentflows.api import documents, kubeyaml
 from agentflows.cli import group, local
 
@@ -33,6 +35,8 @@ class SpecLoadResult(documents.LoadResult):
 
 def _spec_text(path: Path) -> str | None:
     """The text of ``path`` when it holds an Agent Spec document, else None."""
+    from agentflows.agentspec import document
+
     if path.is_dir() or path.suffix not in (".json", ".yaml", ".yml"):
         return None
     try:
@@ -47,6 +51,8 @@ def _spec_text(path: Path) -> str | None:
 
 def import_file(path: Path, result: SpecLoadResult, text: str) -> None:
     """Import one Agent Spec file into ``result`` (its resources, or its problems)."""
+    from agentflows.agentspec import errors, importer
+
     result.sources.append(str(path))
     try:
         imported = importer.import_text(text)
@@ -151,6 +157,8 @@ def import_command(spec: Path, namespace: str | None) -> None:
 )
 def export_command(files: tuple[Path, ...], flow_name: str | None, fmt: str) -> None:
     """Write a Flow of FILES (with its Agents and sub-flows) as an Agent Spec document."""
+    from agentflows.agentspec import errors, exporter
+
     loaded = load_paths(files)
     problems = local.validate_loaded(loaded)
     if problems:

@@ -30,6 +30,7 @@ from agentflows.cli import (
     hints,
     local,
     local_runs,
+    runner_command,
     views,
 )
 
@@ -95,7 +96,12 @@ def main() -> None:
     """
 
 
-for _command in [*commands_cluster.COMMANDS, *commands_runs.COMMANDS, *commands_agentspec.COMMANDS]:
+for _command in [
+    *commands_cluster.COMMANDS,
+    *commands_runs.COMMANDS,
+    *commands_agentspec.COMMANDS,
+    runner_command.runner,
+]:
     main.add_command(_command)
 
 
@@ -411,16 +417,6 @@ def _decision_fields(
             )
     values["decision"] = decision
     return request_id, values
-
-
-@main.command()
-@click.option("--namespace", required=True, help="Namespace of the FlowRun.")
-@click.option("--flowrun", required=True, help="Name of the FlowRun to run.")
-def runner(namespace: str, flowrun: str) -> None:
-    """Run one attempt of a FlowRun in its pod (exit 0 Succeeded, 1 Failed, 3 Waiting)."""
-    from agentflows.runner import main as runner_main
-
-    sys.exit(runner_main.main(namespace, flowrun))
 
 
 @main.command("operator")

@@ -18,15 +18,19 @@ kubectl are done here instead:
   error in words, and the credential is re-run when it expires or the server answers 401.
 
 The files are read by :mod:`agentflows.kube.kubeconfig_files`, imported only when there are
-files: importing the ``kubernetes`` package costs about half a second, and a runner pod on a
-real cluster (no kubeconfig, the service account's token file and CA) should not pay it.
+files: importing the ``kubernetes`` package costs about 0.3 s and 40 MB, and a runner pod on a
+real cluster (no kubeconfig, the service account's token file and CA) should not pay it. One
+plain file (a context whose user has only a token, a token file or a client certificate, the
+kind a pod is given) is read here without the library, for the same reason.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import dataclasses
 import datetime
+import json
 import os
 import ssl
 import tempfile
@@ -38,6 +42,19 @@ if TYPE_CHECKING:
     from agentflows.kube import kubeconfig_files
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+_PLAIN_CLUSTER_KEYS = frozenset(
+    {"server", "certificate-authority", "certificate-authority-data", "insecure-skip-tls-verify"}
+)
+_PLAIN_USER_KEYS = frozenset(
+    {
+        "token",
+        "tokenFile",
+        "client-certificate",
+        "client-certificate-data",
+        "client-key",
+        "client-key-data",
+    }
+)
 
 
 class ConfigError(Exception):
@@ -118,9 +135,84 @@ def load(path: str | None = None, context: str | None = None) -> Config:
         if context or not os.environ.get("KUBERNETES_SERVICE_HOST"):
             raise ConfigError("no kubeconfig: set KUBECONFIG or --kubeconfig")
         return _in_cluster()
+    if len(paths) == 1:
+        plain = _plain_file(Path(paths[0]).expanduser(), context)
+        if plain is not None:
+            return plain
     from agentflows.kube import kubeconfig_files
 
     return kubeconfig_files.load(paths, context)
+
+
+def _plain_file(path: Path, context: str | None) -> Config | None:
+    """``context`` of one kubeconfig file that needs no loader (None: let the library read it).
+
+    Plain means: the context exists, its cluster has a server and only a CA (file or data) or
+    ``insecure-skip-tls-verify``, and its user only a token, a token file or a client
+    certificate and key (files or data). That is what a pod's kubeconfig holds (the dev
+    cluster's process kubelet writes one), and what a runner needs to start without importing
+    the library. Anything else (exec plugins, auth providers, passwords, impersonation, a
+    proxy, a malformed file) goes to the library, which also words the errors.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+        doc = json.loads(text) if text.lstrip().startswith("{") else _yaml_document(text)
+        chosen = context or doc.get("current-context")
+        current = _named(doc.get("contexts"), chosen, "context")
+        cluster = _named(doc.get("clusters"), current.get("cluster"), "cluster")
+        user = _named(doc.get("users"), current.get("user"), "user") if "user" in current else {}
+    except (OSError, ValueError, AttributeError, LookupError, TypeError):
+        return None
+    if (
+        set(current) - {"cluster", "user", "namespace"}
+        or set(cluster) - _PLAIN_CLUSTER_KEYS
+        or set(user) - _PLAIN_USER_KEYS
+        or not isinstance(cluster.get("server"), str)
+    ):
+        return None
+    base = path.parent
+
+    def file_of(key: str) -> str | None:
+        value = cluster.get(key) if key in cluster else user.get(key)
+        return str(base / str(value)) if value else None
+
+    def data_of(entry: dict[str, Any], key: str) -> str | None:
+        value = entry.get(key)
+        return base64.b64decode(str(value)).decode() if value else None
+
+    return Config(
+        server=cluster["server"].rstrip("/"),
+        namespace=str(current.get("namespace") or "default"),
+        ca_file=file_of("certificate-authority"),
+        ca_data=data_of(cluster, "certificate-authority-data"),
+        cert_file=file_of("client-certificate"),
+        cert_data=data_of(user, "client-certificate-data"),
+        key_file=file_of("client-key"),
+        key_data=data_of(user, "client-key-data"),
+        insecure=cluster.get("insecure-skip-tls-verify") is True,
+        token=str(user["token"]) if user.get("token") else None,
+        token_file=file_of("tokenFile") if not user.get("token") else None,
+    )
+
+
+def _yaml_document(text: str) -> dict[str, Any]:
+    import yaml  # only for a kubeconfig that is not JSON
+
+    doc = yaml.safe_load(text)
+    if not isinstance(doc, dict):
+        raise ValueError("not a kubeconfig")
+    return doc
+
+
+def _named(entries: Any, name: Any, key: str) -> dict[str, Any]:
+    """The ``key`` mapping of the entry called ``name`` in a kubeconfig list."""
+    for entry in entries:
+        if entry["name"] == name:
+            found = entry[key]
+            if not isinstance(found, dict):
+                raise ValueError(f"{key} {name} is not a mapping")
+            return found
+    raise LookupError(name)
 
 
 def _in_cluster() -> Config:

@@ -25,7 +25,17 @@ What is written, and how (see ``kube/NOTES.md`` for who owns which key):
   are for people, and the engine never reads them back.
 - The run record is the FlowRun itself (``spec.input``, ``spec.trigger``, ``status.startTime``),
   so :meth:`StatusStore.save_run` has nothing of its own to write: it only makes sure
-  ``status.nodes`` exists, which tells a later :meth:`StatusStore.load` that the run started.
+  ``status.nodes`` exists, which tells a later :meth:`StatusStore.load` that the run started,
+  and writes nothing when the FlowRun it was given already says so (the operator's startTime).
+- Writes are batched so that a quick node costs one status write, not two. A Running record
+  and ``currentNode`` wait up to :data:`RUNNING_DELAY` seconds and go with the next write (or
+  alone when that time is up); a node that finishes sooner replaces its Running record by its
+  final one before anything is sent. Every other record, and the outcome, is written before
+  its save returns, together with whatever waits, so a finished node is durable before any
+  dependant starts and the engine's contract holds. What a Running record that never went out
+  costs: the node's ``attempts`` (and ``limits.maxNodeExecutions``) miss an execution whose
+  runner was killed within the delay. :meth:`StatusStore.flush` writes what waits at
+  once (the runner calls it when it is stopped). A write that loses a race (409) is retried.
 """
 
 from __future__ import annotations
@@ -53,6 +63,10 @@ OFFLOADED = "$offloaded"
 REF_SCHEME = "configmap"
 #: Parallel ConfigMap writes and reads of one offloaded value.
 _PARALLEL_PARTS = 4
+#: Seconds a Running record or ``currentNode`` waits for the next write (see module docstring).
+RUNNING_DELAY = 1.0
+#: Times a status write that lost a race (409) is tried again.
+CONFLICT_RETRIES = 5
 
 _TERMINAL_RESULTS = ("Succeeded", "Failed")
 _QUESTION_FIELDS = (
@@ -147,7 +161,14 @@ async def read_output(client: kube_client.Client, namespace: str, ref: str) -> A
 
 
 class StatusStore:
-    """A :class:`~agentflows.engine.store.CheckpointStore` over one FlowRun's status."""
+    """A :class:`~agentflows.engine.store.CheckpointStore` over one FlowRun's status.
+
+    ``attempt`` is the attempt this store writes ``result`` for (the runner is told it), and
+    ``flowrun`` the FlowRun as the caller already read it: the first :meth:`load` uses it
+    instead of reading again. Writes are batched (see the module docstring): a Running record
+    and ``currentNode`` wait up to ``running_delay`` seconds for the next write; every other
+    record, the run's outcome and :meth:`flush` write at once, with everything waiting.
+    """
 
     def __init__(
         self,
@@ -155,22 +176,35 @@ class StatusStore:
         namespace: str,
         name: str,
         *,
+        attempt: int,
+        flowrun: dict[str, Any] | None = None,
         offload_threshold: int = 8192,
+        running_delay: float = RUNNING_DELAY,
     ) -> None:
         self.client = client
         self.namespace = namespace
         self.name = name
+        self.attempt = attempt
         self.offload_threshold = offload_threshold
+        self.running_delay = running_delay
         self._path = kube_client.path_of("flowruns", namespace, name)
         self._status_path = kube_client.path_of("flowruns", namespace, name, sub="status")
         #: The FlowRun as last read (for its uid and labels); None until the first read.
-        self._flowrun: dict[str, Any] | None = None
-        #: The node last written to status.currentNode by this store.
-        self.current_node: str | None = None
+        self._flowrun = flowrun
+        #: A read the next load() takes instead of a GET.
+        self._unread = flowrun
+        status = (flowrun or {}).get("status") or {}
+        #: Whether status.nodes exists (None: unknown, a 422 then tells).
+        self._has_nodes: bool | None = None if flowrun is None else "nodes" in status
+        self._started = _started(status)
+        #: Operations waiting for the next write, by path (a later one replaces an earlier one).
+        self._waiting: dict[str, dict[str, Any]] = {}
+        self._timer: asyncio.Task[None] | None = None
+        #: A write of the timer that failed: the next save raises it.
+        self._timer_error: kube_client.ApiError | None = None
+        self._writing = asyncio.Lock()
         #: True once this store wrote an outcome (and with it the attempt's result).
         self.outcome_saved = False
-        # orders currentNode writes against the outcome, which clears currentNode for good
-        self._progress = asyncio.Lock()
 
     # ----- reading ---------------------------------------------------------------------------
 
@@ -182,11 +216,15 @@ class StatusStore:
 
     async def load(self) -> store.Checkpoint:
         """Rebuild the checkpoint from the FlowRun, fetching offloaded values back."""
-        self._flowrun = obj = await self.client.get(self._path)
+        await self.flush()
+        obj = self._unread if self._unread is not None else await self.client.get(self._path)
+        self._flowrun, self._unread = obj, None
         spec = obj.get("spec") or {}
         status = obj.get("status") or {}
+        self._has_nodes = "nodes" in status
+        self._started = _started(status)
         checkpoint = store.Checkpoint()
-        if _started(status):
+        if self._started:
             checkpoint.run = store.RunRecord(
                 name=self.name,
                 input=spec.get("input"),
@@ -237,11 +275,14 @@ class StatusStore:
     # ----- writing ---------------------------------------------------------------------------
 
     async def save_run(self, record: store.RunRecord) -> None:
-        """Mark the run as started (the record itself is the FlowRun's spec and startTime)."""
+        """Mark the run as started, unless the FlowRun as read shows it has (its startTime)."""
+        if self._started:
+            return
         await self.client.merge_patch(self._status_path, {"status": {"nodes": {}}})
+        self._has_nodes = self._started = True
 
     async def save_node(self, key: str, status: flowrun_api.NodeStatus) -> None:
-        """Replace the node's record; a Running record also names it in ``currentNode``."""
+        """Replace the node's record: a Running one with the next write, any other one now."""
         wire = status.to_wire()
         wire.pop("outputRef", None)
         if status.output is not None:
@@ -253,15 +294,18 @@ class StatusStore:
             wire["detail"] = await self._bounded_value(f"{key}:detail", status.detail)
         if status.error is not None:
             wire["error"] = _truncate(status.error)
-        ops = [{"op": "add", "path": _pointer("nodes", key), "value": wire}]
+        op = {"op": "add", "path": _pointer("nodes", key), "value": wire}
         if status.phase == flowrun_api.NodePhase.RUNNING:
-            ops.append({"op": "add", "path": _pointer("currentNode"), "value": key})
-        await self._add(ops, parents={"nodes": {}})
-        if status.phase == flowrun_api.NodePhase.RUNNING:
-            self.current_node = key
+            self._wait([op])
+            return
+        current = self._waiting.get(_pointer("currentNode"))
+        if current is not None and current["value"] == key:
+            del self._waiting[_pointer("currentNode")]  # it ended before it was named
+        await self._commit([op])
 
     async def save_request(self, request_id: str, request: flowrun_api.HumanRequest) -> None:
         """Write the question fields of a request; a human's decision fields stay untouched."""
+        self._raise_timer_error()
         wire = request.to_wire()
         question = {}
         for field in _QUESTION_FIELDS:
@@ -287,14 +331,12 @@ class StatusStore:
             await self.client.json_patch(self._status_path, ops)
 
     async def save_outcome(self, outcome: store.Outcome) -> None:
-        """Write the run output, usage and ``result`` for the current attempt."""
-        obj = await self.client.get(self._path)
-        attempt = int((obj.get("status") or {}).get("attempt") or 0)
+        """Write the run output, usage and ``result`` for this store's attempt, in one patch."""
         output, ref = (None, None)
         if outcome.output is not None:
             output, ref = await self._bounded_output(":output", outcome.output)
         result = flowrun_api.RunnerResult(
-            attempt=attempt,
+            attempt=self.attempt,
             phase=outcome.phase.value,  # the engine ends in Succeeded, Failed or Waiting
             reason=_truncate(outcome.reason, 256),
             message=_truncate(outcome.message),
@@ -308,32 +350,80 @@ class StatusStore:
             {"op": "add", "path": _pointer("currentNode"), "value": None},
             {"op": "add", "path": _pointer("result"), "value": result.to_wire()},
         ]
-        async with self._progress:
-            await self._add(ops, parents={})
-            self.current_node = None
-            self.outcome_saved = True
+        await self._commit(ops)
+        self.outcome_saved = True
 
-    async def save_current_node(self, key: str) -> None:
-        """Name a node running now in ``status.currentNode`` (not after the outcome)."""
-        async with self._progress:
-            if self.outcome_saved:
+    def save_current_node(self, key: str) -> None:
+        """Name a node running now in ``status.currentNode``, with the next write."""
+        if not self.outcome_saved:
+            self._wait([{"op": "add", "path": _pointer("currentNode"), "value": key}])
+
+    async def flush(self) -> None:
+        """Write what waits (Running records, ``currentNode``) now; nothing waiting, no request."""
+        await self._commit([])
+
+    def _wait(self, ops: list[dict[str, Any]]) -> None:
+        """Keep ``ops`` for the next write, which happens within ``running_delay`` seconds."""
+        self._raise_timer_error()
+        for op in ops:
+            self._waiting[op["path"]] = op
+        if self._timer is None:
+            self._timer = asyncio.create_task(self._write_later())
+
+    async def _write_later(self) -> None:
+        await asyncio.sleep(self.running_delay)
+        self._timer = None
+        try:
+            await self._commit([])
+        except kube_client.ApiError as exc:
+            self._timer_error = exc
+
+    def _raise_timer_error(self) -> None:
+        if self._timer_error is not None:
+            raise self._timer_error
+
+    async def _commit(self, ops: list[dict[str, Any]]) -> None:
+        """Write ``ops`` and everything waiting in one JSON patch (none at all: no request)."""
+        self._raise_timer_error()
+        async with self._writing:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            batch = dict(self._waiting)
+            self._waiting.clear()
+            for op in ops:
+                batch[op["path"]] = op
+            if not batch:
                 return
-            await self.client.merge_patch(self._status_path, {"status": {"currentNode": key}})
-            self.current_node = key
+            writes_nodes = any(path.startswith(_pointer("nodes", "")) for path in batch)
+            operations = list(batch.values())
+            if writes_nodes and self._has_nodes is False:
+                operations.insert(0, {"op": "add", "path": _pointer("nodes"), "value": {}})
+            await self._patch(operations, parents={"nodes": {}} if writes_nodes else {})
+            if writes_nodes:
+                self._has_nodes = True
 
-    async def _add(self, ops: list[dict[str, Any]], *, parents: dict[str, Any]) -> None:
-        """Apply JSON patch ``add`` operations, creating the parent objects when missing.
+    async def _patch(self, ops: list[dict[str, Any]], *, parents: dict[str, Any]) -> None:
+        """Apply JSON patch ``add`` operations, retrying conflicts and creating missing parents.
 
         ``add`` fails (422) when its parent object does not exist yet; a merge patch of empty
         objects creates the parents without changing any that exist, and the add is retried.
+        No write carries a resourceVersion, so a 409 is the API server's own optimistic
+        concurrency losing a race with another writer's patch: trying again is safe.
         """
-        try:
-            await self.client.json_patch(self._status_path, ops)
-        except kube_client.ApiError as exc:
-            if exc.status != 422:
-                raise
-            await self.client.merge_patch(self._status_path, {"status": parents})
-            await self.client.json_patch(self._status_path, ops)
+        missing: dict[str, Any] | None = parents
+        for attempt in range(CONFLICT_RETRIES + 1):
+            try:
+                await self.client.json_patch(self._status_path, ops)
+                return
+            except kube_client.ApiError as exc:
+                if exc.status == 422 and missing is not None:
+                    await self.client.merge_patch(self._status_path, {"status": missing})
+                    missing = None
+                    continue
+                if not exc.conflict or attempt == CONFLICT_RETRIES:
+                    raise
+                await asyncio.sleep(0.05 * 2**attempt)
 
     # ----- offload ---------------------------------------------------------------------------
 

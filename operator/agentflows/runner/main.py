@@ -2,27 +2,32 @@
 
 Called by the ``runner`` command of :mod:`agentflows.cli.main` (the pod's command). One attempt:
 
-1. read the FlowRun (``status.attempt`` is the attempt this pod belongs to) and the snapshot
-   ConfigMap ``<run>-snapshot`` written by the operator;
+1. read the FlowRun and the snapshot ConfigMap ``<run>-snapshot`` written by the operator, at
+   the same time, once each; the attempt this pod belongs to is ``$AGENTFLOWS_ATTEMPT`` (set by
+   the operator in the pod; else the FlowRun's ``status.attempt``);
 2. compile the snapshot's Flow; a bad Flow or snapshot ends the run: result Failed, reason
    FlowInvalid (or SnapshotMissing), exit 1;
 3. run the engine with the FlowRun-status store and the live capabilities (secrets come from
    the environment the operator built from ``secretKeyRef``s);
-4. the store writes ``status.result`` with the outcome; exit 0 (Succeeded), 1 (Failed) or
-   3 (Waiting).
+4. the store writes ``status.result`` with the outcome, without reading the FlowRun again;
+   exit 0 (Succeeded), 1 (Failed) or 3 (Waiting).
 
-SIGTERM (pod deletion, cancel) cancels the run: nodes in flight stay Running in the status and
-the next attempt runs them again; no result is written and the exit status is 143. A permanent
-error (:class:`agentflows.engine.errors.PermanentError`: e.g. an offloaded output whose
-ConfigMap is gone) ends the run, since another pod would meet it again: result Failed, reason
-StateLost, exit 1. Any other error (the API server away for longer than the client's retries, a
+A one-node run against a FlowRun the operator prepared costs four API requests: the two reads,
+the node's final record and the outcome (its Running record waits, see
+:mod:`agentflows.kube.status_store`, and is never sent for a node that ends within a second).
+
+SIGTERM (pod deletion, cancel) cancels the run: nodes in flight stay Running in the status (the
+records still waiting are written first) and the next attempt runs them again; no result is
+written and the exit status is 143. A permanent error
+(:class:`agentflows.engine.errors.PermanentError`: e.g. an offloaded output whose ConfigMap is
+gone) ends the run, since another pod would meet it again: result Failed, reason StateLost,
+exit 1. Any other error (the API server away for longer than the client's retries, a
 bug) exits 2 with no result, which the operator treats as a lost attempt to retry.
 
 Progress: one line per node on stdout (never a secret value: errors from the agents layer are
-redacted there), and ``status.currentNode``, written in the same patch as a node's Running
-record, or — for nodes the engine does not record as Running (transform, branch) — only if the
-node still runs after :data:`CURRENT_NODE_DELAY`, so progress costs at most one patch per node
-start and nothing for quick nodes.
+redacted there), and ``status.currentNode``, which waits with the Running records: it is
+written with the next status write, or after :data:`agentflows.kube.status_store.RUNNING_DELAY`
+if the node still runs, so quick nodes cost nothing for it.
 """
 
 from __future__ import annotations
@@ -30,9 +35,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
 import time
+from collections.abc import Mapping
 from typing import TextIO
 
 import pydantic
@@ -57,8 +64,8 @@ EXIT_WAITING = 3
 #: Stopped by SIGTERM (128 + 15), as a shell reports it.
 EXIT_TERMINATED = 143
 
-#: Seconds a node that has no Running record must run before currentNode names it.
-CURRENT_NODE_DELAY = 1.0
+#: The variable in which the operator tells the pod its attempt (controller/pods.py sets it).
+ATTEMPT_ENV = "AGENTFLOWS_ATTEMPT"
 
 _EXIT_OF_PHASE = {
     flowrun_api.RunPhase.SUCCEEDED: EXIT_SUCCEEDED,
@@ -75,20 +82,15 @@ class Progress:
         self.checkpoints = checkpoints
         self.out = out
         self._started: dict[str, float] = {}
-        self._pending: dict[str, asyncio.Task[None]] = {}
 
     def __call__(self, event: state.RunEvent) -> None:
         """Take one engine event (the engine calls observers synchronously)."""
         if event.kind == "started":
             self._started[event.key] = time.monotonic()
-            if self.checkpoints.current_node != event.key and event.key not in self._pending:
-                self._pending[event.key] = asyncio.create_task(self._report(event.key))
+            self.checkpoints.save_current_node(event.key)
             return
         if event.kind not in _FINISHED_EVENTS:
             return
-        pending = self._pending.pop(event.key, None)
-        if pending is not None:
-            pending.cancel()
         line = f"node {event.key} ({event.node_kind}) {event.kind}"
         if event.key in self._started:
             line += f" in {time.monotonic() - self._started.pop(event.key):.2f}s"
@@ -99,22 +101,6 @@ class Progress:
     def line(self, text: str) -> None:
         """Print one progress line."""
         print(f"{clock.timestamp()} {text}", file=self.out, flush=True)
-
-    async def _report(self, key: str) -> None:
-        try:
-            await asyncio.sleep(CURRENT_NODE_DELAY)
-            if self._pending.pop(key, None) is not None:
-                await self.checkpoints.save_current_node(key)
-        except kube_client.ApiError as exc:
-            log.warning("could not write currentNode=%s: %s", key, exc)
-
-    async def close(self) -> None:
-        """Cancel progress writes still waiting."""
-        tasks = list(self._pending.values())
-        self._pending.clear()
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def _fail(
@@ -147,15 +133,31 @@ def _compile(snap: snapshot_mod.RunSnapshot) -> tuple[graph.CompiledFlow, graph.
     return graph.compile_flow(spec, resolver), resolver
 
 
-async def run_attempt(client: kube_client.Client, namespace: str, name: str) -> int:
-    """Run one attempt of FlowRun ``namespace/name`` and return the exit status."""
-    checkpoints = status_store.StatusStore(client, namespace, name)
-    flowrun = await checkpoints.flowrun()
+async def run_attempt(
+    client: kube_client.Client, namespace: str, name: str, attempt: int | None = None
+) -> int:
+    """Run attempt ``attempt`` of FlowRun ``namespace/name`` and return the exit status.
+
+    ``attempt`` is what the operator told the pod (None: the FlowRun's ``status.attempt``).
+    The FlowRun and the snapshot are read once, side by side; the outcome is written without
+    reading the FlowRun again.
+    """
+    reading = asyncio.ensure_future(snapshot_mod.read_snapshot(client, namespace, name))
+    try:
+        flowrun = await client.get(kube_client.path_of("flowruns", namespace, name))
+    except BaseException:
+        reading.cancel()
+        await asyncio.gather(reading, return_exceptions=True)  # its error is not ours to log
+        raise
     spec = flowrun.get("spec") or {}
-    attempt = (flowrun.get("status") or {}).get("attempt", 0)
+    if attempt is None:
+        attempt = int((flowrun.get("status") or {}).get("attempt") or 0)
+    checkpoints = status_store.StatusStore(
+        client, namespace, name, attempt=attempt, flowrun=flowrun
+    )
     print(f"{clock.timestamp()} run {namespace}/{name} attempt {attempt}", flush=True)
     try:
-        snap = await snapshot_mod.read_snapshot(client, namespace, name)
+        snap = await reading
     except snapshot_mod.SnapshotError as exc:
         return await _fail(checkpoints, flowrun_api.RunReason.SNAPSHOT_MISSING, str(exc))
     try:
@@ -182,8 +184,9 @@ async def run_attempt(client: kube_client.Client, namespace: str, name: str) -> 
         )
     except errors.PermanentError as exc:  # the stored state is unusable: no retry can help
         return await _fail(checkpoints, flowrun_api.RunReason.STATE_LOST, str(exc))
-    finally:
-        await progress.close()
+    except asyncio.CancelledError:
+        await _flush_when_stopped(checkpoints)
+        raise
     if not checkpoints.outcome_saved:
         # a run that had already ended: record the result for this attempt too
         await checkpoints.save_outcome(outcome)
@@ -196,10 +199,32 @@ async def run_attempt(client: kube_client.Client, namespace: str, name: str) -> 
     return _EXIT_OF_PHASE.get(outcome.phase, EXIT_FAILED)
 
 
-async def _main(namespace: str, name: str) -> int:
+async def _flush_when_stopped(checkpoints: status_store.StatusStore) -> None:
+    """Write the Running records still waiting, so the nodes in flight show in the status."""
+    try:
+        await checkpoints.flush()
+    except kube_client.ApiError as exc:
+        log.warning("could not write the records of the nodes in flight: %s", exc)
+
+
+def told_attempt(environ: Mapping[str, str]) -> int | None:
+    """The attempt the operator gave the pod in :data:`ATTEMPT_ENV` (None: not given).
+
+    Raises :class:`ValueError` with a one-line message when the value is not a whole number
+    of at least 1.
+    """
+    value = environ.get(ATTEMPT_ENV)
+    if value is None:
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"{ATTEMPT_ENV}={value!r}: expected a whole number of at least 1")
+    return int(value)
+
+
+async def _main(namespace: str, name: str, told: int | None) -> int:
     loop = asyncio.get_running_loop()
     async with kube_client.Client.from_env() as client:
-        attempt = asyncio.ensure_future(run_attempt(client, namespace, name))
+        attempt = asyncio.ensure_future(run_attempt(client, namespace, name, told))
         terminated = False
 
         def terminate() -> None:
@@ -230,7 +255,12 @@ def main(namespace: str, flowrun: str) -> int:
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request drowns the nodes
     try:
-        return asyncio.run(_main(namespace, flowrun))
+        told = told_attempt(os.environ)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return EXIT_LOST
+    try:
+        return asyncio.run(_main(namespace, flowrun, told))
     except Exception:
         log.exception("attempt lost: unexpected error")
         return EXIT_LOST

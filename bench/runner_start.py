@@ -1,0 +1,267 @@
+"""Runner cold start on loopback: process start -> first model request, peak RSS, API requests.
+
+Run ``python bench/runner_start.py`` (about a minute on 2 cores) or ``--quick``. It uses the
+cluster of ``--kubeconfig`` (admin), else starts a private control plane the way the cluster
+tests do (hack/devcluster) and stops it afterwards. It installs crds/ and the runner's RBAC
+(config/rbac/runner) in a fresh namespace, and for each of ``--runs`` rounds:
+
+- **runner**: creates a FlowRun of a one-``llm``-node Flow with its snapshot ConfigMap and
+  ``status.attempt``/``status.pod`` as the operator writes them, then starts the real
+  ``agentflows runner`` console script with the environment the operator gives a pod
+  (``AGENTFLOWS_ATTEMPT``, ``LITELLM_LOCAL_MODEL_COST_MAP``) and a kubeconfig holding a token
+  of the runner's ServiceAccount. Measured: from just before the process is spawned to the
+  scripted model server (tests/support/model_server.py, in this process) receiving the
+  chat-completions request, both on this process's monotonic clock; and the process's peak
+  RSS (GNU time's ``%M``). The run must end Succeeded.
+- **peer**: ``python -c 'import litellm; litellm.completion(...)'`` against the same server,
+  timed the same way: what a bare litellm script pays before its first request.
+
+Runner and peer alternate, so background load hits them alike. The runner's API requests are
+counted by the API server itself: a FlowSchema matching only the runner's ServiceAccount
+(tests/support/api_counts.py) and ``apiserver_flowcontrol_dispatched_requests_total`` of that
+schema, read before and after the runner rounds. The last lines can be read by a script::
+
+    runner start -> first model request p50 N ms
+    runner RSS N MB
+    runner API requests per run: N
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from tests.support import api_counts, model_server  # noqa: E402
+
+from agentflows.kube import client as kube  # noqa: E402
+
+ACCOUNT = "agentflows-runner"
+MODEL = "openai/scripted-model"
+PEER = """
+import sys
+import litellm
+litellm.completion(
+    model="openai/scripted-model", api_base=sys.argv[1], api_key="not-needed",
+    messages=[{"role": "user", "content": "Say hi"}], max_retries=0,
+)
+"""
+
+
+@contextlib.contextmanager
+def cluster(kubeconfig: str | None) -> Iterator[Path]:
+    """Yield an admin kubeconfig path: the given one, or a private control plane's."""
+    if kubeconfig:
+        yield Path(kubeconfig)
+        return
+    sys.path.insert(0, str(REPO / "hack"))
+    from devcluster import controlplane
+
+    state_dir = controlplane.temporary_state_dir()
+    plane = controlplane.start(state_dir)
+    try:
+        yield plane.kubeconfig("admin")
+    finally:
+        controlplane.stop(state_dir)
+
+
+def kubectl(admin: Path, *args: str) -> None:
+    subprocess.run(
+        ["kubectl", f"--kubeconfig={admin}", *args],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+
+
+def install(admin: Path, namespace: str) -> None:
+    """The CRDs, a namespace, and the runner's ServiceAccount and Role in it."""
+    kubectl(admin, "apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
+    kubectl(admin, "wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+    kubectl(admin, "create", "namespace", namespace)
+    kubectl(admin, "apply", "-k", str(REPO / "config/rbac/runner"), "-n", namespace)
+
+
+def flow(url: str) -> dict[str, Any]:
+    """A Flow of one ``llm`` node calling the scripted server."""
+    model = {"name": MODEL, "apiBase": url, "retries": 0, "timeoutSeconds": 10}
+    return {
+        "nodes": [{"id": "ask", "llm": {"model": model, "prompt": "Say hi"}}],
+        "output": "=.nodes.ask.text",
+    }
+
+
+async def create_run(api: kube.Client, namespace: str, spec: dict[str, Any]) -> str:
+    """A FlowRun with its snapshot and attempt 1, as the operator leaves it for the pod.
+
+    The operator writes ``attempt``, ``pod`` and ``startTime`` before it creates the pod
+    (controller/runstate.py, ``reserve_attempt``).
+    """
+    name = f"bench-{uuid.uuid4().hex[:8]}"
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    obj = await api.create(
+        kube.path_of("flowruns", namespace),
+        {
+            "apiVersion": "agentflows.io/v1alpha1",
+            "kind": "FlowRun",
+            "metadata": {"name": name},
+            "spec": {"flow": "f"},
+        },
+    )
+    owner = {
+        "apiVersion": "agentflows.io/v1alpha1",
+        "kind": "FlowRun",
+        "name": name,
+        "uid": obj["metadata"]["uid"],
+    }
+    snapshot = {"flow": "f", "flows": {"f": spec}, "agents": {}}
+    await api.create(
+        kube.path_of("configmaps", namespace),
+        {
+            "metadata": {"name": f"{name}-snapshot", "ownerReferences": [owner]},
+            "data": {"snapshot.json": json.dumps(snapshot)},
+        },
+    )
+    await api.merge_patch(
+        kube.path_of("flowruns", namespace, name, sub="status"),
+        {"status": {"attempt": 1, "pod": f"{name}-1", "phase": "Running", "startTime": now}},
+    )
+    return name
+
+
+def timed(argv: list[str], env: dict[str, str]) -> tuple[float, int]:
+    """Run ``argv``; return (monotonic start, peak RSS in KiB).
+
+    The peak comes from GNU time's ``wait4`` (``%M``), not ours: a child of this process would
+    carry this process's own peak RSS, inherited across fork and exec, in its ``ru_maxrss``.
+    """
+    with tempfile.NamedTemporaryFile("r", suffix=".rss") as rss:
+        started = time.monotonic()
+        done = subprocess.run(
+            ["/usr/bin/time", "-f", "%M", "-o", rss.name, *argv],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise SystemExit(f"{argv[0]} exited {done.returncode}:\n{done.stderr[-2000:]}")
+        return started, int(rss.read().split()[-1])
+
+
+def first_request(server: model_server.ScriptedModelServer, since: int) -> float:
+    """Monotonic time the server received the first request after ``since`` requests."""
+    if len(server.requests) <= since:
+        raise SystemExit("the model server received no request")
+    return server.requests[since].received
+
+
+async def bench(admin: Path, rounds: int, agentflows: str) -> None:
+    namespace = f"bench-runner-{uuid.uuid4().hex[:6]}"
+    install(admin, namespace)
+    work = Path(tempfile.mkdtemp(prefix="runner-start-"))
+    runner_config = api_counts.account_kubeconfig(
+        admin, namespace, ACCOUNT, work / "runner.kubeconfig"
+    )
+    server = model_server.ScriptedModelServer().start()
+    env = {
+        **os.environ,
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "KUBECONFIG": str(runner_config),
+        "AGENTFLOWS_ATTEMPT": "1",
+    }
+    runner_ms: list[float] = []
+    peer_ms: list[float] = []
+    runner_kib: list[int] = []
+    peer_kib: list[int] = []
+    async with kube.Client.from_env(str(admin)) as api:
+        schema = await api_counts.install_schema(api, namespace, ACCOUNT, namespace)
+        async with kube.Client.from_env(str(runner_config)) as runner_api:
+            await api_counts.wait_until_counted(api, runner_api, namespace, schema)
+        try:
+            counted = 0
+            for _ in range(rounds):
+                name = await create_run(api, namespace, flow(server.url))
+                server.script(model_server.Reply.text("hi"))
+                seen = len(server.requests)
+                before = await api_counts.requests_of(api, schema)
+                started, kib = await asyncio.to_thread(
+                    timed,
+                    [agentflows, "runner", "--namespace", namespace, "--flowrun", name],
+                    env,
+                )
+                counted += await api_counts.requests_of(api, schema) - before
+                runner_ms.append((first_request(server, seen) - started) * 1000)
+                runner_kib.append(kib)
+                run = await api.get(kube.path_of("flowruns", namespace, name))
+                phase = (run["status"].get("result") or {}).get("phase")
+                if phase != "Succeeded":
+                    raise SystemExit(f"run {name} ended {phase}: {run['status']}")
+
+                server.script(model_server.Reply.text("hi"))
+                seen = len(server.requests)
+                started, kib = await asyncio.to_thread(
+                    timed, [sys.executable, "-c", PEER, server.url], env
+                )
+                peer_ms.append((first_request(server, seen) - started) * 1000)
+                peer_kib.append(kib)
+        finally:
+            await api_counts.remove_schema(api, schema)
+            await api.delete(kube.path_of("namespaces", None, namespace))
+            server.stop()
+    report(runner_ms, peer_ms, runner_kib, peer_kib, counted / rounds)
+
+
+def report(
+    runner_ms: list[float],
+    peer_ms: list[float],
+    runner_kib: list[int],
+    peer_kib: list[int],
+    requests: float,
+) -> None:
+    runner_p50 = statistics.median(runner_ms)
+    peer_p50 = statistics.median(peer_ms)
+    print(f"rounds: {len(runner_ms)}")
+    print(f"  runner start -> first model request ms: {[round(v) for v in runner_ms]}")
+    print(f"  litellm script start -> first model request ms: {[round(v) for v in peer_ms]}")
+    print(f"  litellm script RSS MB: {max(peer_kib) / 1024:.0f}")
+    print(
+        f"ratio runner / litellm script (p50 start -> first request): {runner_p50 / peer_p50:.2f}"
+    )
+    print(f"runner start -> first model request p50 {runner_p50:.0f} ms")
+    print(f"runner RSS {max(runner_kib) / 1024:.0f} MB")
+    print(f"runner API requests per run: {requests:g}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kubeconfig", help="admin kubeconfig of a running cluster")
+    parser.add_argument("--runs", type=int, default=7, help="rounds of runner and peer")
+    parser.add_argument("--quick", action="store_true", help="3 rounds")
+    parser.add_argument(
+        "--runner",
+        default=str(Path(sys.executable).parent / "agentflows"),
+        help="the agentflows console script to measure (another checkout's, to compare)",
+    )
+    args = parser.parse_args()
+    with cluster(args.kubeconfig) as admin:
+        asyncio.run(bench(admin, 3 if args.quick else args.runs, args.runner))
+
+
+if __name__ == "__main__":
+    main()

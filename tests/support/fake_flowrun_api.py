@@ -1,0 +1,159 @@
+"""One FlowRun and its ConfigMaps behind an httpx transport, for unit tests of the runner's writes.
+
+Serves what a runner asks of the API server: GET of the FlowRun and of ConfigMaps, PATCH of
+``flowruns/status`` as JSON patch (``add``, ``remove``, ``replace``, ``test``; a missing parent
+is a 422, as on the real server) or merge patch, and ConfigMap creates. Every request is
+recorded with its body, so a test can count and read the runner's writes. ``refuse`` queues
+statuses the next status patches are answered with instead (a 409 lost race, say). The real
+API server's behaviour is tested in tests/cluster/test_status_store.py and test_runner*.py.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import time
+from typing import Any
+
+import httpx
+
+from agentflows.kube import client as kube
+from agentflows.kube import kubeconfig
+
+
+@dataclasses.dataclass
+class Recorded:
+    """One request the fake answered."""
+
+    method: str
+    path: str
+    body: Any
+    #: ``time.monotonic()`` when it arrived.
+    at: float
+
+
+class FakeFlowRunApi:
+    """FlowRun ``namespace/name`` (status as given) and the ConfigMaps of its namespace."""
+
+    def __init__(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        spec: dict[str, Any] | None = None,
+        status: dict[str, Any] | None = None,
+    ) -> None:
+        self.namespace = namespace
+        self.name = name
+        self.flowrun: dict[str, Any] = {
+            "apiVersion": "agentflows.io/v1alpha1",
+            "kind": "FlowRun",
+            "metadata": {"name": name, "namespace": namespace, "uid": "uid-1"},
+            "spec": spec or {"flow": "f"},
+        }
+        if status is not None:
+            self.flowrun["status"] = status
+        self.configmaps: dict[str, dict[str, Any]] = {}
+        self.requests: list[Recorded] = []
+        self.refusals: list[int] = []
+
+    def client(self) -> kube.Client:
+        """A kube.Client whose requests this fake answers."""
+        api = kube.Client(kubeconfig.Config(server="http://api"), retry_seconds=0)
+        api._http = httpx.AsyncClient(base_url="http://api", transport=httpx.MockTransport(self))
+        return api
+
+    def snapshot(self, flow: dict[str, Any]) -> None:
+        """Store the run's snapshot ConfigMap with ``flow`` as Flow ``f``."""
+        data = {"flow": "f", "flows": {"f": flow}, "agents": {}}
+        self.configmaps[f"{self.name}-snapshot"] = {"data": {"snapshot.json": json.dumps(data)}}
+
+    def refuse(self, *statuses: int) -> None:
+        """Answer the next status patches with these HTTP statuses."""
+        self.refusals.extend(statuses)
+
+    @property
+    def status(self) -> dict[str, Any]:
+        """The FlowRun's status now."""
+        status: dict[str, Any] = self.flowrun.get("status") or {}
+        return status
+
+    def writes(self) -> list[Recorded]:
+        """The status patches that were applied (refused ones left out)."""
+        return [r for r in self.requests if r.method == "PATCH" and r.path.endswith("/status")]
+
+    def count(self, method: str, resource: str) -> int:
+        """Requests of one method on a resource kind (``flowruns``, ``configmaps``)."""
+        return sum(1 for r in self.requests if r.method == method and f"/{resource}/" in r.path)
+
+    async def __call__(self, request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content) if request.content else None
+        path = request.url.path
+        run_path = kube.path_of("flowruns", self.namespace, self.name)
+        if request.method == "PATCH" and path == f"{run_path}/status" and self.refusals:
+            return _error(self.refusals.pop(0), "refused by the test")
+        self.requests.append(Recorded(request.method, path, body, time.monotonic()))
+        if path == run_path and request.method == "GET":
+            return httpx.Response(200, json=self.flowrun)
+        if path == f"{run_path}/status" and request.method == "PATCH":
+            return self._patch(request.headers["content-type"], body)
+        configmaps = kube.path_of("configmaps", self.namespace)
+        if path == configmaps and request.method == "POST":
+            self.configmaps[body["metadata"]["name"]] = body
+            return httpx.Response(201, json=body)
+        if path.startswith(configmaps + "/") and request.method == "GET":
+            found = self.configmaps.get(path.rsplit("/", 1)[1])
+            return httpx.Response(200, json=found) if found else _error(404, "not found")
+        return _error(405, f"the fake does not serve {request.method} {path}")
+
+    def _patch(self, content_type: str, body: Any) -> httpx.Response:
+        updated = copy.deepcopy(self.flowrun)
+        try:
+            if content_type == kube.JSON_PATCH:
+                for op in body:
+                    _apply(updated, op)
+            else:
+                _merge(updated, body)
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            return _error(422, f"the patch does not apply: {exc}")
+        self.flowrun = updated
+        return httpx.Response(200, json=updated)
+
+
+def _error(status: int, message: str) -> httpx.Response:
+    return httpx.Response(status, json={"kind": "Status", "reason": "Test", "message": message})
+
+
+def _apply(obj: dict[str, Any], op: dict[str, Any]) -> None:
+    """One JSON patch operation on objects (no arrays in the FlowRun status paths we write)."""
+    parts = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
+    parent = obj
+    for part in parts[:-1]:
+        parent = parent[part]
+    last = parts[-1]
+    if op["op"] == "test":
+        if parent.get(last) != op["value"]:
+            raise ValueError(f"test of {op['path']} failed")
+    elif op["op"] in ("add", "replace"):
+        if op["op"] == "replace" and last not in parent:
+            raise KeyError(op["path"])
+        if op["value"] is None:
+            parent.pop(last, None)  # the API server prunes nulls from typed fields
+        else:
+            parent[last] = copy.deepcopy(op["value"])
+    elif op["op"] == "remove":
+        del parent[last]
+    else:
+        raise ValueError(f"unknown op {op['op']}")
+
+
+def _merge(target: dict[str, Any], patch: dict[str, Any]) -> None:
+    """RFC 7386 merge patch."""
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, dict) and isinstance(target.get(key), dict):
+            _merge(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)

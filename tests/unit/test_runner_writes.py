@@ -1,0 +1,192 @@
+"""What the runner asks of the API server: two reads, and batched status writes.
+
+The runner (:func:`agentflows.runner.main.run_attempt`) and its store
+(:class:`agentflows.kube.status_store.StatusStore`) run against a fake FlowRun API behind an
+httpx transport (tests/support/fake_flowrun_api.py) that records every request; model calls go
+to the scripted model server on loopback. The same counts on the real API server are in
+tests/cluster/test_runner_requests.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from agentflows.api import flowrun as flowrun_api
+from agentflows.engine import store
+from agentflows.kube import status_store
+from agentflows.runner import main as runner_main
+from tests.support.fake_flowrun_api import FakeFlowRunApi
+from tests.support.fixtures import model_server  # noqa: F401  (fixture)
+from tests.support.model_server import Reply, ScriptedModelServer
+
+Phase = flowrun_api.NodePhase
+#: The status the operator leaves for attempt 3's pod (controller/runstate.py reserve_attempt).
+PREPARED = {"attempt": 3, "pod": "r-3", "phase": "Pending", "startTime": "2026-01-01T00:00:00Z"}
+
+
+def llm_flow(server: ScriptedModelServer, *ids: str) -> dict[str, Any]:
+    model = {"name": "openai/scripted-model", "apiBase": server.url, "retries": 0}
+    return {"nodes": [{"id": i, "llm": {"model": model, "prompt": "Say hi"}} for i in ids]}
+
+
+def prepared_run(flow: dict[str, Any], status: dict[str, Any] | None = None) -> FakeFlowRunApi:
+    api = FakeFlowRunApi("team", "r", status=dict(status or PREPARED))
+    api.snapshot(flow)
+    return api
+
+
+def written_paths(api: FakeFlowRunApi) -> list[list[str]]:
+    """Per status write, the status paths it set."""
+    return [[op["path"] for op in write.body] for write in api.writes()]
+
+
+async def eventually(check: Callable[[], bool], what: str) -> None:
+    for _ in range(500):
+        if check():
+            return
+        await asyncio.sleep(0.01)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+async def test_one_node_run_reads_its_flowrun_and_snapshot_once_and_writes_twice(
+    model_server: ScriptedModelServer,  # noqa: F811
+) -> None:
+    model_server.script(Reply.text("hi"))
+    api = prepared_run(llm_flow(model_server, "ask"))
+    async with api.client() as client:
+        assert await runner_main.run_attempt(client, "team", "r", attempt=3) == 0
+    reads = sorted((r.method, r.path.rsplit("/", 2)[-2]) for r in api.requests[:2])
+    assert reads == [("GET", "configmaps"), ("GET", "flowruns")]
+    assert len(api.requests) == 4
+    assert written_paths(api) == [
+        ["/status/nodes", "/status/nodes/ask"],
+        [
+            "/status/output",
+            "/status/outputRef",
+            "/status/usage",
+            "/status/currentNode",
+            "/status/result",
+        ],
+    ]
+    assert api.status["nodes"]["ask"]["phase"] == "Succeeded"
+    assert api.status["result"]["phase"] == "Succeeded"
+
+
+async def test_outcome_carries_the_attempt_the_runner_was_told_without_reading_again(
+    model_server: ScriptedModelServer,  # noqa: F811
+) -> None:
+    model_server.script(Reply.text("hi"))
+    api = prepared_run(llm_flow(model_server, "ask"))
+    async with api.client() as client:
+        assert await runner_main.run_attempt(client, "team", "r", attempt=3) == 0
+    assert api.count("GET", "flowruns") == 1
+    assert api.status["result"]["attempt"] == 3
+    assert api.status["attempt"] == 3  # the operator's key is untouched
+
+
+async def test_a_finished_node_is_written_before_the_next_model_call(
+    model_server: ScriptedModelServer,  # noqa: F811
+) -> None:
+    model_server.script(Reply.text("one"), Reply.text("two"))
+    api = prepared_run(llm_flow(model_server, "first", "second"))
+    async with api.client() as client:
+        assert await runner_main.run_attempt(client, "team", "r", attempt=3) == 0
+    first_written = next(
+        w.at for w in api.writes() if any(op["path"] == "/status/nodes/first" for op in w.body)
+    )
+    assert first_written < model_server.requests[1].received
+    # one write per node, none of them a Running record, and the outcome
+    assert [p[-1] for p in written_paths(api)] == [
+        "/status/nodes/first",
+        "/status/nodes/second",
+        "/status/result",
+    ]
+
+
+async def test_sigterm_writes_the_running_record_of_the_node_in_flight(
+    model_server: ScriptedModelServer,  # noqa: F811
+) -> None:
+    model_server.script(Reply.text("late", delay=5))
+    api = prepared_run(llm_flow(model_server, "slow"))
+    async with api.client() as client:
+        attempt = asyncio.ensure_future(runner_main.run_attempt(client, "team", "r", attempt=3))
+        await eventually(lambda: len(model_server.requests) == 1, "the model call")
+        attempt.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await attempt
+    assert api.status["nodes"]["slow"]["phase"] == "Running"
+    assert api.status["currentNode"] == "slow"
+    assert "result" not in api.status
+
+
+async def test_a_running_record_replaced_before_the_delay_is_never_sent() -> None:
+    api = FakeFlowRunApi("team", "r", status=dict(PREPARED))
+    async with api.client() as client:
+        st = status_store.StatusStore(client, "team", "r", attempt=3, flowrun=api.flowrun)
+        await st.save_node("a", flowrun_api.NodeStatus(phase=Phase.RUNNING, attempts=1))
+        st.save_current_node("a")
+        assert api.requests == []
+        await st.save_node("a", flowrun_api.NodeStatus(phase=Phase.SUCCEEDED, attempts=1))
+    assert written_paths(api) == [["/status/nodes", "/status/nodes/a"]]
+    assert api.status["nodes"]["a"]["phase"] == "Succeeded"
+    assert "currentNode" not in api.status
+
+
+async def test_a_node_running_longer_than_the_delay_is_recorded_running() -> None:
+    api = FakeFlowRunApi("team", "r", status=dict(PREPARED))
+    async with api.client() as client:
+        st = status_store.StatusStore(
+            client, "team", "r", attempt=3, flowrun=api.flowrun, running_delay=0.01
+        )
+        await st.save_node("a", flowrun_api.NodeStatus(phase=Phase.RUNNING, attempts=1))
+        st.save_current_node("a")
+        await eventually(lambda: len(api.writes()) == 1, "the Running record")
+    assert api.status["nodes"]["a"]["phase"] == "Running"
+    assert api.status["currentNode"] == "a"
+
+
+async def test_a_finished_record_takes_the_waiting_running_records_along() -> None:
+    api = FakeFlowRunApi("team", "r", status=dict(PREPARED))
+    async with api.client() as client:
+        st = status_store.StatusStore(client, "team", "r", attempt=3, flowrun=api.flowrun)
+        await st.save_node("a", flowrun_api.NodeStatus(phase=Phase.RUNNING, attempts=1))
+        await st.save_node("b", flowrun_api.NodeStatus(phase=Phase.RUNNING, attempts=1))
+        await st.save_node("a", flowrun_api.NodeStatus(phase=Phase.SUCCEEDED, attempts=1))
+    assert written_paths(api) == [["/status/nodes", "/status/nodes/a", "/status/nodes/b"]]
+    assert {k: v["phase"] for k, v in api.status["nodes"].items()} == {
+        "a": "Succeeded",
+        "b": "Running",
+    }
+
+
+async def test_a_write_that_loses_a_race_is_tried_again() -> None:
+    api = FakeFlowRunApi("team", "r", status=dict(PREPARED))
+    api.refuse(409, 409)
+    async with api.client() as client:
+        st = status_store.StatusStore(client, "team", "r", attempt=3, flowrun=api.flowrun)
+        await st.save_outcome(store.Outcome(flowrun_api.RunPhase.SUCCEEDED, output={"a": 1}))
+    assert api.status["output"] == {"a": 1}
+    assert api.status["result"]["attempt"] == 3
+
+
+async def test_a_flowrun_read_without_status_nodes_gets_them_in_the_first_write() -> None:
+    api = FakeFlowRunApi("team", "r", status=dict(PREPARED))
+    async with api.client() as client:
+        st = status_store.StatusStore(client, "team", "r", attempt=3, flowrun=api.flowrun)
+        await st.save_node("a", flowrun_api.NodeStatus(phase=Phase.SUCCEEDED, output=[None]))
+        await st.save_node("b", flowrun_api.NodeStatus(phase=Phase.SUCCEEDED))
+    assert written_paths(api) == [["/status/nodes", "/status/nodes/a"], ["/status/nodes/b"]]
+    assert api.status["nodes"]["a"]["output"] == [None]
+    assert sorted(api.status["nodes"]) == ["a", "b"]
+
+
+def test_an_attempt_that_is_not_a_whole_number_is_named_in_the_error() -> None:
+    assert runner_main.told_attempt({}) is None
+    assert runner_main.told_attempt({"AGENTFLOWS_ATTEMPT": "2"}) == 2
+    with pytest.raises(ValueError) as error:
+        runner_main.told_attempt({"AGENTFLOWS_ATTEMPT": "two"})
+    assert str(error.value) == "AGENTFLOWS_ATTEMPT='two': expected a whole number of at least 1"
