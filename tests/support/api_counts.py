@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 
 from agentflows.kube import client as kube_client
+from agentflows.kube import objects
 
 FLOWSCHEMAS = "/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas"
 
@@ -56,7 +57,7 @@ async def install_schema(api: kube_client.Client, name: str, account: str, names
             ],
         },
     }
-    await api.create_or_get(FLOWSCHEMAS, body)
+    await objects.create_or_get(api, FLOWSCHEMAS, body)
     return name
 
 

@@ -1,4 +1,4 @@
-"""One FlowRun and its ConfigMaps behind an httpx transport, for unit tests of the runner's writes.
+"""One FlowRun and its ConfigMaps on a loopback HTTP server, for unit tests of the runner's writes.
 
 Serves what a runner asks of the API server: GET of the FlowRun and of ConfigMaps, PATCH of
 ``flowruns/status`` as JSON patch (``add``, ``remove``, ``replace``, ``test``; a missing parent
@@ -10,13 +10,15 @@ API server's behaviour is tested in tests/cluster/test_status_store.py and test_
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import json
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
+from aiohttp import web
 
 from agentflows.kube import client as kube
 from agentflows.kube import kubeconfig
@@ -58,11 +60,21 @@ class FakeFlowRunApi:
         self.requests: list[Recorded] = []
         self.refusals: list[int] = []
 
-    def client(self) -> kube.Client:
-        """A kube.Client whose requests this fake answers."""
-        api = kube.Client(kubeconfig.Config(server="http://api"), retry_seconds=0)
-        api._http = httpx.AsyncClient(base_url="http://api", transport=httpx.MockTransport(self))
-        return api
+    @contextlib.asynccontextmanager
+    async def client(self) -> AsyncIterator[kube.Client]:
+        """A kube.Client whose requests this fake answers, while its server runs."""
+        app = web.Application()
+        app.router.add_route("*", "/{path:.*}", self._answer)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        port = runner.addresses[0][1]
+        api = kube.Client(kubeconfig.Config(server=f"http://127.0.0.1:{port}"), retry_seconds=0)
+        try:
+            yield api
+        finally:
+            await api.close()
+            await runner.cleanup()
 
     def snapshot(self, flow: dict[str, Any]) -> None:
         """Store the run's snapshot ConfigMap with ``flow`` as Flow ``f``."""
@@ -87,27 +99,28 @@ class FakeFlowRunApi:
         """Requests of one method on a resource kind (``flowruns``, ``configmaps``)."""
         return sum(1 for r in self.requests if r.method == method and f"/{resource}/" in r.path)
 
-    async def __call__(self, request: httpx.Request) -> httpx.Response:
-        body = json.loads(request.content) if request.content else None
-        path = request.url.path
+    async def _answer(self, request: web.Request) -> web.Response:
+        content = await request.read()
+        body = json.loads(content) if content else None
+        path = request.path
         run_path = kube.path_of("flowruns", self.namespace, self.name)
         if request.method == "PATCH" and path == f"{run_path}/status" and self.refusals:
             return _error(self.refusals.pop(0), "refused by the test")
         self.requests.append(Recorded(request.method, path, body, time.monotonic()))
         if path == run_path and request.method == "GET":
-            return httpx.Response(200, json=self.flowrun)
+            return web.json_response(self.flowrun)
         if path == f"{run_path}/status" and request.method == "PATCH":
             return self._patch(request.headers["content-type"], body)
         configmaps = kube.path_of("configmaps", self.namespace)
         if path == configmaps and request.method == "POST":
             self.configmaps[body["metadata"]["name"]] = body
-            return httpx.Response(201, json=body)
+            return web.json_response(body, status=201)
         if path.startswith(configmaps + "/") and request.method == "GET":
             found = self.configmaps.get(path.rsplit("/", 1)[1])
-            return httpx.Response(200, json=found) if found else _error(404, "not found")
+            return web.json_response(found) if found else _error(404, "not found")
         return _error(405, f"the fake does not serve {request.method} {path}")
 
-    def _patch(self, content_type: str, body: Any) -> httpx.Response:
+    def _patch(self, content_type: str, body: Any) -> web.Response:
         updated = copy.deepcopy(self.flowrun)
         try:
             if content_type == kube.JSON_PATCH:
@@ -118,11 +131,12 @@ class FakeFlowRunApi:
         except (KeyError, IndexError, TypeError, ValueError) as exc:
             return _error(422, f"the patch does not apply: {exc}")
         self.flowrun = updated
-        return httpx.Response(200, json=updated)
+        return web.json_response(updated)
 
 
-def _error(status: int, message: str) -> httpx.Response:
-    return httpx.Response(status, json={"kind": "Status", "reason": "Test", "message": message})
+def _error(status: int, message: str) -> web.Response:
+    body = {"kind": "Status", "reason": "Test", "message": message}
+    return web.json_response(body, status=status)
 
 
 def _apply(obj: dict[str, Any], op: dict[str, Any]) -> None:

@@ -1,9 +1,9 @@
 """What the runner asks of the API server: two reads, and batched status writes.
 
 The runner (:func:`agentflows.runner.main.run_attempt`) and its store
-(:class:`agentflows.kube.status_store.StatusStore`) run against a fake FlowRun API behind an
-httpx transport (tests/support/fake_flowrun_api.py) that records every request; model calls go
-to the scripted model server on loopback. The same counts on the real API server are in
+(:class:`agentflows.kube.status_store.StatusStore`) run against a fake FlowRun API on a
+loopback HTTP server (tests/support/fake_flowrun_api.py) that records every request; model
+calls go to the scripted model server on loopback. The same counts on the real API server are in
 tests/cluster/test_runner_requests.py.
 """
 

@@ -178,15 +178,6 @@ class Client:
         """POST a new object."""
         return await self.request("POST", path, body)
 
-    async def create_or_get(self, path: str, body: Any) -> Any:
-        """Create, or return the existing object of that name (idempotent creates)."""
-        try:
-            return await self.create(path, body)
-        except ApiError as exc:
-            if not exc.conflict:
-                raise
-            return await self.get(f"{path}/{body['metadata']['name']}")
-
     async def merge_patch(self, path: str, patch: Any) -> Any:
         """JSON merge patch (RFC 7386): only the keys given change; null deletes."""
         return await self.request("PATCH", path, patch, content_type=MERGE_PATCH)

@@ -93,16 +93,23 @@ def flow_selector(flow: str) -> str:
     return f"{FLOW}={label_value(flow)}"
 
 
-def owner_reference(obj: Mapping[str, Any], *, controller: bool = True) -> dict[str, Any]:
-    """An owner reference to ``obj``: what is created for it is garbage-collected with it."""
+def owner_reference(
+    obj: Mapping[str, Any], *, controller: bool = True, block: bool = True
+) -> dict[str, Any]:
+    """An owner reference to ``obj``: what is created for it is garbage-collected with it.
+
+    ``block`` (``blockOwnerDeletion``) needs the right to update the owner's finalizers, which
+    the operator has and a runner has not.
+    """
     meta = obj["metadata"]
-    reference = {
+    reference: dict[str, Any] = {
         "apiVersion": obj.get("apiVersion") or GROUP_VERSION,
         "kind": obj.get("kind") or "FlowRun",
         "name": meta["name"],
         "uid": meta["uid"],
-        "blockOwnerDeletion": True,
     }
+    if block:
+        reference["blockOwnerDeletion"] = True
     if controller:
         reference["controller"] = True
     return reference

@@ -23,7 +23,7 @@ from agentflows.api import agent as agent_api
 from agentflows.api import flow as flow_api
 from agentflows.engine import graph
 from agentflows.kube import client as kube_client
-from agentflows.kube import status_store
+from agentflows.kube import objects
 
 #: The ConfigMap key holding the snapshot JSON.
 SNAPSHOT_KEY = "snapshot.json"
@@ -39,7 +39,7 @@ class SnapshotError(Exception):
 
 def snapshot_name(run: str) -> str:
     """Name of the snapshot ConfigMap of run ``run``."""
-    return f"{run}-snapshot"
+    return objects.snapshot_name(run)
 
 
 def lookup_in(
@@ -120,32 +120,21 @@ async def write_snapshot(
     """
     meta = flowrun["metadata"]
     run = meta["name"]
-    labels = {
-        "app.kubernetes.io/managed-by": "agentflows",
-        "agentflows.io/run": status_store.label_value(run),
-        "agentflows.io/flow": status_store.label_value(str(snapshot["flow"])),
-    }
     body = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {
             "name": snapshot_name(run),
             "namespace": meta["namespace"],
-            "labels": labels,
+            "labels": objects.run_labels(run, str(snapshot["flow"])),
             "ownerReferences": [
-                {
-                    "apiVersion": flowrun.get("apiVersion", "agentflows.io/v1alpha1"),
-                    "kind": "FlowRun",
-                    "name": run,
-                    "uid": meta["uid"],
-                    "blockOwnerDeletion": True,
-                }
+                objects.owner_reference({**flowrun, "kind": "FlowRun"}, controller=False)
             ],
         },
         "data": {SNAPSHOT_KEY: json.dumps(snapshot, ensure_ascii=False, sort_keys=True)},
     }
-    stored: dict[str, Any] = await client.create_or_get(
-        kube_client.path_of("configmaps", meta["namespace"]), body
+    stored: dict[str, Any] = await objects.create_or_get(
+        client, kube_client.path_of("configmaps", meta["namespace"]), body
     )
     return stored
 

@@ -41,7 +41,6 @@ What is written, and how (see ``kube/NOTES.md`` for who owns which key):
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -50,6 +49,7 @@ from agentflows.api import common
 from agentflows.api import flowrun as flowrun_api
 from agentflows.engine import clock, errors, store
 from agentflows.kube import client as kube_client
+from agentflows.kube import objects
 
 #: Largest part of an offloaded value, in bytes of UTF-8 (a ConfigMap holds at most 1 MiB).
 PART_BYTES = 512 * 1024
@@ -115,20 +115,6 @@ def _split_utf8(text: str, limit: int) -> list[str]:
         parts.append(data[start:end].decode())
         start = end
     return parts or [""]
-
-
-def offload_prefix(run: str, key: str) -> str:
-    """Name prefix of the ConfigMaps holding the value stored under ``key`` of run ``run``."""
-    digest = hashlib.sha1(key.encode()).hexdigest()[:10]
-    # 253 is the limit on object names; "-out-" + digest + "-" + 4 digits take 20 of it
-    return f"{run[:233]}-out-{digest}"
-
-
-def label_value(value: str) -> str:
-    """``value`` made a valid label value (<= 63 characters), keeping it readable."""
-    if len(value) <= 63:
-        return value
-    return value[:52].rstrip("-.") + "-" + hashlib.sha1(value.encode()).hexdigest()[:10]
 
 
 def _parse_ref(ref: str) -> tuple[str, int]:
@@ -446,22 +432,16 @@ class StatusStore:
     async def _offload(self, key: str, text: str) -> str:
         """Write ``text`` to ConfigMaps owned by the FlowRun and return its reference."""
         obj = await self.flowrun()
-        prefix = offload_prefix(self.name, key)
+        prefix = objects.offload_prefix(self.name, key)
         parts = _split_utf8(text, PART_BYTES)
-        owner = {
-            "apiVersion": obj["apiVersion"],
-            "kind": obj["kind"],
-            "name": self.name,
-            "uid": obj["metadata"]["uid"],
-        }
+        owner = objects.owner_reference(obj, controller=False, block=False)
+        flow = str((obj.get("spec") or {}).get("flow") or "")
         labels = {
-            "app.kubernetes.io/managed-by": "agentflows",
-            "agentflows.io/run": label_value(self.name),
+            **objects.run_labels(self.name, flow),
             "agentflows.io/output": prefix.rsplit("-", 1)[-1],
         }
-        flow = (obj.get("spec") or {}).get("flow")
-        if flow:
-            labels["agentflows.io/flow"] = label_value(flow)
+        if not flow:
+            del labels[objects.FLOW]
         limit = asyncio.Semaphore(_PARALLEL_PARTS)
 
         async def write(index: int, part: str) -> None:
@@ -477,23 +457,11 @@ class StatusStore:
                 "data": {f"part-{index:04d}": part},
             }
             async with limit:
-                await _create_or_replace(self.client, self.namespace, body)
+                collection = kube_client.path_of("configmaps", self.namespace)
+                await objects.create_or_replace(self.client, collection, body)
 
         await asyncio.gather(*(write(i, p) for i, p in enumerate(parts)))
         return f"{REF_SCHEME}:{prefix}:{len(parts)}"
-
-
-async def _create_or_replace(
-    client: kube_client.Client, namespace: str, body: dict[str, Any]
-) -> None:
-    """Create a ConfigMap; when it exists (a rewrite of the same key), replace its data."""
-    try:
-        await client.create(kube_client.path_of("configmaps", namespace), body)
-    except kube_client.ApiError as exc:
-        if not exc.conflict:
-            raise
-        path = kube_client.path_of("configmaps", namespace, body["metadata"]["name"])
-        await client.merge_patch(path, {"data": body["data"]})
 
 
 def _started(status: dict[str, Any]) -> bool:

@@ -201,7 +201,7 @@ async def sync_cronjobs(
         current = existing.get(name)
         if current is None:
             created = dict(body, spec=_without_nulls(body["spec"]))
-            await client.create_or_get(path, created)
+            await objects.create_or_get(client, path, created)
             continue
         annotations = current["metadata"].get("annotations") or {}
         if annotations.get(SPEC_HASH_ANNOTATION) != body["metadata"]["annotations"][
