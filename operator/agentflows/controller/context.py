@@ -39,7 +39,9 @@ class Controller:
         return self._flow_locks.setdefault((namespace, flow), asyncio.Lock())
 
     def enqueue(self, kind: str, namespace: str, name: str, delay: float = 0.0) -> None:
-        """Ask for a reconcile of an object."""
+        """Ask for a reconcile of an object (of a namespace this operator owns; others: no-op)."""
+        if not self.config.owns(namespace):
+            return
         self.queue.add(workqueue.Key(kind, namespace, name), delay)
 
     def forget_run(self, namespace: str, name: str) -> None:

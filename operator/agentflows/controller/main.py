@@ -28,6 +28,7 @@ from agentflows.controller import (
     flowruns,
     flows,
     flowtriggers,
+    leader,
     settings,
     tooldiscovery,
     workqueue,
@@ -117,7 +118,10 @@ async def run(
             stop_flag=stop,
         )
     )
-    queue = asyncio.create_task(ctl.queue.run())
+    # leader election: the queue (every reconcile and write) runs only while this replica leads
+    queue = asyncio.create_task(
+        leader.run_leading(config.leader_election, api, metrics, ctl.queue.run)
+    )
     log.info("agentflows operator started: %s", dataclasses.asdict(config))
     try:
         done, _ = await asyncio.wait({operator, queue}, return_when=asyncio.FIRST_COMPLETED)
