@@ -244,6 +244,22 @@ def test_a_leader_whose_lease_is_taken_stops_working_and_exits_non_zero(
     assert replicas.holder() == "someone-else"
 
 
+@pytest.mark.parametrize("flag", ["--leader-elect=false", "--no-leader-elect"])
+def test_with_leader_election_off_the_operator_works_alone_and_takes_no_lease(
+    control_plane: Cluster, replicas: Replicas, namespace: str, flag: str
+) -> None:
+    prepare_flow_namespace(control_plane, namespace)
+    runs = FlowRuns(control_plane, namespace)
+    alone = replicas.start(flag)
+    assert leading(alone) == 1.0
+    runs.apply(one_node_flow("echo"), flowrun("alone", "echo", 5))
+    status = runs.wait_phase("alone", "Succeeded", "Failed")
+    assert (status["phase"], status["output"]) == ("Succeeded", {"n": 5})
+    assert replicas.holder() == ""  # no Lease of that name was created
+    log = alone.log_path.read_text()
+    assert "acquired lease" not in log and "standing by" not in log
+
+
 def namespaces_of_each_shard(cluster: Cluster, per_shard: int) -> dict[int, list[str]]:
     """Fresh namespaces that can run flows, ``per_shard`` in each of two shards."""
     found: dict[int, list[str]] = {0: [], 1: []}
