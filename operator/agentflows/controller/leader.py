@@ -32,7 +32,7 @@ import datetime
 import logging
 import random
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from agentflows.controller import metrics as metrics_mod
 from agentflows.controller import settings
@@ -48,10 +48,9 @@ class LeadershipLost(Exception):
     """Raised when a leader loses its Lease: it must stop working (the operator exits)."""
 
 
-def micro_time(now: datetime.datetime | None = None) -> str:
-    """A ``metav1.MicroTime``: RFC 3339 in UTC with microseconds."""
-    moment = now or datetime.datetime.now(datetime.UTC)
-    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+def micro_time() -> str:
+    """Now as a ``metav1.MicroTime``: RFC 3339 in UTC with microseconds."""
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class Elector:
@@ -235,7 +234,7 @@ class Elector:
         if self._on_change is not None:
             self._on_change(leading)
 
-    def _lose(self, why: str) -> None:
+    def _lose(self, why: str) -> NoReturn:
         self._set_leading(False)
         message = f"lost lease {self.where}: {why}; stopping"
         log.error("%s", message)
