@@ -13,11 +13,15 @@ The protocol (client-go's, with its names):
 - A candidate takes the Lease when it has no holder, or when its record has not changed for
   ``leaseDurationSeconds`` *as measured on the candidate's own clock* from when it first saw that
   record: clocks of different machines are never compared.
-- The leader renews every ``retry_seconds``. When no renewal has succeeded for
-  ``renew_deadline_seconds`` (shorter than the lease, so the leader gives up before a standby may
-  take over), or when the Lease names someone else, leadership is lost: the work is cancelled
-  at once and :class:`LeadershipLost` is raised, on which the operator exits non-zero, as
-  controller-runtime's managers do. It never tries to lead again in the same process.
+- The leader renews every ``retry_seconds``. When the Lease names someone else, leadership is
+  lost: the work is cancelled at once and :class:`LeadershipLost` is raised, on which the
+  operator exits non-zero, as controller-runtime's managers do (it never leads again in the
+  same process). When no renewal has succeeded for ``renew_deadline_seconds`` (shorter than the
+  lease, so the leader stops before a standby may take over) the work is cancelled too, but the
+  process stays: unlike client-go, an API server away for a while does not restart the
+  operator. It renews until the API server answers; the write carries the resourceVersion it
+  last wrote, so it succeeds only if nobody took the Lease meanwhile, and the work starts again
+  (the work queue carries on where it stopped); if somebody did, leadership is lost.
 - On a clean stop (SIGTERM) the leader releases the Lease: no holder and a one-second duration,
   so a standby takes over at its next poll instead of waiting for the lease to run out.
 
@@ -104,7 +108,12 @@ class Elector:
             await asyncio.sleep(self._jittered())
 
     async def hold(self) -> None:
-        """Renew the Lease until leadership is lost, then raise :class:`LeadershipLost`."""
+        """Renew the Lease every ``retry_seconds``.
+
+        Returns when no renewal has succeeded for ``renew_deadline_seconds`` (the API server does
+        not answer: the work must pause, :meth:`regain` says when it may go on); raises
+        :class:`LeadershipLost` when the Lease names someone else.
+        """
         loop = asyncio.get_running_loop()
         renewed_at = loop.time()
         while True:
@@ -112,17 +121,38 @@ class Elector:
             while True:
                 left = renewed_at + self.election.renew_deadline_seconds - loop.time()
                 if left <= 0:
-                    self._lose(
-                        f"no renewal succeeded for {self.election.renew_deadline_seconds:g}s"
+                    log.warning(
+                        "lease %s not renewed for %gs: pausing work until it is",
+                        self.where,
+                        self.election.renew_deadline_seconds,
                     )
-                try:
-                    if not await asyncio.wait_for(self._try_acquire(), timeout=left):
-                        self._lose(f"it is held by {self.holder() or 'nobody'} now")
+                    return
+                if await self._renew(within=left):
                     renewed_at = loop.time()
                     break
-                except (kube.ApiError, TimeoutError) as exc:
-                    log.warning("renewing lease %s failed: %s", self.where, str(exc) or "timed out")
-                    await asyncio.sleep(min(self.election.retry_seconds / 2, max(left, 0)))
+                await asyncio.sleep(min(self.election.retry_seconds / 2, left))
+
+    async def regain(self) -> None:
+        """After a pause, renew until the API server answers; then the work may go on.
+
+        The renewal carries the resourceVersion this process last wrote, so it succeeds only if
+        nobody took the Lease meanwhile; if someone did, :class:`LeadershipLost` is raised.
+        """
+        while True:
+            if await self._renew(within=self.election.retry_seconds * 2):
+                break
+            await asyncio.sleep(self._jittered())
+        log.info("lease %s renewed: resuming work", self.where)
+
+    async def _renew(self, within: float) -> bool:
+        """One renewal: True when done, False when the API server did not answer ``within``."""
+        try:
+            if not await asyncio.wait_for(self._try_acquire(), timeout=within):
+                self._lose(f"it is held by {self.holder() or 'nobody'} now")
+        except (kube.ApiError, TimeoutError) as exc:
+            log.warning("renewing lease %s failed: %s", self.where, str(exc) or "timed out")
+            return False
+        return True
 
     async def release(self) -> None:
         """Give the Lease up (when this process leads) so a standby takes over at once."""
@@ -275,17 +305,24 @@ async def run_leading(
 
 
 async def _work_while_holding(elector: Elector, work: Callable[[], Awaitable[None]]) -> None:
-    working = asyncio.ensure_future(work())
-    holding = asyncio.ensure_future(elector.hold())
-    try:
-        await asyncio.wait({working, holding}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in (working, holding):
-            task.cancel()
-        await asyncio.gather(working, holding, return_exceptions=True)
-    for task in (holding, working):
-        if task.done() and not task.cancelled():
-            task.result()
+    """Run ``work()`` while renewing; pause it while the Lease cannot be renewed."""
+    while True:
+        working = asyncio.ensure_future(work())
+        holding = asyncio.ensure_future(elector.hold())
+        done: set[asyncio.Future[None]] = set()
+        try:
+            done, _ = await asyncio.wait({working, holding}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (working, holding):
+                task.cancel()
+            await asyncio.gather(working, holding, return_exceptions=True)
+        if holding not in done or holding.cancelled():
+            # the work ended (or was cancelled from outside: the operator is stopping)
+            if working in done and not working.cancelled():
+                working.result()
+            return
+        holding.result()  # LeadershipLost, or None: not renewed in time, the work is paused
+        await elector.regain()
 
 
 async def _run_to_end(step: Awaitable[None]) -> bool:
