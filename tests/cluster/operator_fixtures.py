@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +40,12 @@ def _free_port() -> int:
 
 
 class OperatorProcess:
-    """``agentflows operator`` as a child process; its log goes to a file."""
+    """``agentflows operator`` (with extra ``args``) as a child process; its log goes to a file."""
 
-    def __init__(self, kubeconfig: Path, log_path: Path) -> None:
+    def __init__(self, kubeconfig: Path, log_path: Path, args: Sequence[str] = ()) -> None:
         self.kubeconfig = kubeconfig
         self.log_path = log_path
+        self.args = list(args)
         self.metrics_port = _free_port()
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -62,6 +63,7 @@ class OperatorProcess:
                     str(self.kubeconfig),
                     "--metrics-port",
                     str(self.metrics_port),
+                    *self.args,
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -99,6 +101,12 @@ class OperatorProcess:
     @property
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
+
+    @property
+    def identity(self) -> str:
+        """Its name on the Lease: host and process id (no POD_NAME outside a pod)."""
+        assert self.process is not None
+        return f"{socket.gethostname()}_{self.process.pid}"
 
     def metrics(self) -> str:
         url = f"http://127.0.0.1:{self.metrics_port}/metrics"
@@ -151,6 +159,16 @@ def _operator_kubeconfig(cluster: Cluster, path: Path) -> Path:
     return path
 
 
+def install_operator(cluster: Cluster, directory: Path) -> Path:
+    """CRDs, config/rbac and config/policies as they ship; a kubeconfig of the operator's account."""
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
+    wait_for(lambda: _crds_established(cluster), 60, "agentflows CRDs Established")
+    cluster.kubectl("apply", "-f", str(REPO / "config/manager/namespace.yaml"))
+    _apply_dir(cluster, "config/rbac")
+    _apply_dir(cluster, "config/policies")
+    return _operator_kubeconfig(cluster, directory / "kubeconfig")
+
+
 @pytest.fixture(scope="module")
 def operator(
     control_plane: Cluster, tmp_path_factory: pytest.TempPathFactory
@@ -160,13 +178,8 @@ def operator(
     Module-scoped: it watches every namespace, so it must be gone before other modules create
     FlowRuns that they drive by hand (tests/cluster/test_runner.py).
     """
-    control_plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
-    wait_for(lambda: _crds_established(control_plane), 60, "agentflows CRDs Established")
-    control_plane.kubectl("apply", "-f", str(REPO / "config/manager/namespace.yaml"))
-    _apply_dir(control_plane, "config/rbac")
-    _apply_dir(control_plane, "config/policies")
     directory = tmp_path_factory.mktemp("operator")
-    kubeconfig = _operator_kubeconfig(control_plane, directory / "kubeconfig")
+    kubeconfig = install_operator(control_plane, directory)
     process = OperatorProcess(kubeconfig, directory / "operator.log")
     process.start()
     try:
@@ -176,14 +189,13 @@ def operator(
         print(f"operator log: {process.log_path}")
 
 
-@pytest.fixture
-def flow_namespace(control_plane: Cluster, namespace: str, operator: OperatorProcess) -> str:
-    """A namespace that can run flows: the runner account from config/rbac/runner.
+def prepare_flow_namespace(cluster: Cluster, namespace: str) -> None:
+    """Let ``namespace`` run flows: the runner account from config/rbac/runner.
 
     The API server enforces the restricted Pod Security Standard there, so every runner pod
     the operator creates is checked against it for real.
     """
-    control_plane.kubectl(
+    cluster.kubectl(
         "label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted"
     )
     directory = REPO / "config/rbac/runner"
@@ -192,7 +204,13 @@ def flow_namespace(control_plane: Cluster, namespace: str, operator: OperatorPro
         document["metadata"]["namespace"] = namespace
         for subject in document.get("subjects", []):
             subject["namespace"] = namespace
-        control_plane.apply(document)
+        cluster.apply(document)
+
+
+@pytest.fixture
+def flow_namespace(control_plane: Cluster, namespace: str, operator: OperatorProcess) -> str:
+    """A namespace that can run flows (:func:`prepare_flow_namespace`), with the operator on."""
+    prepare_flow_namespace(control_plane, namespace)
     return namespace
 
 

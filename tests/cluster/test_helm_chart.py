@@ -189,6 +189,14 @@ def _operator_pods(cluster: Cluster, namespace: str) -> list[str]:
     return [p.metadata.name for p in pods.items if not p.metadata.deletion_timestamp]
 
 
+def _lease_holder(cluster: Cluster, namespace: str) -> str:
+    """Who holds the operator's Lease in the release namespace (a pod name, from POD_NAME)."""
+    lease = client.CoordinationV1Api(cluster.api()).read_namespaced_lease(
+        "agentflows-operator", namespace
+    )
+    return str(lease.spec.holder_identity or "")
+
+
 def _flows(approver: str) -> list[dict[str, Any]]:
     gate = [
         {"id": "review", "approval": {"message": "Ship it?", "approvers": {"users": [approver]}}},
@@ -250,6 +258,9 @@ def _upgrade_rolls_the_operator(helm: Helm, cluster: Cluster, system: str) -> No
         "the operator's pod to be replaced",
     )
     assert "--workers=3" in cluster.pod(system, after[0]).spec.containers[0].command
+    wait_for(
+        lambda: _lease_holder(cluster, system) == after[0], 60, "the new pod to hold the Lease"
+    )
 
 
 def _uninstall_leaves_only_the_crds(
@@ -275,8 +286,12 @@ def test_helm_install_upgrade_and_uninstall_with_editors_running_flows_and_appro
 ) -> None:
     system, team = namespaces
     metrics_port, webhook_port = _free_port(), _free_port()
+    # One replica: the process kubelet's pods share this machine's network, where a second
+    # replica could not bind the same metrics port (tests/cluster/test_operator_leader.py runs
+    # two). It still elects itself, with the chart's Lease RBAC and POD_NAME.
     values = [
         "--set", f"runnerNamespaces={{{team}}}",
+        "--set", "operator.replicas=1",
         "--set", f"operator.metricsPort={metrics_port}",
         "--set", "webhook.enabled=true",
         "--set", f"webhook.port={webhook_port}",
@@ -304,6 +319,7 @@ def test_helm_install_upgrade_and_uninstall_with_editors_running_flows_and_appro
     assert status["phase"] == "Succeeded", status.get("message")
     assert status["output"] == {"greeting": "hello helm"}
     assert control_plane.pod(team, "hello-1-1").spec.service_account_name == "agentflows-runner"
+    assert _lease_holder(control_plane, system) in _operator_pods(control_plane, system)
 
     _as_editor(control_plane, team, _run("gate-1", "gate"))
     status = _wait_phase(control_plane, team, "gate-1", "Waiting", "Failed")

@@ -33,6 +33,11 @@ COMBINATIONS = {
         "userRoles.enabled=false",
     ],
     "namespaced-operator": ["operator.namespaces={team-a}", "runnerNamespaces={team-a}"],
+    "sharded": ["operator.shards=3"],
+    "one-replica-without-leader-election": [
+        "operator.leaderElection.enabled=false",
+        "operator.replicas=1",
+    ],
     "monitoring": [
         "webhook.enabled=true",
         "monitoring.podMonitor.enabled=true",
@@ -223,6 +228,68 @@ def test_the_operator_pod_meets_the_restricted_pod_security_standard(helm: Path)
     }
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
     assert container["resources"]["limits"]["memory"]
+
+
+def test_two_operator_replicas_elect_a_leader_on_a_lease_of_the_release_namespace_only(
+    helm: Path,
+) -> None:
+    documents = render(helm)
+    deployment = one(documents, "Deployment", "agentflows-operator", "agentflows-system")
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert "--leader-election-namespace=agentflows-system" in container["command"]
+    pod_name = {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+    assert pod_name in container["env"]
+    role = one(documents, "Role", "agentflows-operator-leader-election", "agentflows-system")
+    (config_role,) = config_documents(REPO / "config/rbac/leader_election_role.yaml")
+    assert role["rules"] == config_role["rules"]
+    assert role["rules"] == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["get", "create", "update"],
+        }
+    ]
+    binding = one(
+        documents, "RoleBinding", "agentflows-operator-leader-election", "agentflows-system"
+    )
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "agentflows-operator", "namespace": "agentflows-system"}
+    ]
+    cluster_rules = [
+        rule for doc in documents if doc["kind"] == "ClusterRole" for rule in doc["rules"]
+    ]
+    assert not [rule for rule in cluster_rules if "leases" in rule.get("resources", [])]
+
+
+def test_each_shard_is_a_deployment_of_its_own_with_its_index(helm: Path) -> None:
+    deployments = [doc for doc in render(helm, "operator.shards=3") if doc["kind"] == "Deployment"]
+    assert [doc["metadata"]["name"] for doc in deployments] == [
+        f"agentflows-operator-shard-{index}" for index in range(3)
+    ]
+    for index, deployment in enumerate(deployments):
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        assert {f"--shard-index={index}", "--shard-count=3"} <= set(container["command"])
+        assert deployment["spec"]["selector"]["matchLabels"]["agentflows.io/shard"] == str(index)
+        assert deployment["spec"]["replicas"] == 2
+
+
+def test_replicas_without_leader_election_are_refused_and_one_replica_works_alone(
+    helm: Path,
+) -> None:
+    done = run_helm(helm, "template", str(CHART), "--set", "operator.leaderElection.enabled=false")
+    assert done.returncode != 0
+    assert "operator.replicas: more than 1 needs operator.leaderElection.enabled=true" in (
+        done.stderr
+    )
+    documents = render(helm, "operator.leaderElection.enabled=false", "operator.replicas=1")
+    deployment = one(documents, "Deployment", "agentflows-operator", "agentflows-system")
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    assert (
+        "--leader-elect=false" in deployment["spec"]["template"]["spec"]["containers"][0]["command"]
+    )
+    assert not [doc for doc in documents if doc["kind"] == "Role"]
 
 
 def test_monitors_and_rules_render_only_where_the_prometheus_operator_is_served(

@@ -433,30 +433,83 @@ def _decision_fields(
     "--context", "kube_context", help="Kubeconfig context (default: its current-context)."
 )
 @click.option("--workers", default=32, show_default=True, help="Concurrent reconciles.")
+@click.option(
+    "--leader-elect",
+    type=click.BOOL,
+    is_flag=False,
+    flag_value=True,
+    default=True,
+    show_default=True,
+    metavar="[BOOL]",
+    help="Work only while holding the Lease, so other replicas stand by (false: work alone).",
+)
+@click.option("--no-leader-elect", is_flag=True, help="The same as --leader-elect=false.")
+@click.option(
+    "--leader-election-namespace",
+    help="Namespace of the Lease (default: the operator's own, else agentflows-system).",
+)
+@click.option(
+    "--lease-name",
+    default="agentflows-operator",
+    show_default=True,
+    help="Name of the Lease; -shard-<index> is appended when --shard-count is above 1.",
+)
+@click.option(
+    "--shard-index",
+    default=0,
+    show_default=True,
+    help="Reconcile the namespaces whose shard (CRC-32 of the name mod --shard-count) is this.",
+)
+@click.option(
+    "--shard-count", default=1, show_default=True, help="Operators splitting the namespaces."
+)
 def operator_command(
     namespaces: tuple[str, ...],
     metrics_port: int,
     kubeconfig: str | None,
     kube_context: str | None,
     workers: int,
+    leader_elect: bool,
+    no_leader_elect: bool,
+    leader_election_namespace: str | None,
+    lease_name: str,
+    shard_index: int,
+    shard_count: int,
 ) -> None:
     """Run the Kubernetes operator (reconciles Agents, Flows and FlowRuns)."""
     import logging
 
+    from agentflows.controller import leader
     from agentflows.controller import main as operator_main
     from agentflows.controller import settings as operator_settings
 
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    config = operator_settings.OperatorConfig(
-        namespaces=namespaces or operator_settings.namespaces_from_env(),
-        runner_image=operator_settings.runner_image_from_env(),
-        metrics_port=metrics_port or None,
-        workers=workers,
-    )
+    try:
+        election = None
+        if leader_elect and not no_leader_elect:
+            election = operator_settings.LeaderElection(
+                namespace=leader_election_namespace or operator_settings.own_namespace(),
+                lease_name=operator_settings.lease_name(lease_name, shard_index, shard_count),
+                identity=operator_settings.identity_from_env(),
+            )
+        config = operator_settings.OperatorConfig(
+            namespaces=namespaces or operator_settings.namespaces_from_env(),
+            runner_image=operator_settings.runner_image_from_env(),
+            metrics_port=metrics_port or None,
+            workers=workers,
+            leader_election=election,
+            shard_index=shard_index,
+            shard_count=shard_count,
+        )
+    except operator_settings.ConfigError as exc:
+        _usage(str(exc))
     with _cluster_errors():
-        asyncio.run(operator_main.run(config, kubeconfig, kube_context))
+        try:
+            asyncio.run(operator_main.run(config, kubeconfig, kube_context))
+        except leader.LeadershipLost:
+            sys.exit(1)  # the elector logged why; a new process stands by again
 
 
 @main.command("trigger")

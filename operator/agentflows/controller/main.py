@@ -28,6 +28,7 @@ from agentflows.controller import (
     flowruns,
     flows,
     flowtriggers,
+    leader,
     settings,
     snapshots,
     tooldiscovery,
@@ -111,7 +112,10 @@ async def run(
     tasks = [asyncio.create_task(ctl.cache.run(), name="cache")]
     try:
         if await _until(stop, ctl.cache.synced, tasks):
-            tasks.append(asyncio.create_task(ctl.queue.run(), name="queue"))
+            # leader election: the queue (every reconcile and write) runs only while this
+            # replica leads; a standby keeps its cache warm
+            work = leader.run_leading(config.leader_election, api, metrics, ctl.queue.run)
+            tasks.append(asyncio.create_task(work, name="queue"))
             log.info("agentflows operator reconciling")
             await _until(stop, None, tasks)
     finally:

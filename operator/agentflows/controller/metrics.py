@@ -105,6 +105,11 @@ class Metrics:
             buckets=_DURATION_BUCKETS,
             registry=r,
         )
+        self.leader = prometheus_client.Gauge(
+            "agentflows_leader",
+            "1 while this replica holds the operator's Lease and works, 0 while it stands by.",
+            registry=r,
+        )
         for kind in (workqueue.AGENT, workqueue.FLOW, workqueue.FLOWRUN, workqueue.HISTORY):
             # Present at 0 from the start, so rates and alerts on them have a series to read.
             self.reconciles.labels(kind)

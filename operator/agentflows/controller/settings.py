@@ -1,14 +1,20 @@
 """Operator settings: what ``agentflows operator`` was started with.
 
-Called by :mod:`agentflows.controller.main` once at start, and read by every reconcile.
+Called by :mod:`agentflows.controller.main` once at start. :meth:`OperatorConfig.owns` is the
+one rule of which namespaces this operator reconciles (its ``--namespace`` list and its shard);
+:class:`LeaderElection` names the Lease of :mod:`agentflows.controller.leader`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import socket
 import zlib
 from collections.abc import Mapping
+
+from agentflows.api import common
+from agentflows.kube import kubeconfig
 
 #: Comma-separated namespaces to watch; empty or unset: every namespace.
 NAMESPACES_ENV = "AGENTFLOWS_NAMESPACES"
@@ -17,6 +23,41 @@ RUNNER_IMAGE_ENV = "AGENTFLOWS_RUNNER_IMAGE"
 DEFAULT_RUNNER_IMAGE = "agentflows:0.1.0"
 #: The runner pods' service account when a Flow does not name one.
 DEFAULT_RUNNER_SERVICE_ACCOUNT = "agentflows-runner"
+#: The pod's name (the downward API's ``metadata.name``): the operator's identity on its Lease.
+POD_NAME_ENV = "POD_NAME"
+#: Where the Lease lives when neither a flag nor the pod's service account says.
+DEFAULT_LEASE_NAMESPACE = "agentflows-system"
+DEFAULT_LEASE_NAME = "agentflows-operator"
+
+
+class ConfigError(ValueError):
+    """A flag of ``agentflows operator`` is invalid; the message names it and what is valid."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LeaderElection:
+    """The Lease replicas of one operator (one shard) compete for, and this replica's identity."""
+
+    namespace: str
+    lease_name: str
+    identity: str
+    #: How long a standby waits for a silent leader's record to expire (it then takes over):
+    #: after a SIGKILL, a standby leads within this plus one ``retry_seconds``.
+    lease_seconds: int = 10
+    #: How long the leader goes on without a successful renewal before it gives up (shorter
+    #: than ``lease_seconds``, so it stops before a standby may start).
+    renew_deadline_seconds: float = 7.0
+    #: How often the leader renews and a standby looks at the Lease.
+    retry_seconds: float = 2.0
+
+    def __post_init__(self) -> None:
+        for flag, value in (
+            ("--leader-election-namespace", self.namespace),
+            ("--lease-name", self.lease_name),
+        ):
+            problem = common.name_problem(value)
+            if problem:
+                raise ConfigError(f"{flag}: {problem}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,10 +73,20 @@ class OperatorConfig:
     resync_seconds: float = 30.0
     #: Agents that are not Ready (a Secret may appear; Secrets are not watched) are re-checked.
     not_ready_recheck_seconds: float = 30.0
-
-    #: This operator's shard of the namespaces, and how many shards there are.
+    #: None: this process works alone (``--leader-elect=false``).
+    leader_election: LeaderElection | None = None
+    #: This operator reconciles the namespaces whose shard is ``shard_index`` of ``shard_count``.
     shard_index: int = 0
     shard_count: int = 1
+
+    def __post_init__(self) -> None:
+        if self.shard_count < 1:
+            raise ConfigError(f"--shard-count {self.shard_count}: must be 1 or more")
+        if not 0 <= self.shard_index < self.shard_count:
+            raise ConfigError(
+                f"--shard-index {self.shard_index}: with --shard-count {self.shard_count} it "
+                f"must be from 0 to {self.shard_count - 1}"
+            )
 
     @property
     def clusterwide(self) -> bool:
@@ -43,15 +94,41 @@ class OperatorConfig:
         return not self.namespaces
 
     def owns(self, namespace: str) -> bool:
-        """Whether this operator handles ``namespace`` (named, and of its shard)."""
+        """Whether this operator reconciles the objects of ``namespace``.
+
+        A namespace named by ``--namespace`` (or any, when none is) that falls in this shard.
+        """
         if self.namespaces and namespace not in self.namespaces:
             return False
         return shard_of(namespace, self.shard_count) == self.shard_index
 
 
 def shard_of(namespace: str, shard_count: int) -> int:
-    """The shard a namespace belongs to: a stable hash of its name (the same in every process)."""
-    return zlib.crc32(namespace.encode()) % shard_count if shard_count > 1 else 0
+    """The shard of a namespace: CRC-32 (IEEE) of its name, modulo the number of shards.
+
+    Stable across processes, machines and versions (never Python's salted ``hash()``), and the
+    same as ``python3 -c "import zlib; print(zlib.crc32(b'NAMESPACE') % N)"``.
+    """
+    return zlib.crc32(namespace.encode()) % shard_count
+
+
+def lease_name(base: str, shard_index: int, shard_count: int) -> str:
+    """The Lease of one shard's replicas: ``base``, plus ``-shard-<i>`` when sharded."""
+    return f"{base}-shard-{shard_index}" if shard_count > 1 else base
+
+
+def own_namespace() -> str:
+    """The namespace of the operator's pod (its service-account mount), else the default one."""
+    found = kubeconfig.SERVICE_ACCOUNT_DIR / "namespace"
+    if found.is_file():
+        return found.read_text().strip() or DEFAULT_LEASE_NAMESPACE
+    return DEFAULT_LEASE_NAMESPACE
+
+
+def identity_from_env(env: Mapping[str, str] | None = None) -> str:
+    """The replica's name on the Lease: ``$POD_NAME``, else the host name and process id."""
+    pod = (env if env is not None else os.environ).get(POD_NAME_ENV, "").strip()
+    return pod or f"{socket.gethostname()}_{os.getpid()}"
 
 
 def namespaces_from_env(env: Mapping[str, str] | None = None) -> tuple[str, ...]:

@@ -96,15 +96,21 @@ class WorkQueue:
         return len(self._queued) + len(self._active)
 
     async def run(self) -> None:
-        """Process keys until cancelled."""
+        """Process keys until cancelled.
+
+        Run again after that (a leader that paused, :mod:`agentflows.controller.leader`), it
+        carries on: the keys whose reconcile was cut short or whose delay was pending come first.
+        """
         workers = [asyncio.create_task(self._worker()) for _ in range(self._workers)]
         try:
             await asyncio.gather(*workers)
         finally:
             for worker in workers:
                 worker.cancel()
-            for _, handle in self._timers.values():
+            timers, self._timers = self._timers, {}
+            for key, (_, handle) in sorted(timers.items()):
                 handle.cancel()
+                self.add(key)
 
     async def _worker(self) -> None:
         while True:
@@ -116,6 +122,8 @@ class WorkQueue:
                 requeue = await self._reconcile(key)
                 self._failures.pop(key, None)
             except asyncio.CancelledError:
+                self._active.discard(key)
+                self.add(key)  # not done: first in line if the queue runs again
                 raise
             except Exception as exc:
                 failures = self._failures.get(key, 0) + 1
