@@ -28,6 +28,7 @@ class FakeKubeApi:
         #: (method, path, query) of every request.
         self.requests: list[tuple[str, str, str]] = []
         self._runner: web.AppRunner | None = None
+        self._closing = asyncio.Event()
 
     async def client(self) -> kube.Client:
         """A kube.Client whose requests this fake answers (its server starts here)."""
@@ -42,6 +43,7 @@ class FakeKubeApi:
 
     async def close(self) -> None:
         """Stop the server."""
+        self._closing.set()  # ends the open watches, so the server stops at once
         if self._runner is not None:
             await self._runner.cleanup()
 
@@ -60,7 +62,8 @@ class FakeKubeApi:
             if request.query.get("watch") == "true":
                 response = web.StreamResponse()
                 await response.prepare(request)
-                await asyncio.Event().wait()  # open until the client goes
+                await self._closing.wait()  # open until the fake stops
+                return response
             listing = {"items": self.flows, "metadata": {"resourceVersion": "1"}}
             return web.json_response(listing)
         if request.method == "GET" and "/secrets/" in path:
