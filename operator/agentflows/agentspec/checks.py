@@ -89,7 +89,7 @@ def outputs_of(node: model.Node) -> list[str]:
     """The outputs a node can produce."""
     if isinstance(node, model.StartNode):
         return titles(node.outputs or node.inputs)
-    if isinstance(node, (model.EndNode, model.BranchingNode)):
+    if isinstance(node, (model.EndNode, model.BranchingNode, model.OutputMessageNode)):
         return []
     if isinstance(node, model.AgentNode):
         return titles(node.outputs or node.agent.outputs)
@@ -147,8 +147,13 @@ def branches_of(node: model.Node) -> list[str]:
     if isinstance(node, model.BranchingNode):
         return [*dict.fromkeys(node.mapping.values()), model.DEFAULT_BRANCH]
     if isinstance(node, model.FlowNode):
-        return list(dict.fromkeys(e.branch_name for e in end_nodes(node.subflow))) or [model.NEXT]
+        return branches_of_flow(node.subflow)
     return [model.NEXT]
+
+
+def branches_of_flow(flow: model.Flow) -> list[str]:
+    """The branches a flow ends on (its EndNodes' ``branch_name``)."""
+    return list(dict.fromkeys(e.branch_name for e in end_nodes(flow))) or [model.NEXT]
 
 
 @dataclasses.dataclass

@@ -3,7 +3,8 @@
 A ServerTool is executed by the runtime, so it needs an implementation: agentflows binds it to
 the Python script in the tool's ``metadata.agentflows.python`` (JSON arguments on stdin, a JSON
 result on stdout, as any python tool). A RemoteTool becomes an http tool, an MCPTool or an
-MCPToolBox an mcp tool limited to the tools it names. Placeholders ``{{name}}`` in a
+MCPToolBox an mcp tool limited to the tools it names, and a ClientTool a ``client`` tool (each
+call pauses the run until the caller gives the result). Placeholders ``{{name}}`` in a
 RemoteTool's url, headers and data become ``{{ .args.name }}``.
 """
 
@@ -133,7 +134,7 @@ def _mcp(
 
 
 def tool(
-    spec: model.ServerTool | model.RemoteTool | model.McpTool,
+    spec: model.ServerTool | model.RemoteTool | model.McpTool | model.ClientTool,
     name: str,
     path: str,
     out: list[documents.Problem],
@@ -150,6 +151,8 @@ def tool(
     common["parameters"] = mapping.object_schema(spec.inputs or [])
     if isinstance(spec, model.RemoteTool):
         return agent_api.Tool(**common, http=http_tool(spec, path, out))
+    if isinstance(spec, model.ClientTool):
+        return agent_api.Tool(**common, client=agent_api.ClientTool())
     return agent_api.Tool(
         **common, python=agent_api.PythonTool(script=python_script(spec, path, out))
     )

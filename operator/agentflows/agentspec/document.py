@@ -45,14 +45,14 @@ SUPPORTED = frozenset(
         "Flow", "Agent", "ControlFlowEdge", "DataFlowEdge",
         "StartNode", "EndNode", "LlmNode", "AgentNode", "ToolNode", "BranchingNode",
         "FlowNode", "MapNode", "ParallelMapNode", "ApiNode", "InputMessageNode",
-        "ServerTool", "RemoteTool", "MCPTool", "MCPToolBox", "MCPToolSpec",
+        "OutputMessageNode",
+        "ServerTool", "ClientTool", "RemoteTool", "MCPTool", "MCPToolBox", "MCPToolSpec",
         "StdioTransport", "StreamableHTTPTransport",
         "OpenAiConfig", "OpenAiCompatibleConfig", "VllmConfig", "OllamaConfig",
     }
 )  # fmt: skip
 #: Component types of Agent Spec this runtime refuses, each with the reason shown to the user.
 UNSUPPORTED = {
-    "OutputMessageNode": "there is no conversation to emit messages into yet",
     "ParallelFlowNode": "parallel sub-flows are not translated yet",
     "CatchExceptionNode": "the engine has no exception branch yet",
     "Swarm": "multi-agent patterns are not translated yet",
@@ -62,7 +62,6 @@ UNSUPPORTED = {
     "RemoteAgent": "remote (A2A) agents are not supported yet",
     "A2AAgent": "remote (A2A) agents are not supported yet",
     "OciAgent": "OCI agents are not supported",
-    "ClientTool": "client tools (the caller runs the tool) are not supported yet",
     "BuiltinTool": "builtin tools are not supported",
     "OciGenAiConfig": "OCI Generative AI models are not mapped yet",
     "GeminiConfig": "Gemini models are not mapped yet",

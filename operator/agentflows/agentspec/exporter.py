@@ -201,6 +201,8 @@ class _Exporter:
                 **base,
                 **self.http(tool.http, f"{path}.http"),
             }
+        if tool.client is not None:
+            return "tools", {"component_type": "ClientTool", **base}
         assert tool.python is not None
         return "tools", {
             "component_type": "ServerTool",
@@ -285,7 +287,19 @@ class _FlowWriter:
         self.data: list[dict[str, Any]] = []
         self.reads: dict[str, set[str]] = {n.id: set() for n in spec.nodes}
         self.guarded: dict[str, str] = {}
+        #: Branch node id -> the flow node whose end branches it routes (FlowNode branches).
+        self.routes: dict[str, str] = {}
         self.agent_calls: list[tuple[str, str, list[str], list[dict[str, Any]]]] = []
+
+    def route_of(self, branch: flow_api.Branch) -> str | None:
+        """The flow node whose end branch ``branch`` routes on (the importer's FlowNode shape)."""
+        match = re.fullmatch(
+            rf"=\.nodes\.([a-z][a-z0-9_]*)\.json\.{mapping.BRANCH_OUTPUT}", branch.value
+        )
+        source = self.nodes.get(match.group(1)) if match else None
+        if source is None or source.flow is None or branch.default is not None:
+            return None
+        return source.id
 
     def cid(self, node_id: str) -> str:
         return f"{self.name}.{node_id}"
@@ -379,6 +393,9 @@ class _FlowWriter:
             return self.agent(node, node.agent, base)
         if node.tool is not None:
             return self.tool(node, node.tool, base)
+        if node.branch is not None and self.route_of(node.branch) is not None:
+            self.routes[node.id] = self.route_of(node.branch) or ""
+            return None
         if node.branch is not None:
             value = node.branch.value
             if value.startswith("="):
@@ -416,6 +433,9 @@ class _FlowWriter:
                 "outputs": properties,
             }
         fields = parse_object(node.transform[1:]) if node.transform.startswith("=") else None
+        message = parse_text(node.transform[1:]) if node.transform.startswith("=") else None
+        if not first and fields is None and message is not None:
+            return self.output_message(node, base, message)
         if first or fields is None:
             self.ex.fail(
                 self.path(node.id, "transform"),
@@ -424,10 +444,25 @@ class _FlowWriter:
             )
             return None
         outputs = []
+        branch = _literal_string(fields.pop(mapping.BRANCH_OUTPUT, None))
         for title, expr in fields.items():
             default = self.bind(expr, node.id, title, self.path(node.id, "transform"))
             outputs.append({"title": title, **(default or {})})
-        return {"component_type": "EndNode", **base, "inputs": outputs, "outputs": outputs}
+        end = {"component_type": "EndNode", **base, "inputs": outputs, "outputs": outputs}
+        return end | ({"branch_name": branch} if branch is not None else {})
+
+    def output_message(
+        self, node: flow_api.Node, base: dict[str, Any], parts: list[tuple[bool, str]]
+    ) -> dict[str, Any]:
+        """An OutputMessageNode: literal text and ``{{name}}`` placeholders fed by data edges."""
+        text = ""
+        for is_expr, part in parts:
+            text += (
+                self.template("{{ " + part + " }}", node.id, self.path(node.id, "transform"))
+                if is_expr
+                else part
+            )
+        return {"component_type": "OutputMessageNode", **base, "message": text}
 
     def llm(
         self, node: flow_api.Node, call: flow_api.LlmCall, base: dict[str, Any]
@@ -499,6 +534,13 @@ class _FlowWriter:
                 "inputs": inputs,
                 **self.ex.http(call.http, self.path(node.id, "tool.http")),
             }
+        if call.client is not None:
+            tool: dict[str, Any] = {
+                "component_type": "ClientTool",
+                "name": call.name or f"{node.id}_tool",
+                "inputs": inputs,
+            }
+            return {"component_type": "ToolNode", **base, "tool": tool}
         if call.python is None:
             self.ex.fail(
                 self.path(node.id, "tool"),
@@ -582,6 +624,66 @@ class _FlowWriter:
         return None
 
 
+def _literal_string(expr: str | None) -> str | None:
+    """The string a jq literal ``"x"`` stands for; None for anything else."""
+    if expr is None:
+        return None
+    try:
+        value = json.loads(expr)
+    except ValueError:
+        return None
+    return value if isinstance(value, str) else None
+
+
+_AS_TEXT_SUFFIX = f") | {mapping.AS_TEXT})"
+
+
+def parse_text(text: str) -> list[tuple[bool, str]] | None:
+    """Read back :func:`mapping.jq_text`: (is an expression, literal or expression) parts."""
+    parts: list[tuple[bool, str]] = []
+    decoder = json.JSONDecoder()
+    i = 0
+    while i < len(text):
+        if text.startswith('"', i):
+            try:
+                literal, i = decoder.raw_decode(text, i)
+            except ValueError:
+                return None
+            parts.append((False, literal))
+        elif text.startswith("((", i):
+            end = _closing(text, i + 1)
+            if end < 0 or not text.startswith(_AS_TEXT_SUFFIX, end):
+                return None
+            parts.append((True, text[i + 2 : end]))
+            i = end + len(_AS_TEXT_SUFFIX)
+        else:
+            return None
+        if text.startswith(" + ", i):
+            i += 3
+        elif i < len(text):
+            return None
+    return parts or None
+
+
+def _closing(text: str, start: int) -> int:
+    """The index of the parenthesis closing the one at ``start`` (-1 if none)."""
+    depth, i = 0, start
+    while i < len(text):
+        char = text[i]
+        if char == '"':
+            i = text.find('"', i + 1)
+            if i < 0:
+                return -1
+        elif char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    return -1
+
+
 def split_commas(text: str) -> list[str]:
     """Split ``(a), (b)`` at top-level commas."""
     parts, depth, start = [], 0, 0
@@ -629,9 +731,17 @@ def _control_edges(writer: _FlowWriter) -> list[dict[str, Any]]:
             out["from_branch"] = branch
         return {**out, "to_node": _ref(writer.cid(target))}
 
-    edges = [edge(e.from_, e.to) for e in writer.spec.edges if e.from_ not in writer.guarded]
+    edges = [
+        edge(e.from_, e.to)
+        for e in writer.spec.edges
+        if e.from_ not in writer.guarded
+        and e.from_ not in writer.routes
+        and e.to not in writer.routes
+    ]
     for node in writer.spec.nodes:
-        if node.branch is not None:
+        if node.branch is not None and node.id in writer.routes:
+            edges += [edge(writer.routes[node.id], t, b) for b, t in node.branch.cases.items()]
+        elif node.branch is not None:
             edges += [
                 edge(node.id, target, target)
                 for target in dict.fromkeys(node.branch.cases.values())

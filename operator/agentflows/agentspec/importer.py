@@ -41,6 +41,10 @@ class Imported:
     flows: dict[str, flow_api.Flow] = dataclasses.field(default_factory=dict)
     agents: dict[str, agent_api.Agent] = dataclasses.field(default_factory=dict)
     version: str = ""
+    #: "Flow" or "Agent": what the document's root is.
+    root: str = "Flow"
+    #: Flow name -> node id -> the Agent Spec component type the node was translated from.
+    kinds: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
 
     def resources(self) -> list[agent_api.Agent | flow_api.Flow]:
         """Agents first, then flows, each sub-flow before the flows that call it."""
@@ -65,12 +69,18 @@ class _Translator:
             self.result.agents[name] = agent_api.Agent(metadata=meta, spec=spec)
         return self.done[done_key]
 
-    def flow(self, flow: model.Flow, path: str) -> str:
+    def flow(self, flow: model.Flow, path: str, *, branches: bool = False) -> str:
+        """The Flow resource of ``flow``; with ``branches`` its output says the end branch."""
         done_key = f"flow:{checks.key(flow)}"
         if done_key not in self.done:
             name = mapping.resource_name(flow.name, self.flow_names)
             self.done[done_key] = name
-            spec = _FlowBuilder(self, flow, checks.check(flow), path).build()
+            builder = _FlowBuilder(self, flow, checks.check(flow), path)
+            builder.says_branch = branches and len(checks.branches_of_flow(flow)) > 1
+            spec = builder.build()
+            self.result.kinds[name] = {
+                builder.ids[k]: n.component_type for k, n in builder.graph.nodes.items()
+            }
             self.result.flows[name] = flow_api.Flow(
                 metadata=common.ObjectMeta(name=name), spec=spec
             )
@@ -98,6 +108,8 @@ class _Translator:
             autonomy=_autonomy(components.needs_confirmation(agent)),
         )
         self.result.flows[name] = flow_api.Flow(metadata=common.ObjectMeta(name=name), spec=spec)
+        self.result.root = "Agent"
+        self.result.kinds[name] = {"agent": "Agent"}
         return name
 
 
@@ -135,6 +147,10 @@ class _FlowBuilder:
         self.nodes: list[flow_api.Node] = []
         self.edges: list[flow_api.Edge] = []
         self.supervised = False
+        #: The EndNodes add output ``branch_name`` (a FlowNode routes on it).
+        self.says_branch = False
+        #: FlowNode key -> id of the branch node after it (a sub-flow with several end branches).
+        self.routed: dict[str, str] = {}
 
     def problem(self, key: str, message: str) -> None:
         where = f"nodes[{self.graph.index[key]}]"
@@ -147,8 +163,10 @@ class _FlowBuilder:
         start = checks.key(self.flow.start_node)
         for key in sorted(self.graph.nodes, key=lambda k: (k != start, self.graph.index[k])):
             self.node(key, self.graph.nodes[key], bindings[key])
+        self.routes()
         for (source, _branch), target in self.graph.taken.items():
-            if not isinstance(self.graph.nodes[source], model.BranchingNode):
+            routed = source in self.routed
+            if not routed and not isinstance(self.graph.nodes[source], model.BranchingNode):
                 self.edges.append(flow_api.Edge(from_=self.ids[source], to=self.entry[target]))
         return flow_api.FlowSpec(
             description=self.flow.description or "",
@@ -251,7 +269,7 @@ class _FlowBuilder:
             prefix = f"{_literal(defaults)} + " if defaults else ""
             self.add(key, transform=f"={prefix}(.run.input // {{}})")
         elif isinstance(node, model.EndNode):
-            self.add(key, transform="=" + _object(bound))
+            self.end(key, node, bound)
         elif isinstance(node, model.LlmNode):
             self.llm(key, node, bound)
         elif isinstance(node, model.AgentNode):
@@ -264,6 +282,8 @@ class _FlowBuilder:
             self.subflow(key, node, bound)
         elif isinstance(node, model.MapNode):
             self.map(key, node, bound)
+        elif isinstance(node, model.OutputMessageNode):
+            self.add(key, transform="=" + mapping.jq_text(node.message, bound))
         else:
             message = mapping.substitute(node.message or "", bound) or "Your message:"
             self.add(key, input=flow_api.InputRequest(message=message, schema_={"type": "string"}))
@@ -312,6 +332,9 @@ class _FlowBuilder:
         elif isinstance(node.tool, model.ServerTool):
             script = components.python_script(node.tool, f"{path}.tool", self.tr.problems)
             call = flow_api.ToolCall(python=agent_api.PythonTool(script=script), args=args)
+        elif isinstance(node.tool, model.ClientTool):
+            client = agent_api.ClientTool()
+            call = flow_api.ToolCall(client=client, name=node.tool.name, args=args)
         else:
             self.problem(
                 key,
@@ -340,16 +363,36 @@ class _FlowBuilder:
         )
         self.add(key, branch=branch)
 
+    def end(self, key: str, node: model.EndNode, bound: dict[str, str]) -> None:
+        """The flow's outputs; with several end branches, ``branch_name`` says which ended it."""
+        if self.says_branch:
+            if mapping.BRANCH_OUTPUT in bound:
+                self.problem(
+                    key,
+                    f"EndNode {node.name!r}: an output named {mapping.BRANCH_OUTPUT!r} in a flow "
+                    "that ends on several branches is reserved for the branch; rename it",
+                )
+            bound = {**bound, mapping.BRANCH_OUTPUT: _literal(node.branch_name)}
+        self.add(key, transform="=" + _object(bound))
+
     def subflow(self, key: str, node: model.FlowNode, bound: dict[str, str]) -> None:
-        if len(checks.branches_of(node)) > 1:
-            self.problem(
-                key,
-                f"FlowNode {node.name!r}: a sub-flow that ends on several branches "
-                f"({', '.join(checks.branches_of(node))}) is not supported yet",
-            )
-            return
-        name = self.tr.flow(node.subflow, f"{self.where(key)}.subflow")
+        """A flow node; a sub-flow ending on several branches is followed by a branch node."""
+        name = self.tr.flow(node.subflow, f"{self.where(key)}.subflow", branches=True)
         self.add(key, flow=flow_api.FlowCall(name=name, input="=" + _object(bound)))
+        branches = checks.branches_of(node)
+        if len(branches) < 2:
+            return
+        self.routed[key] = mapping.identifier(f"{self.ids[key]}_branch", self.taken_ids)
+
+    def routes(self) -> None:
+        """The branch node after each FlowNode with several end branches (targets known now)."""
+        for key, route in self.routed.items():
+            branches = checks.branches_of(self.graph.nodes[key])
+            cases = {b: self.entry[self.graph.taken[(key, b)]] for b in branches}
+            value = f"=.nodes.{self.ids[key]}.json.{mapping.BRANCH_OUTPUT}"
+            branch = flow_api.Branch(value=value, cases=cases)
+            self.nodes.append(flow_api.Node(id=route, branch=branch))
+            self.edges.append(flow_api.Edge(from_=self.ids[key], to=route))
 
     def map(self, key: str, node: model.MapNode, bound: dict[str, str]) -> None:
         name = self.tr.flow(node.subflow, f"{self.where(key)}.subflow")

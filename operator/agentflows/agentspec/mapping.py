@@ -21,6 +21,10 @@ _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 METADATA_KEY = "agentflows"
 #: Items a ParallelMapNode runs at once (a MapNode runs one at a time).
 PARALLEL_MAP_CONCURRENCY = 4
+#: The output that says on which branch a flow with several end branches ended.
+BRANCH_OUTPUT = "branch_name"
+#: jq turning any value into the text a message shows (a string as it is, else JSON).
+AS_TEXT = 'if type == "string" then . else tojson end'
 
 
 def resource_name(name: str, taken: set[str], limit: int = common.FLOW_NAME_MAX) -> str:
@@ -112,3 +116,20 @@ def input_line(prop: dict[str, Any]) -> str:
     title = str(prop["title"])
     default = f" // {json.dumps(prop['default'])}" if "default" in prop else ""
     return f"{title}: {{{{ .run.input{field(title)}{default} }}}}"
+
+
+def jq_text(template: str, bindings: dict[str, str]) -> str:
+    """A jq string expression for a ``{{name}}`` template: ``"Hi " + ((expr) | AS_TEXT)``."""
+    parts: list[str] = []
+    last = 0
+    for match in checks.PLACEHOLDER.finditer(template):
+        name = match.group(1)
+        if name not in bindings:
+            continue
+        if match.start() > last:
+            parts.append(json.dumps(template[last : match.start()], ensure_ascii=False))
+        parts.append(f"(({bindings[name]}) | {AS_TEXT})")
+        last = match.end()
+    if last < len(template) or not parts:
+        parts.append(json.dumps(template[last:], ensure_ascii=False))
+    return " + ".join(parts)

@@ -178,7 +178,15 @@ class McpToolBox(Component):
     tool_filter: list[str | McpToolSpec] | None = None
 
 
-Tool = Annotated[ServerTool | RemoteTool | McpTool, Field(discriminator="component_type")]
+class ClientTool(_Tool):
+    """A tool the caller executes: the run pauses with the call and goes on with its result."""
+
+    component_type: Literal["ClientTool"]
+
+
+Tool = Annotated[
+    ServerTool | RemoteTool | McpTool | ClientTool, Field(discriminator="component_type")
+]
 
 
 class Agent(WithIO):
@@ -276,6 +284,13 @@ class InputMessageNode(_Node):
     message: str | None = None
 
 
+class OutputMessageNode(_Node):
+    """Emits ``message`` (with ``{{var}}`` placeholders) to the conversation."""
+
+    component_type: Literal["OutputMessageNode"]
+    message: str
+
+
 Node = Annotated[
     StartNode
     | EndNode
@@ -286,7 +301,8 @@ Node = Annotated[
     | FlowNode
     | MapNode
     | ApiNode
-    | InputMessageNode,
+    | InputMessageNode
+    | OutputMessageNode,
     Field(discriminator="component_type"),
 ]
 

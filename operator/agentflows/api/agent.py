@@ -136,16 +136,24 @@ class PythonTool(common.ApiModel):
     timeout_seconds: float = Field(default=30, gt=0, le=3600, description="Run timeout.")
 
 
+class ClientTool(common.ApiModel):
+    """A tool the caller runs: each call waits, as a ``kind: tool`` request, for its result.
+
+    The caller answers with decision ``respond`` and the result as ``data`` (``reject`` tells
+    the model the call was refused). Open Agent Spec's ClientTool maps here.
+    """
+
+
 class Tool(common.ApiModel):
-    """A tool the model may call; exactly one of mcp, http or python."""
+    """A tool the model may call; exactly one of mcp, http, python or client."""
 
     model_config = common.ApiModel.model_config | {
         "json_schema_extra": {
             "x-kubernetes-validations": [
                 {
-                    "rule": "[has(self.mcp), has(self.http), has(self.python)]"
+                    "rule": "[has(self.mcp), has(self.http), has(self.python), has(self.client)]"
                     ".filter(x, x).size() == 1",
-                    "message": "set exactly one of mcp, http or python",
+                    "message": "set exactly one of mcp, http, python or client",
                 }
             ]
         }
@@ -156,7 +164,7 @@ class Tool(common.ApiModel):
         default="", max_length=4096, description="What the tool does, for the model."
     )
     parameters: common.JsonValue = Field(
-        default=None, description="JSON Schema of the arguments (http and python tools)."
+        default=None, description="JSON Schema of the arguments (http, python and client tools)."
     )
     read_only: bool = Field(
         default=False, description="The tool changes nothing; allowed under autonomy readonly."
@@ -164,20 +172,27 @@ class Tool(common.ApiModel):
     mcp: McpTool | None = Field(default=None, description="Tools of an MCP server.")
     http: HttpTool | None = Field(default=None, description="An HTTP endpoint.")
     python: PythonTool | None = Field(default=None, description="A Python script.")
+    client: ClientTool | None = Field(
+        default=None, description="Run by the caller: each call waits for its result."
+    )
 
     @model_validator(mode="after")
     def _exactly_one_kind(self) -> Tool:
-        kinds = [k for k in ("mcp", "http", "python") if getattr(self, k) is not None]
+        kinds = [k for k in TOOL_KINDS if getattr(self, k) is not None]
         if len(kinds) != 1:
             raise ValueError(
-                f"set exactly one of mcp, http or python (got {', '.join(kinds) or 'none'})"
+                f"set exactly one of mcp, http, python or client (got {', '.join(kinds) or 'none'})"
             )
         return self
 
     @property
     def kind(self) -> str:
-        """Which of mcp, http or python this tool is."""
-        return next(k for k in ("mcp", "http", "python") if getattr(self, k) is not None)
+        """Which of mcp, http, python or client this tool is."""
+        return next(k for k in TOOL_KINDS if getattr(self, k) is not None)
+
+
+#: The kinds of Tool, one field each.
+TOOL_KINDS = ("mcp", "http", "python", "client")
 
 
 class Skill(common.ApiModel):

@@ -43,15 +43,15 @@ class LlmCall(common.ApiModel):
 
 
 class ToolCall(common.ApiModel):
-    """Call one tool: a tool of an Agent (agent + name) or an inline http/python tool."""
+    """Call one tool: a tool of an Agent (agent + name) or an inline http/python/client tool."""
 
     model_config = common.ApiModel.model_config | {
         "json_schema_extra": {
             "x-kubernetes-validations": [
                 {
-                    "rule": "[has(self.agent), has(self.http), has(self.python)]"
+                    "rule": "[has(self.agent), has(self.http), has(self.python), has(self.client)]"
                     ".filter(x, x).size() == 1",
-                    "message": "set exactly one of agent (with name), http or python",
+                    "message": "set exactly one of agent (with name), http, python or client",
                 }
             ]
         }
@@ -61,19 +61,24 @@ class ToolCall(common.ApiModel):
         default=None, description="Agent whose tool to call (with name)."
     )
     name: str | None = Field(
-        default=None, max_length=128, description="Tool name (with agent); MCP tools by name."
+        default=None,
+        max_length=128,
+        description="Tool name (with agent; MCP tools by name); a client tool's name.",
     )
     http: agent_api.HttpTool | None = Field(default=None, description="An inline HTTP tool.")
     python: agent_api.PythonTool | None = Field(default=None, description="An inline Python tool.")
+    client: agent_api.ClientTool | None = Field(
+        default=None, description="A tool the caller runs: the node waits for its result."
+    )
     args: common.JsonValue = Field(
         default=None, description="Arguments (expressions allowed inside)."
     )
 
     @model_validator(mode="after")
     def _one_target(self) -> ToolCall:
-        targets = [k for k in ("agent", "http", "python") if getattr(self, k) is not None]
+        targets = [k for k in ("agent", "http", "python", "client") if getattr(self, k) is not None]
         if len(targets) != 1:
-            raise ValueError("set exactly one of agent (with name), http or python")
+            raise ValueError("set exactly one of agent (with name), http, python or client")
         if self.agent is not None and not self.name:
             raise ValueError("a tool of an agent needs name")
         return self

@@ -271,6 +271,11 @@ def _tool_task(
         return capabilities.ToolTask(
             agent_api.Tool(name=_tool_id(node_id), python=call.python), node_id, args
         )
+    if call.client is not None:
+        name = call.name or node_id
+        return capabilities.ToolTask(
+            agent_api.Tool(name=_tool_id(name), client=call.client), name, args
+        )
     assert call.agent is not None and call.name is not None
     spec = frame.run.resolver.agent(call.agent)
     if spec is None:

@@ -162,3 +162,36 @@ def test_an_agent_calls_an_mcp_tool_and_a_toolbox_over_stdio(
     assert offered == {"add_add", "box_echo"}
     results = [m["content"] for m in model_server.requests[1].messages if m["role"] == "tool"]
     assert results == ["3", "hi"]
+
+
+def test_a_flow_node_routes_on_the_end_branch_its_sub_flow_ended_on(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    spec = served("triage.yaml", tmp_path, model_server)
+    state = ("--state-dir", str(tmp_path / "runs"))
+    model_server.script(Reply.text("URGENT"))
+    code, out, err = invoke("run", str(spec), *state, "--input", "ticket=db down")
+    assert code == 0, err
+    assert output_of(out) == {"note": "URGENT"}
+    assert "↷ queued (transform) skipped" in err
+    model_server.script(Reply.text("ROUTINE"))
+    code, out, err = invoke("run", str(spec), *state, "--input", "ticket=typo")
+    assert code == 0, err
+    assert output_of(out) == {"note": "ROUTINE"}
+    assert "↷ page (transform) skipped" in err
+
+
+def test_a_client_tool_node_waits_for_the_result_given_with_respond(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    spec = served("client_tool_node.yaml", tmp_path, model_server)
+    run = ("--state-dir", str(tmp_path / "runs"))
+    code, _out, err = invoke("run", str(spec), *run, "--name", "s1", "--input", "document=a.pdf")
+    assert code == 3, err
+    assert "Run sign?" in err
+    code, _out, err = invoke("resume", "s1", *run, "--decision", "approve")
+    assert code == 3, err
+    assert "Run client tool sign_document and respond with its result." in err
+    code, out, err = invoke("resume", "s1", *run, "--decision", "respond", "--data", '"sig-1"')
+    assert code == 0, err
+    assert output_of(out) == {"signature": "sig-1"}

@@ -242,9 +242,8 @@ def test_an_unknown_component_type_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("kind", "reason"),
     [
-        ("OutputMessageNode", "there is no conversation to emit messages into yet"),
         ("CatchExceptionNode", "the engine has no exception branch yet"),
-        ("ClientTool", "client tools (the caller runs the tool) are not supported yet"),
+        ("A2AAgent", "remote (A2A) agents are not supported yet"),
         ("Swarm", "multi-agent patterns are not translated yet"),
     ],
 )

@@ -1,0 +1,129 @@
+"""The conversation API: a host drives an Agent Spec document step by step, over real HTTP."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agentflows.agentspec import conversation
+from tests.support.model_server import Reply, ScriptedModelServer, ToolCall
+from tests.unit.agentspec.conftest import served
+
+Kind = conversation.StatusKind
+
+
+def _load(
+    name: str, tmp_path: Path, server: ScriptedModelServer, **inputs: object
+) -> conversation.Conversation:
+    return conversation.Conversation.from_file(served(name, tmp_path, server), inputs, server.env)
+
+
+def test_a_flow_asks_the_user_calls_the_host_s_client_tool_and_finishes_with_its_messages(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    conv = _load("support_chat.yaml", tmp_path, model_server)
+    status = conv.execute_sync()
+    assert (status.kind, status.message) == (Kind.USER_INPUT, "What is your order number?")
+    conv.append_user_message("A7")
+    model_server.script(
+        Reply.calls(ToolCall("order_status", {"order": "A7"}, id="c1")),
+        Reply.text("Order A7 has shipped."),
+    )
+    status = conv.execute_sync()
+    assert status.kind == Kind.TOOL_REQUEST
+    assert status.tool_requests == [conversation.ToolRequest("c1", "order_status", {"order": "A7"})]
+    conv.post_tool_result("c1", {"status": "shipped"})
+    status = conv.execute_sync()
+    assert status.kind == Kind.FINISHED
+    assert status.outputs == {"answer": "Order A7 has shipped."}
+    assert model_server.requests[1].messages[-1]["content"] == '{"status": "shipped"}'
+    assert [(m.role, m.content) for m in conv.messages] == [
+        ("assistant", "What is your order number?"),
+        ("user", "A7"),
+        ("assistant", "Looking up order A7."),
+        ("assistant", "Order A7 has shipped."),
+        ("assistant", "Answer: Order A7 has shipped."),
+    ]
+
+
+def test_a_root_agent_keeps_its_conversation_between_turns(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    conv = _load("chat_agent.yaml", tmp_path, model_server)
+    assert conv.execute_sync().kind == Kind.USER_INPUT
+    conv.append_user_message("Hi, I am Ada.")
+    model_server.script(Reply.text("Welcome, Ada."))
+    status = conv.execute_sync()
+    assert (status.kind, status.outputs) == (Kind.USER_INPUT, "Welcome, Ada.")
+    conv.append_user_message("Is a room free on May 3?")
+    model_server.script(
+        Reply.calls(ToolCall("room_free", {"date": "May 3"}, id="r1")),
+        Reply.text("Yes, Ada, a room is free on May 3."),
+    )
+    status = conv.execute_sync()
+    assert status.kind == Kind.TOOL_REQUEST
+    assert status.tool_requests[0].name == "room_free"
+    conv.post_tool_result("r1", True)
+    status = conv.execute_sync()
+    assert (status.kind, status.outputs) == (Kind.USER_INPUT, "Yes, Ada, a room is free on May 3.")
+    second_turn = [(m["role"], m.get("content")) for m in model_server.requests[1].messages]
+    assert second_turn == [
+        ("system", "You are a hotel concierge."),
+        ("user", "Hi, I am Ada."),
+        ("assistant", "Welcome, Ada."),
+        ("user", "Is a room free on May 3?"),
+    ]
+    assert [m.content for m in conv.messages][-2:] == [
+        "Is a room free on May 3?",
+        "Yes, Ada, a room is free on May 3.",
+    ]
+
+
+def test_a_confirmed_client_tool_node_asks_to_confirm_then_for_the_result(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    conv = _load("client_tool_node.yaml", tmp_path, model_server, document="lease.pdf")
+    status = conv.execute_sync()
+    assert (status.kind, status.message) == (Kind.CONFIRMATION, "Run sign?")
+    conv.confirm()
+    status = conv.execute_sync()
+    assert status.kind == Kind.TOOL_REQUEST
+    assert status.tool_requests == [
+        conversation.ToolRequest("sign_document", "sign_document", {"document": "lease.pdf"})
+    ]
+    conv.post_tool_result("sign_document", "sig-42")
+    status = conv.execute_sync()
+    assert (status.kind, status.outputs) == (Kind.FINISHED, {"signature": "sig-42"})
+
+
+def test_a_rejected_confirmation_fails_the_conversation(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    conv = _load("client_tool_node.yaml", tmp_path, model_server, document="lease.pdf")
+    conv.execute_sync()
+    conv.confirm(approve=False, comment="not this one")
+    status = conv.execute_sync()
+    assert status.kind == Kind.FAILED
+    assert "rejected by user: not this one" in status.message
+
+
+def test_an_answer_the_conversation_is_not_waiting_for_is_refused(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    conv = _load("client_tool_node.yaml", tmp_path, model_server, document="lease.pdf")
+    conv.execute_sync()
+    with pytest.raises(conversation.ConversationError, match="it is confirmation"):
+        conv.append_user_message("hello")
+    with pytest.raises(conversation.ConversationError, match="no client tool call 'x'"):
+        conv.post_tool_result("x", 1)
+
+
+def test_an_output_message_after_a_sub_flow_branch_is_in_the_messages(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    conv = _load("triage.yaml", tmp_path, model_server, ticket="db down")
+    model_server.script(Reply.text("URGENT"))
+    status = conv.execute_sync()
+    assert (status.kind, status.outputs) == (Kind.FINISHED, {"note": "URGENT"})
+    assert [(m.role, m.content) for m in conv.messages] == [("assistant", "Paging on-call: URGENT")]
