@@ -61,6 +61,52 @@ def placeholders(*texts: object) -> list[str]:
     return found
 
 
+def effective_agent(component: model.AgenticComponent) -> model.Agent:
+    """The one Agent an agentic component runs as (its workers come from :func:`workers_of`).
+
+    A SpecializedAgent is its agent with the additional instructions after the system prompt
+    and the additional tools after its tools; a ManagerWorkers is its group manager, named and
+    typed (inputs, outputs) as the ManagerWorkers when it declares them.
+    """
+    if isinstance(component, model.Agent):
+        return component
+    if isinstance(component, model.SpecializedAgent):
+        base, extra = component.agent, component.agent_specialization_parameters
+        prompt = "\n\n".join(p for p in (base.system_prompt, extra.additional_instructions) if p)
+        merged = {
+            "name": component.name,
+            "id": component.id,
+            "system_prompt": prompt,
+            "tools": [*base.tools, *(extra.additional_tools or [])],
+            "inputs": _merged(base.inputs, extra.inputs, component.inputs),
+            "outputs": _merged(base.outputs, extra.outputs, component.outputs),
+        }
+        return base.model_copy(update=merged)
+    manager = effective_agent(component.group_manager)
+    update: dict[str, object] = {"name": component.name, "id": component.id}
+    for field in ("inputs", "outputs"):
+        if getattr(component, field) is not None:
+            update[field] = getattr(component, field)
+    return manager.model_copy(update=update)
+
+
+def _merged(*lists: list[model.Property] | None) -> list[model.Property] | None:
+    if lists[-1] is not None:
+        return lists[-1]
+    seen: dict[str, model.Property] = {}
+    for properties in lists[:-1]:
+        for prop in properties or []:
+            seen.setdefault(str(prop.get("title")), prop)
+    return list(seen.values()) if any(p is not None for p in lists[:-1]) else None
+
+
+def workers_of(component: model.AgenticComponent) -> list[model.AgenticComponent]:
+    """The workers a ManagerWorkers' manager may call (its own group manager's too)."""
+    if isinstance(component, model.ManagerWorkers):
+        return [*workers_of(component.group_manager), *component.workers]
+    return []
+
+
 def end_nodes(flow: model.Flow) -> list[model.EndNode]:
     """The flow's EndNodes."""
     return [n for n in flow.nodes if isinstance(n, model.EndNode)]
@@ -92,7 +138,7 @@ def outputs_of(node: model.Node) -> list[str]:
     if isinstance(node, (model.EndNode, model.BranchingNode, model.OutputMessageNode)):
         return []
     if isinstance(node, model.AgentNode):
-        return titles(node.outputs or node.agent.outputs)
+        return titles(node.outputs or effective_agent(node.agent).outputs)
     if isinstance(node, model.ToolNode):
         return titles(node.outputs or node.tool.outputs)
     if isinstance(node, model.FlowNode):
@@ -122,10 +168,9 @@ def inputs_of(node: model.Node) -> list[str]:
     if isinstance(node, model.LlmNode):
         return placeholders(node.prompt_template)
     if isinstance(node, model.AgentNode):
+        agent = effective_agent(node.agent)
         return (
-            titles(node.agent.inputs)
-            if node.agent.inputs is not None
-            else placeholders(node.agent.system_prompt)
+            titles(agent.inputs) if agent.inputs is not None else placeholders(agent.system_prompt)
         )
     if isinstance(node, model.ToolNode):
         return titles(node.tool.inputs)

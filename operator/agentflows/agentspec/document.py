@@ -42,7 +42,8 @@ REF = "$component_ref"
 #: Component types this runtime translates (see docs/agentspec.md).
 SUPPORTED = frozenset(
     {
-        "Flow", "Agent", "ControlFlowEdge", "DataFlowEdge",
+        "Flow", "Agent", "SpecializedAgent", "AgentSpecializationParameters", "ManagerWorkers",
+        "ControlFlowEdge", "DataFlowEdge",
         "StartNode", "EndNode", "LlmNode", "AgentNode", "ToolNode", "BranchingNode",
         "FlowNode", "MapNode", "ParallelMapNode", "ApiNode", "InputMessageNode",
         "OutputMessageNode",
@@ -55,10 +56,8 @@ SUPPORTED = frozenset(
 UNSUPPORTED = {
     "ParallelFlowNode": "parallel sub-flows are not translated yet",
     "CatchExceptionNode": "the engine has no exception branch yet",
-    "Swarm": "multi-agent patterns are not translated yet",
-    "ManagerWorkers": "multi-agent patterns are not translated yet",
-    "SpecializedAgent": "agent specialisation is not translated yet",
-    "AgentSpecializationParameters": "agent specialisation is not translated yet",
+    "Swarm": "a Swarm hands the conversation from agent to agent, which agentflows does not "
+    "do (its agents call sub-agents and get their answers back); use ManagerWorkers",
     "RemoteAgent": "remote (A2A) agents are not supported yet",
     "A2AAgent": "remote (A2A) agents are not supported yet",
     "OciAgent": "OCI agents are not supported",

@@ -235,7 +235,7 @@ class _Exporter:
         if spec is None:
             self.fail(path, f'no Agent "{name}"')
             return _ref(cid)
-        for field in ("skills", "sub_agents", "sub_flows", "history"):
+        for field in ("skills", "sub_flows", "history"):
             if getattr(spec, field):
                 self.fail(f"{path}.{field}", f"Agent {name}: {field} have no Agent Spec equivalent")
         system = spec.system_prompt
@@ -252,8 +252,22 @@ class _Exporter:
         for i, tool in enumerate(spec.tools):
             where, exported = self.tool(tool, f"Agent {name}.tools[{i}]")
             component[where].append(exported)
+        if spec.sub_agents:
+            component = self.manager_workers(component, spec.sub_agents, path)
         self.components[cid] = component
         return _ref(cid)
+
+    def manager_workers(
+        self, manager: dict[str, Any], workers: list[str], path: str
+    ) -> dict[str, Any]:
+        """An Agent with sub-agents as a ManagerWorkers: the Agent manages, sub-agents work."""
+        cid, name = manager.pop("id"), manager["name"]
+        return {
+            "component_type": "ManagerWorkers", "id": cid, "name": name,
+            "inputs": manager["inputs"], "outputs": manager["outputs"],
+            "group_manager": {**manager, "name": f"{name}-manager"},
+            "workers": [self.agent(w, [], [], f"{path}.subAgents") for w in workers],
+        }  # fmt: skip
 
 
 def _placeholders(value: Any) -> Any:

@@ -59,12 +59,20 @@ class _Translator:
         self.done: dict[str, str] = {}
         self.problems: list[documents.Problem] = []
 
-    def agent(self, agent: model.Agent, path: str) -> str:
-        done_key = f"agent:{checks.key(agent)}"
+    def agent(self, component: model.AgenticComponent, path: str) -> str:
+        """The Agent resource of an agentic component (a ManagerWorkers' workers as sub-agents)."""
+        done_key = f"agent:{checks.key(component)}"
         if done_key not in self.done:
+            agent = checks.effective_agent(component)
             name = mapping.resource_name(agent.name, self.agent_names, common.NAME_MAX)
             self.done[done_key] = name
             spec = components.agent_spec(agent, path, self.problems)
+            workers = [
+                self.agent(w, f"{path}.workers[{i}]")
+                for i, w in enumerate(checks.workers_of(component))
+            ]
+            if workers:
+                spec = spec.model_copy(update={"sub_agents": workers})
             meta = common.ObjectMeta(name=name)
             self.result.agents[name] = agent_api.Agent(metadata=meta, spec=spec)
         return self.done[done_key]
@@ -86,9 +94,10 @@ class _Translator:
             )
         return self.done[done_key]
 
-    def top_agent(self, agent: model.Agent) -> str:
+    def top_agent(self, component: model.AgenticComponent) -> str:
+        agent = checks.effective_agent(component)
         name = mapping.resource_name(agent.name, self.flow_names)
-        agent_name = self.agent(agent, "")
+        agent_name = self.agent(component, "")
         inputs = agent.inputs
         if inputs is None:
             inputs = [
@@ -105,12 +114,17 @@ class _Translator:
             input=schema,
             nodes=[flow_api.Node(id="agent", agent=call)],
             output="=.nodes.agent.text",
-            autonomy=_autonomy(components.needs_confirmation(agent)),
+            autonomy=_autonomy(self.needs_confirmation(component)),
         )
         self.result.flows[name] = flow_api.Flow(metadata=common.ObjectMeta(name=name), spec=spec)
         self.result.root = "Agent"
         self.result.kinds[name] = {"agent": "Agent"}
         return name
+
+    def needs_confirmation(self, component: model.AgenticComponent) -> bool:
+        """True when a tool of the agent, or of a worker, asks to confirm each call."""
+        found = components.needs_confirmation(checks.effective_agent(component))
+        return found or any(self.needs_confirmation(w) for w in checks.workers_of(component))
 
 
 def _autonomy(supervised: bool) -> flow_api.Autonomy:
@@ -127,7 +141,7 @@ def _input_properties(node: model.Node) -> list[model.Property]:
     if isinstance(node, model.ToolNode):
         found += node.tool.inputs or []
     elif isinstance(node, model.AgentNode):
-        found += node.agent.inputs or []
+        found += checks.effective_agent(node.agent).inputs or []
     elif isinstance(node, (model.FlowNode, model.MapNode)):
         found += checks.flow_inputs(node.subflow)
     elif isinstance(node, model.EndNode):
@@ -188,7 +202,7 @@ class _FlowBuilder:
         if isinstance(node, model.LlmNode) and mapping.is_text_output(node.outputs):
             return f"{ref}.text"
         if isinstance(node, model.AgentNode) and mapping.is_text_output(
-            node.outputs or node.agent.outputs
+            node.outputs or checks.effective_agent(node.agent).outputs
         ):
             return f"{ref}.text"
         single = isinstance(node, (model.ToolNode, model.ApiNode, model.InputMessageNode))
@@ -311,9 +325,9 @@ class _FlowBuilder:
 
     def agent(self, key: str, node: model.AgentNode, bound: dict[str, str]) -> None:
         name = self.tr.agent(node.agent, f"{self.where(key)}.agent")
-        self.supervised |= components.needs_confirmation(node.agent)
+        self.supervised |= self.tr.needs_confirmation(node.agent)
         lines = [f"{title}: {{{{ {expr} }}}}" for title, expr in bound.items()]
-        outputs = node.outputs or node.agent.outputs
+        outputs = node.outputs or checks.effective_agent(node.agent).outputs
         if not mapping.is_text_output(outputs):
             keys = ", ".join(checks.titles(outputs))
             lines.append(f"Answer with a JSON object with the keys: {keys}.")
@@ -422,7 +436,7 @@ def _object(fields: dict[str, str]) -> str:
     return "{" + ", ".join(f"{json.dumps(k)}: ({v})" for k, v in fields.items()) + "}"
 
 
-def translate(root: model.Flow | model.Agent) -> Imported:
+def translate(root: model.Flow | model.AgenticComponent) -> Imported:
     """The resources of a typed document; SpecInvalid with every problem."""
     tr = _Translator()
     if isinstance(root, model.Flow):

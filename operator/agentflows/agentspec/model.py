@@ -201,6 +201,37 @@ class Agent(WithIO):
     transforms: list[Any] = Field(default_factory=list, max_length=0)
 
 
+class AgentSpecializationParameters(WithIO):
+    """What a SpecializedAgent adds to its agent."""
+
+    component_type: Literal["AgentSpecializationParameters"]
+    additional_instructions: str | None = None
+    additional_tools: list[Tool] | None = None
+    human_in_the_loop: bool | None = None
+
+
+class SpecializedAgent(WithIO):
+    """An Agent with more instructions and tools: agentflows merges them into one Agent."""
+
+    component_type: Literal["SpecializedAgent"]
+    agent: Agent
+    agent_specialization_parameters: AgentSpecializationParameters
+
+
+class ManagerWorkers(WithIO):
+    """A group manager that hands tasks to workers: an Agent with the workers as sub-agents."""
+
+    component_type: Literal["ManagerWorkers"]
+    group_manager: AgenticComponent
+    workers: list[AgenticComponent] = Field(min_length=1)
+
+
+#: What runs a conversation: an Agent or a multi-agent component.
+AgenticComponent = Annotated[
+    Agent | SpecializedAgent | ManagerWorkers, Field(discriminator="component_type")
+]
+
+
 class _Node(WithIO):
     branches: list[str] | None = None
 
@@ -230,7 +261,7 @@ class AgentNode(_Node):
     """A turn of an agent."""
 
     component_type: Literal["AgentNode"]
-    agent: Agent
+    agent: AgenticComponent
 
 
 class ToolNode(_Node):
@@ -336,11 +367,18 @@ class Flow(WithIO):
     data_flow_connections: list[DataFlowEdge] | None = None
 
 
-Root = Annotated[Flow | Agent, Field(discriminator="component_type")]
-_ROOT: pydantic.TypeAdapter[Flow | Agent] = pydantic.TypeAdapter(Root)
+Root = Annotated[
+    Flow | Agent | SpecializedAgent | ManagerWorkers, Field(discriminator="component_type")
+]
+_ROOT: pydantic.TypeAdapter[Flow | Agent | SpecializedAgent | ManagerWorkers] = (
+    pydantic.TypeAdapter(Root)
+)
 _ANY = Annotated[
     Flow
     | Agent
+    | SpecializedAgent
+    | ManagerWorkers
+    | AgentSpecializationParameters
     | ControlFlowEdge
     | DataFlowEdge
     | Node
@@ -364,20 +402,20 @@ def _problems(exc: pydantic.ValidationError, prefix: str) -> list[documents.Prob
     return out
 
 
-def parse(resolved: document.Resolved) -> Flow | Agent:
+def parse(resolved: document.Resolved) -> Flow | Agent | SpecializedAgent | ManagerWorkers:
     """Type a resolved document; SpecInvalid with every field problem at its path.
 
     Each referenced component is checked once, at its place under ``$referenced_components``,
     so a mistake in a node used by five edges is reported once.
     """
     root = resolved.root
-    if root.get("component_type") not in ("Flow", "Agent"):
+    if root.get("component_type") not in ("Flow", "Agent", "SpecializedAgent", "ManagerWorkers"):
         raise errors.SpecInvalid(
             [
                 errors.problem(
                     "component_type",
                     f"the document's root is a {root.get('component_type')}; "
-                    "agentflows runs a Flow or an Agent",
+                    "agentflows runs a Flow, an Agent, a SpecializedAgent or a ManagerWorkers",
                 )
             ]
         )

@@ -127,3 +127,25 @@ def test_an_output_message_after_a_sub_flow_branch_is_in_the_messages(
     status = conv.execute_sync()
     assert (status.kind, status.outputs) == (Kind.FINISHED, {"note": "URGENT"})
     assert [(m.role, m.content) for m in conv.messages] == [("assistant", "Paging on-call: URGENT")]
+
+
+def test_a_manager_hands_a_task_to_a_specialised_worker_that_uses_its_added_tool(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    conv = _load("crew.yaml", tmp_path, model_server)
+    conv.execute_sync()
+    conv.append_user_message("A haiku about rain, please.")
+    model_server.script(
+        Reply.calls(ToolCall("call_sub_agent", {"agent": "writer", "prompt": "haiku: rain"})),
+        Reply.calls(ToolCall("syllables", {"line": "soft rain on the roof"})),
+        Reply.text("soft rain on the roof"),
+        Reply.text("Here it is: soft rain on the roof"),
+    )
+    status = conv.execute_sync()
+    assert status.outputs == "Here it is: soft rain on the roof"
+    lead, writer = model_server.requests[0].messages, model_server.requests[1].messages
+    assert lead[0]["content"] == "You lead a small writing team; give the drafting to the writer."
+    assert writer[0]["content"] == (
+        "You write clear prose.\n\nWrite haiku only; count syllables with the tool."
+    )
+    assert model_server.requests[2].messages[-1]["content"] == "5"

@@ -244,7 +244,7 @@ def test_an_unknown_component_type_is_refused(tmp_path: Path) -> None:
     [
         ("CatchExceptionNode", "the engine has no exception branch yet"),
         ("A2AAgent", "remote (A2A) agents are not supported yet"),
-        ("Swarm", "multi-agent patterns are not translated yet"),
+        ("Swarm", "a Swarm hands the conversation from agent to agent, which agentflows"),
     ],
 )
 def test_a_known_but_unsupported_component_is_refused_naming_it(
