@@ -192,6 +192,8 @@ def test_a_client_tool_node_waits_for_the_result_given_with_respond(
     code, _out, err = invoke("resume", "s1", *run, "--decision", "approve")
     assert code == 3, err
     assert "Run client tool sign_document and respond with its result." in err
+    assert "respond:  agentflows resume s1 --request sign" in err
+    assert "--decision approve" not in err.split("Run client tool")[1]
     code, out, err = invoke("resume", "s1", *run, "--decision", "respond", "--data", '"sig-1"')
     assert code == 0, err
     assert output_of(out) == {"signature": "sig-1"}
