@@ -143,6 +143,8 @@ def outputs_of(node: model.Node) -> list[str]:
         return titles(node.outputs or node.tool.outputs)
     if isinstance(node, model.FlowNode):
         return titles(node.outputs or flow_outputs(node.subflow))
+    if isinstance(node, model.ParallelFlowNode):
+        return titles(node.outputs) or [t for f in node.subflows for t in titles(flow_outputs(f))]
     if isinstance(node, model.MapNode):
         return [f"collected_{t}" for t in reducers(node)]
     if node.outputs:
@@ -178,6 +180,8 @@ def inputs_of(node: model.Node) -> list[str]:
         return [BRANCHING_INPUT]
     if isinstance(node, model.FlowNode):
         return titles(flow_inputs(node.subflow))
+    if isinstance(node, model.ParallelFlowNode):
+        return list(dict.fromkeys(t for f in node.subflows for t in titles(flow_inputs(f))))
     if isinstance(node, model.MapNode):
         return titles(node.inputs) or [f"iterated_{t}" for t in titles(flow_inputs(node.subflow))]
     if isinstance(node, model.ApiNode):
@@ -385,6 +389,23 @@ def _data_problems(graph: Graph, out: list[documents.Problem]) -> None:
                 )
 
 
+def _parallel_problems(node: model.ParallelFlowNode, path: str) -> list[documents.Problem]:
+    """Sub-flows of a ParallelFlowNode give distinct outputs and end on one branch each."""
+    out, seen = [], set()
+    for j, subflow in enumerate(node.subflows):
+        for title in titles(flow_outputs(subflow)):
+            if title in seen:
+                out.append(
+                    errors.problem(
+                        f"{path}.subflows[{j}]",
+                        f"output {title!r} comes from two sub-flows of ParallelFlowNode "
+                        f"{node.name!r}; outputs of parallel sub-flows must have distinct names",
+                    )
+                )
+            seen.add(title)
+    return out
+
+
 def check(flow: model.Flow, prefix: str = "") -> Graph:
     """The flow's graph, or SpecInvalid with every problem (sub-flows checked too)."""
     out: list[documents.Problem] = []
@@ -402,9 +423,15 @@ def check(flow: model.Flow, prefix: str = "") -> Graph:
                 )
             )
     for i, node in enumerate(flow.nodes):
-        if isinstance(node, (model.FlowNode, model.MapNode)):
+        subflows = (
+            {"subflow": node.subflow} if isinstance(node, (model.FlowNode, model.MapNode)) else {}
+        )
+        if isinstance(node, model.ParallelFlowNode):
+            subflows = {f"subflows[{j}]": f for j, f in enumerate(node.subflows)}
+            out += _parallel_problems(node, f"nodes[{i}]")
+        for where, subflow in subflows.items():
             try:
-                check(node.subflow, f"nodes[{i}].subflow")
+                check(subflow, f"nodes[{i}].{where}")
             except errors.SpecInvalid as exc:
                 out.extend(exc.problems)
     if prefix:

@@ -45,7 +45,8 @@ SUPPORTED = frozenset(
         "Flow", "Agent", "SpecializedAgent", "AgentSpecializationParameters", "ManagerWorkers",
         "ControlFlowEdge", "DataFlowEdge",
         "StartNode", "EndNode", "LlmNode", "AgentNode", "ToolNode", "BranchingNode",
-        "FlowNode", "MapNode", "ParallelMapNode", "ApiNode", "InputMessageNode",
+        "FlowNode", "MapNode", "ParallelMapNode", "ParallelFlowNode", "ApiNode",
+        "InputMessageNode",
         "OutputMessageNode",
         "ServerTool", "ClientTool", "RemoteTool", "MCPTool", "MCPToolBox", "MCPToolSpec",
         "StdioTransport", "StreamableHTTPTransport",
@@ -54,7 +55,6 @@ SUPPORTED = frozenset(
 )  # fmt: skip
 #: Component types of Agent Spec this runtime refuses, each with the reason shown to the user.
 UNSUPPORTED = {
-    "ParallelFlowNode": "parallel sub-flows are not translated yet",
     "CatchExceptionNode": "the engine has no exception branch yet",
     "Swarm": "a Swarm hands the conversation from agent to agent, which agentflows does not "
     "do (its agents call sub-agents and get their answers back); use ManagerWorkers",

@@ -36,6 +36,9 @@ _TEMPLATE = re.compile(r"\{\{ (.+?) \}\}")
 _START = re.compile(r"^=(?:(\{.*\}) \+ )?\(\.run\.input // \{\}\)$")
 _ARG = re.compile(r"\{\{ \.args\.([A-Za-z_][A-Za-z0-9_]*) \}\}")
 _REDUCERS = {".": "append", "add": "sum", "(add / length)": "average", "max": "max", "min": "min"}
+_JOIN = re.compile(
+    r"^=\(\.nodes\.[a-z][a-z0-9_]*\.json\)(?: \+ \(\.nodes\.[a-z][a-z0-9_]*\.json\))*$"
+)
 _JSON_LINE = re.compile(r"^Answer with a JSON object with the keys: (.*)\.$")
 _INPUT_LINE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*): \{\{ (.+) \}\}$")
 
@@ -303,7 +306,51 @@ class _FlowWriter:
         self.guarded: dict[str, str] = {}
         #: Branch node id -> the flow node whose end branches it routes (FlowNode branches).
         self.routes: dict[str, str] = {}
+        #: Join node id -> the flow nodes of a ParallelFlowNode; fork id -> join id.
+        self.parallel: dict[str, list[str]] = {}
+        self.forks: dict[str, str] = {}
+        self.find_parallels()
         self.agent_calls: list[tuple[str, str, list[str], list[dict[str, Any]]]] = []
+
+    def find_parallels(self) -> None:
+        """The importer's ParallelFlowNode shape: fork ``={}`` -> flow nodes -> join ``a + b``."""
+        after: dict[str, list[str]] = {n: [] for n in self.nodes}
+        before: dict[str, list[str]] = {n: [] for n in self.nodes}
+        for edge in self.spec.edges:
+            after.setdefault(edge.from_, []).append(edge.to)
+            before.setdefault(edge.to, []).append(edge.from_)
+        for join in self.spec.nodes:
+            if join.transform is None or not _JOIN.match(join.transform):
+                continue
+            calls = re.findall(r"\.nodes\.([a-z][a-z0-9_]*)\.json", join.transform)
+            forks = {tuple(before.get(c, [])) for c in calls}
+            only = next(iter(forks)) if len(forks) == 1 else ()
+            fork = self.nodes.get(only[0]) if len(only) == 1 else None
+            if (
+                fork is None
+                or fork.transform != "={}"
+                or sorted(after[fork.id]) != sorted(calls)
+                or any(c not in self.nodes or self.nodes[c].flow is None for c in calls)
+                or any(after[c] != [join.id] for c in calls)
+            ):
+                continue
+            self.parallel[join.id] = calls
+            self.forks[fork.id] = join.id
+
+    def parallel_node(self, join: flow_api.Node, base: dict[str, Any]) -> dict[str, Any]:
+        """A ParallelFlowNode: its sub-flows, and inputs fed to whichever sub-flow reads them."""
+        bound: set[str] = set()
+        subflows = []
+        for call_id in self.parallel[join.id]:
+            call = self.nodes[call_id].flow
+            assert call is not None
+            text = call.input if isinstance(call.input, str) else ""
+            for title, expr in (parse_object(text[1:]) or {}).items():
+                if title not in bound:
+                    bound.add(title)
+                    self.bind(expr, join.id, title, self.path(call_id, "flow.input"))
+            subflows.append(self.ex.flow(call.name, self.path(call_id, "flow")))
+        return {"component_type": "ParallelFlowNode", **base, "subflows": subflows}
 
     def route_of(self, branch: flow_api.Branch) -> str | None:
         """The flow node whose end branch ``branch`` routes on (the importer's FlowNode shape)."""
@@ -399,6 +446,10 @@ class _FlowWriter:
         base: dict[str, Any] = {"id": self.cid(node.id), "name": node.id}
         if node.description:
             base["description"] = node.description
+        if node.id in self.parallel:
+            return self.parallel_node(node, base)
+        if node.id in self.forks or any(node.id in c for c in self.parallel.values()):
+            return None
         if node.transform is not None:
             return self.transform(node, base, first)
         if node.llm is not None:
@@ -735,7 +786,7 @@ def _finish_outputs(writer: _FlowWriter) -> None:
 
 def _control_edges(writer: _FlowWriter) -> list[dict[str, Any]]:
     def edge(source: str, target: str, branch: str | None = None) -> dict[str, Any]:
-        target = writer.guarded.get(target, target)
+        target = writer.forks.get(target, writer.guarded.get(target, target))
         out = {
             "component_type": "ControlFlowEdge",
             "name": f"{source}_to_{target}",
@@ -751,6 +802,8 @@ def _control_edges(writer: _FlowWriter) -> list[dict[str, Any]]:
         if e.from_ not in writer.guarded
         and e.from_ not in writer.routes
         and e.to not in writer.routes
+        and e.from_ not in writer.forks
+        and e.to not in writer.parallel
     ]
     for node in writer.spec.nodes:
         if node.branch is not None and node.id in writer.routes:

@@ -144,6 +144,8 @@ def _input_properties(node: model.Node) -> list[model.Property]:
         found += checks.effective_agent(node.agent).inputs or []
     elif isinstance(node, (model.FlowNode, model.MapNode)):
         found += checks.flow_inputs(node.subflow)
+    elif isinstance(node, model.ParallelFlowNode):
+        found += [p for f in node.subflows for p in checks.flow_inputs(f)]
     elif isinstance(node, model.EndNode):
         found += node.outputs or []
     return found
@@ -177,6 +179,7 @@ class _FlowBuilder:
         start = checks.key(self.flow.start_node)
         for key in sorted(self.graph.nodes, key=lambda k: (k != start, self.graph.index[k])):
             self.node(key, self.graph.nodes[key], bindings[key])
+        self.enter_through_entries()
         self.routes()
         for (source, _branch), target in self.graph.taken.items():
             routed = source in self.routed
@@ -256,7 +259,7 @@ class _FlowBuilder:
                 continue
             prop = properties.get(title)
             if prop is not None and "default" in prop:
-                if not isinstance(node, (model.FlowNode, model.MapNode)):
+                if not isinstance(node, (model.FlowNode, model.MapNode, model.ParallelFlowNode)):
                     bound[title] = _literal(prop["default"])
                 continue
             self.problem(
@@ -296,6 +299,8 @@ class _FlowBuilder:
             self.subflow(key, node, bound)
         elif isinstance(node, model.MapNode):
             self.map(key, node, bound)
+        elif isinstance(node, model.ParallelFlowNode):
+            self.parallel(key, node, bound)
         elif isinstance(node, model.OutputMessageNode):
             self.add(key, transform="=" + mapping.jq_text(node.message, bound))
         else:
@@ -398,6 +403,22 @@ class _FlowBuilder:
             return
         self.routed[key] = mapping.identifier(f"{self.ids[key]}_branch", self.taken_ids)
 
+    def enter_through_entries(self) -> None:
+        """Point branch cases at where each target's translation starts.
+
+        A BranchingNode may be translated before its target, whose entry (an approval before a
+        confirmed tool, the fork of a ParallelFlowNode) is known only once the target is.
+        """
+        entry_of = {self.ids[k]: e for k, e in self.entry.items()}
+        for i, node in enumerate(self.nodes):
+            if node.branch is None:
+                continue
+            branch = node.branch
+            cases = {k: entry_of.get(t, t) for k, t in branch.cases.items()}
+            default = entry_of.get(branch.default, branch.default) if branch.default else None
+            update = {"cases": cases, "default": default}
+            self.nodes[i] = node.model_copy(update={"branch": branch.model_copy(update=update)})
+
     def routes(self) -> None:
         """The branch node after each FlowNode with several end branches (targets known now)."""
         for key, route in self.routed.items():
@@ -407,6 +428,28 @@ class _FlowBuilder:
             branch = flow_api.Branch(value=value, cases=cases)
             self.nodes.append(flow_api.Node(id=route, branch=branch))
             self.edges.append(flow_api.Edge(from_=self.ids[key], to=route))
+
+    def parallel(self, key: str, node: model.ParallelFlowNode, bound: dict[str, str]) -> None:
+        """A fork (``<id>_fork``), one flow node per sub-flow (``<id>_<n>``), and the join.
+
+        The engine starts the successors of a finished node together and runs a node with
+        several predecessors once all are settled, so the sub-flows run at the same time and
+        the join (this node's id) merges their outputs into one object.
+        """
+        fork = mapping.identifier(f"{self.ids[key]}_fork", self.taken_ids)
+        self.nodes.append(flow_api.Node(id=fork, transform="={}"))
+        self.entry[key] = fork
+        calls = []
+        for j, subflow in enumerate(node.subflows):
+            name = self.tr.flow(subflow, f"{self.where(key)}.subflows[{j}]")
+            call_id = mapping.identifier(f"{self.ids[key]}_{j + 1}", self.taken_ids)
+            inputs = {t: bound[t] for t in checks.titles(checks.flow_inputs(subflow)) if t in bound}
+            call = flow_api.FlowCall(name=name, input="=" + _object(inputs))
+            self.nodes.append(flow_api.Node(id=call_id, flow=call))
+            self.edges += [flow_api.Edge(from_=fork, to=call_id)]
+            self.edges += [flow_api.Edge(from_=call_id, to=self.ids[key])]
+            calls.append(f"(.nodes.{call_id}.json)")
+        self.add(key, transform="=" + " + ".join(calls))
 
     def map(self, key: str, node: model.MapNode, bound: dict[str, str]) -> None:
         name = self.tr.flow(node.subflow, f"{self.where(key)}.subflow")

@@ -285,6 +285,13 @@ class FlowNode(_Node):
     subflow: Flow
 
 
+class ParallelFlowNode(_Node):
+    """Runs its sub-flows at the same time; its outputs are all of theirs."""
+
+    component_type: Literal["ParallelFlowNode"]
+    subflows: list[Flow] = Field(min_length=1)
+
+
 class MapNode(_Node):
     """Runs a sub-flow per item of its ``iterated_`` inputs; reduces the outputs."""
 
@@ -331,6 +338,7 @@ Node = Annotated[
     | BranchingNode
     | FlowNode
     | MapNode
+    | ParallelFlowNode
     | ApiNode
     | InputMessageNode
     | OutputMessageNode,

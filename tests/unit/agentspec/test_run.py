@@ -197,3 +197,15 @@ def test_a_client_tool_node_waits_for_the_result_given_with_respond(
     code, out, err = invoke("resume", "s1", *run, "--decision", "respond", "--data", '"sig-1"')
     assert code == 0, err
     assert output_of(out) == {"signature": "sig-1"}
+
+
+def test_a_parallel_flow_node_runs_both_sub_flows_and_merges_their_outputs(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    spec = served("parallel.yaml", tmp_path, model_server)
+    args = ("--state-dir", str(tmp_path / "runs"), "--input", "word=kopf")
+    code, out, err = invoke("run", str(spec), *args)
+    assert code == 0, err
+    assert output_of(out) == {"length": 4, "loud": "KOPF!"}
+    phases = {key: node["phase"] for key, node in json.loads(out)["nodes"].items()}
+    assert phases["both_1/count"] == phases["both_2/shout"] == "Succeeded"
