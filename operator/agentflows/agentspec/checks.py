@@ -25,6 +25,9 @@ from agentflows.api import documents
 
 PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 BRANCHING_INPUT = "branching_mapping_key"
+#: The branch a CatchExceptionNode leaves on when its sub-flow failed, and the output saying why.
+CAUGHT_BRANCH = "caught_exception_branch"
+CAUGHT_INFO = "caught_exception_info"
 DEFAULT_OUTPUTS = {
     "LlmNode": "generated_text",
     "ApiNode": "response",
@@ -145,6 +148,8 @@ def outputs_of(node: model.Node) -> list[str]:
         return titles(node.outputs or flow_outputs(node.subflow))
     if isinstance(node, model.ParallelFlowNode):
         return titles(node.outputs) or [t for f in node.subflows for t in titles(flow_outputs(f))]
+    if isinstance(node, model.CatchExceptionNode):
+        return [*titles(caught_outputs(node)), CAUGHT_INFO]
     if isinstance(node, model.MapNode):
         return [f"collected_{t}" for t in reducers(node)]
     if node.outputs:
@@ -178,7 +183,7 @@ def inputs_of(node: model.Node) -> list[str]:
         return titles(node.tool.inputs)
     if isinstance(node, model.BranchingNode):
         return [BRANCHING_INPUT]
-    if isinstance(node, model.FlowNode):
+    if isinstance(node, (model.FlowNode, model.CatchExceptionNode)):
         return titles(flow_inputs(node.subflow))
     if isinstance(node, model.ParallelFlowNode):
         return list(dict.fromkeys(t for f in node.subflows for t in titles(flow_inputs(f))))
@@ -197,7 +202,19 @@ def branches_of(node: model.Node) -> list[str]:
         return [*dict.fromkeys(node.mapping.values()), model.DEFAULT_BRANCH]
     if isinstance(node, model.FlowNode):
         return branches_of_flow(node.subflow)
+    if isinstance(node, model.CatchExceptionNode):
+        return [CAUGHT_BRANCH, *branches_of_flow(node.subflow)]
     return [model.NEXT]
+
+
+def caught_outputs(node: model.CatchExceptionNode) -> list[model.Property]:
+    """A CatchExceptionNode's outputs but the exception info (node's, else the sub-flow's).
+
+    Each needs the default it gives when the sub-flow failed.
+    """
+    if node.outputs is not None:
+        return [p for p in node.outputs if p.get("title") != CAUGHT_INFO]
+    return flow_outputs(node.subflow)
 
 
 def branches_of_flow(flow: model.Flow) -> list[str]:
@@ -406,6 +423,29 @@ def _parallel_problems(node: model.ParallelFlowNode, path: str) -> list[document
     return out
 
 
+def _catch_problems(node: model.CatchExceptionNode, path: str) -> list[documents.Problem]:
+    """Every output of a CatchExceptionNode has a default (its value when the sub-flow failed)."""
+    out = []
+    for prop in caught_outputs(node):
+        if "default" not in prop:
+            out.append(
+                errors.problem(
+                    f"{path}.outputs",
+                    f"output {prop.get('title')!r} of CatchExceptionNode {node.name!r} needs a "
+                    "default: it is the value when the sub-flow fails",
+                )
+            )
+    if CAUGHT_BRANCH in branches_of_flow(node.subflow):
+        out.append(
+            errors.problem(
+                f"{path}.subflow",
+                f"an EndNode of the sub-flow ends on {CAUGHT_BRANCH!r}, "
+                "the branch taken when the sub-flow fails; rename it",
+            )
+        )
+    return out
+
+
 def check(flow: model.Flow, prefix: str = "") -> Graph:
     """The flow's graph, or SpecInvalid with every problem (sub-flows checked too)."""
     out: list[documents.Problem] = []
@@ -423,9 +463,10 @@ def check(flow: model.Flow, prefix: str = "") -> Graph:
                 )
             )
     for i, node in enumerate(flow.nodes):
-        subflows = (
-            {"subflow": node.subflow} if isinstance(node, (model.FlowNode, model.MapNode)) else {}
-        )
+        one = (model.FlowNode, model.MapNode, model.CatchExceptionNode)
+        subflows = {"subflow": node.subflow} if isinstance(node, one) else {}
+        if isinstance(node, model.CatchExceptionNode):
+            out += _catch_problems(node, f"nodes[{i}]")
         if isinstance(node, model.ParallelFlowNode):
             subflows = {f"subflows[{j}]": f for j, f in enumerate(node.subflows)}
             out += _parallel_problems(node, f"nodes[{i}]")

@@ -45,8 +45,8 @@ SUPPORTED = frozenset(
         "Flow", "Agent", "SpecializedAgent", "AgentSpecializationParameters", "ManagerWorkers",
         "ControlFlowEdge", "DataFlowEdge",
         "StartNode", "EndNode", "LlmNode", "AgentNode", "ToolNode", "BranchingNode",
-        "FlowNode", "MapNode", "ParallelMapNode", "ParallelFlowNode", "ApiNode",
-        "InputMessageNode",
+        "FlowNode", "MapNode", "ParallelMapNode", "ParallelFlowNode", "CatchExceptionNode",
+        "ApiNode", "InputMessageNode",
         "OutputMessageNode",
         "ServerTool", "ClientTool", "RemoteTool", "MCPTool", "MCPToolBox", "MCPToolSpec",
         "StdioTransport", "StreamableHTTPTransport",
@@ -55,7 +55,6 @@ SUPPORTED = frozenset(
 )  # fmt: skip
 #: Component types of Agent Spec this runtime refuses, each with the reason shown to the user.
 UNSUPPORTED = {
-    "CatchExceptionNode": "the engine has no exception branch yet",
     "Swarm": "a Swarm hands the conversation from agent to agent, which agentflows does not "
     "do (its agents call sub-agents and get their answers back); use ManagerWorkers",
     "RemoteAgent": "remote (A2A) agents are not supported yet",

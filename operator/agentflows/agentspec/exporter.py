@@ -19,7 +19,7 @@ import json
 import re
 from typing import Any
 
-from agentflows.agentspec import document, errors, mapping
+from agentflows.agentspec import checks, document, errors, jqshapes, mapping
 from agentflows.api import agent as agent_api
 from agentflows.api import documents
 from agentflows.api import flow as flow_api
@@ -36,58 +36,12 @@ _TEMPLATE = re.compile(r"\{\{ (.+?) \}\}")
 _START = re.compile(r"^=(?:(\{.*\}) \+ )?\(\.run\.input // \{\}\)$")
 _ARG = re.compile(r"\{\{ \.args\.([A-Za-z_][A-Za-z0-9_]*) \}\}")
 _REDUCERS = {".": "append", "add": "sum", "(add / length)": "average", "max": "max", "min": "min"}
-_JOIN = re.compile(
-    r"^=\(\.nodes\.[a-z][a-z0-9_]*\.json\)(?: \+ \(\.nodes\.[a-z][a-z0-9_]*\.json\))*$"
-)
 _JSON_LINE = re.compile(r"^Answer with a JSON object with the keys: (.*)\.$")
 _INPUT_LINE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*): \{\{ (.+) \}\}$")
 
 
 def _ref(component_id: str) -> dict[str, str]:
     return {document.REF: component_id}
-
-
-def split_alternatives(expr: str) -> list[str]:
-    """``(a) // (b)`` -> ``[a, b]``; a single expression -> ``[expr]``."""
-    parts, depth, start, i = [], 0, 0, 0
-    while i < len(expr):
-        char = expr[i]
-        if char == '"':
-            i = expr.index('"', i + 1)
-        elif char in "([{":
-            depth += 1
-        elif char in ")]}":
-            depth -= 1
-        elif depth == 0 and expr.startswith(" // ", i):
-            parts.append(expr[start:i])
-            start = i + 4
-        i += 1
-    parts.append(expr[start:])
-    if len(parts) == 1:
-        return parts
-    return [p[1:-1] if p.startswith("(") and p.endswith(")") else p for p in parts]
-
-
-def parse_object(text: str) -> dict[str, str] | None:
-    """``{"k": (expr), ...}`` -> ``{k: expr}``; None for another shape."""
-    if not (text.startswith("{") and text.endswith("}")):
-        return None
-    body, out, i = text[1:-1], {}, 0
-    while i < len(body):
-        match = re.match(r'"([^"]+)": \(', body[i:])
-        if match is None:
-            return None
-        i += match.end()
-        depth, start = 1, i
-        while depth and i < len(body):
-            if body[i] == '"':
-                i = body.index('"', i + 1)
-            depth += {"(": 1, ")": -1}.get(body[i], 0)
-            i += 1
-        out[match.group(1)] = body[start : i - 1]
-        if body.startswith(", ", i):
-            i += 2
-    return out
 
 
 class _Exporter:
@@ -307,35 +261,13 @@ class _FlowWriter:
         #: Branch node id -> the flow node whose end branches it routes (FlowNode branches).
         self.routes: dict[str, str] = {}
         #: Join node id -> the flow nodes of a ParallelFlowNode; fork id -> join id.
-        self.parallel: dict[str, list[str]] = {}
-        self.forks: dict[str, str] = {}
-        self.find_parallels()
+        self.parallel = jqshapes.parallels(spec)
+        #: Where a component's translation starts (a fork, a try) -> the component's node id.
+        self.entries = {jqshapes.fork_of(spec, c): j for j, c in self.parallel.items()}
+        #: A CatchExceptionNode's node id -> its catchErrors flow node and the outputs' defaults.
+        self.catches = {n.id: c for n in spec.nodes if (c := jqshapes.catch(n)) is not None}
+        self.entries.update({c[0]: j for j, c in self.catches.items()})
         self.agent_calls: list[tuple[str, str, list[str], list[dict[str, Any]]]] = []
-
-    def find_parallels(self) -> None:
-        """The importer's ParallelFlowNode shape: fork ``={}`` -> flow nodes -> join ``a + b``."""
-        after: dict[str, list[str]] = {n: [] for n in self.nodes}
-        before: dict[str, list[str]] = {n: [] for n in self.nodes}
-        for edge in self.spec.edges:
-            after.setdefault(edge.from_, []).append(edge.to)
-            before.setdefault(edge.to, []).append(edge.from_)
-        for join in self.spec.nodes:
-            if join.transform is None or not _JOIN.match(join.transform):
-                continue
-            calls = re.findall(r"\.nodes\.([a-z][a-z0-9_]*)\.json", join.transform)
-            forks = {tuple(before.get(c, [])) for c in calls}
-            only = next(iter(forks)) if len(forks) == 1 else ()
-            fork = self.nodes.get(only[0]) if len(only) == 1 else None
-            if (
-                fork is None
-                or fork.transform != "={}"
-                or sorted(after[fork.id]) != sorted(calls)
-                or any(c not in self.nodes or self.nodes[c].flow is None for c in calls)
-                or any(after[c] != [join.id] for c in calls)
-            ):
-                continue
-            self.parallel[join.id] = calls
-            self.forks[fork.id] = join.id
 
     def parallel_node(self, join: flow_api.Node, base: dict[str, Any]) -> dict[str, Any]:
         """A ParallelFlowNode: its sub-flows, and inputs fed to whichever sub-flow reads them."""
@@ -345,20 +277,39 @@ class _FlowWriter:
             call = self.nodes[call_id].flow
             assert call is not None
             text = call.input if isinstance(call.input, str) else ""
-            for title, expr in (parse_object(text[1:]) or {}).items():
+            for title, expr in (jqshapes.parse_object(text[1:]) or {}).items():
                 if title not in bound:
                     bound.add(title)
                     self.bind(expr, join.id, title, self.path(call_id, "flow.input"))
             subflows.append(self.ex.flow(call.name, self.path(call_id, "flow")))
         return {"component_type": "ParallelFlowNode", **base, "subflows": subflows}
 
+    def catch_node(self, node: flow_api.Node, base: dict[str, Any]) -> dict[str, Any]:
+        """A CatchExceptionNode: its sub-flow, inputs, and outputs with their defaults."""
+        attempt, defaults = self.catches[node.id]
+        call = self.nodes[attempt].flow if attempt in self.nodes else None
+        if call is None or not call.catch_errors:
+            self.ex.fail(self.path(node.id, "transform"), "reads no catchErrors flow node")
+            return {}
+        text = call.input if isinstance(call.input, str) else ""
+        for title, expr in (jqshapes.parse_object(text[1:]) or {}).items():
+            self.bind(expr, node.id, title, self.path(attempt, "flow.input"))
+        info = {"title": checks.CAUGHT_INFO, "anyOf": [{"type": "string"}, {"type": "null"}]}
+        outputs = [{"title": k, "default": v} for k, v in defaults.items()]
+        return {
+            "component_type": "CatchExceptionNode", **base,
+            "subflow": self.ex.flow(call.name, self.path(attempt, "flow")),
+            "outputs": [*outputs, {**info, "default": None}],
+        }  # fmt: skip
+
     def route_of(self, branch: flow_api.Branch) -> str | None:
-        """The flow node whose end branch ``branch`` routes on (the importer's FlowNode shape)."""
+        """The FlowNode or CatchExceptionNode whose end branch ``branch`` routes on."""
         match = re.fullmatch(
             rf"=\.nodes\.([a-z][a-z0-9_]*)\.json\.{mapping.BRANCH_OUTPUT}", branch.value
         )
         source = self.nodes.get(match.group(1)) if match else None
-        if source is None or source.flow is None or branch.default is not None:
+        routable = source is not None and (source.flow is not None or source.id in self.catches)
+        if source is None or not routable or branch.default is not None:
             return None
         return source.id
 
@@ -400,7 +351,7 @@ class _FlowWriter:
             return {"default": json.loads(expr)}
         except ValueError:
             pass
-        for alternative in split_alternatives(expr):
+        for alternative in jqshapes.split_alternatives(expr):
             found = self.read(alternative)
             if found is None:
                 self.ex.fail(
@@ -429,7 +380,7 @@ class _FlowWriter:
         def one(match: re.Match[str]) -> str:
             expr = match.group(1)
             if expr not in names:
-                found = self.read(split_alternatives(expr)[0])
+                found = self.read(jqshapes.split_alternatives(expr)[0])
                 stem = found[1] if found else "value"
                 title, n = stem, 2
                 while title in names.values():
@@ -448,7 +399,9 @@ class _FlowWriter:
             base["description"] = node.description
         if node.id in self.parallel:
             return self.parallel_node(node, base)
-        if node.id in self.forks or any(node.id in c for c in self.parallel.values()):
+        if node.id in self.catches:
+            return self.catch_node(node, base)
+        if node.id in self.entries or any(node.id in c for c in self.parallel.values()):
             return None
         if node.transform is not None:
             return self.transform(node, base, first)
@@ -497,8 +450,12 @@ class _FlowWriter:
                 "inputs": properties,
                 "outputs": properties,
             }
-        fields = parse_object(node.transform[1:]) if node.transform.startswith("=") else None
-        message = parse_text(node.transform[1:]) if node.transform.startswith("=") else None
+        fields = (
+            jqshapes.parse_object(node.transform[1:]) if node.transform.startswith("=") else None
+        )
+        message = (
+            jqshapes.parse_text(node.transform[1:]) if node.transform.startswith("=") else None
+        )
         if not first and fields is None and message is not None:
             return self.output_message(node, base, message)
         if first or fields is None:
@@ -509,7 +466,7 @@ class _FlowWriter:
             )
             return None
         outputs = []
-        branch = _literal_string(fields.pop(mapping.BRANCH_OUTPUT, None))
+        branch = jqshapes.literal_string(fields.pop(mapping.BRANCH_OUTPUT, None))
         for title, expr in fields.items():
             default = self.bind(expr, node.id, title, self.path(node.id, "transform"))
             outputs.append({"title": title, **(default or {})})
@@ -625,7 +582,7 @@ class _FlowWriter:
         self, node: flow_api.Node, call: flow_api.FlowCall, base: dict[str, Any]
     ) -> dict[str, Any]:
         fields = (
-            parse_object(call.input[1:])
+            jqshapes.parse_object(call.input[1:])
             if isinstance(call.input, str) and call.input.startswith("=")
             else None
         )
@@ -646,7 +603,7 @@ class _FlowWriter:
     ) -> dict[str, Any] | None:
         body = spec.flow
         fields = (
-            parse_object(body.input[1:])
+            jqshapes.parse_object(body.input[1:])
             if body and isinstance(body.input, str) and body.input.startswith("=")
             else None
         )
@@ -659,7 +616,7 @@ class _FlowWriter:
         lists = [spec.items[1:]] if len(titles) == 1 else None
         multi = re.match(r"^=\[(.*)\] \| transpose$", spec.items)
         if multi:
-            lists = [p[1:-1] for p in split_commas(multi.group(1))]
+            lists = [p[1:-1] for p in jqshapes.split_commas(multi.group(1))]
         if not spec.items.startswith("=") or lists is None or len(lists) != len(titles):
             self.ex.fail(
                 self.path(node.id, "map.items"),
@@ -689,78 +646,6 @@ class _FlowWriter:
         return None
 
 
-def _literal_string(expr: str | None) -> str | None:
-    """The string a jq literal ``"x"`` stands for; None for anything else."""
-    if expr is None:
-        return None
-    try:
-        value = json.loads(expr)
-    except ValueError:
-        return None
-    return value if isinstance(value, str) else None
-
-
-_AS_TEXT_SUFFIX = f") | {mapping.AS_TEXT})"
-
-
-def parse_text(text: str) -> list[tuple[bool, str]] | None:
-    """Read back :func:`mapping.jq_text`: (is an expression, literal or expression) parts."""
-    parts: list[tuple[bool, str]] = []
-    decoder = json.JSONDecoder()
-    i = 0
-    while i < len(text):
-        if text.startswith('"', i):
-            try:
-                literal, i = decoder.raw_decode(text, i)
-            except ValueError:
-                return None
-            parts.append((False, literal))
-        elif text.startswith("((", i):
-            end = _closing(text, i + 1)
-            if end < 0 or not text.startswith(_AS_TEXT_SUFFIX, end):
-                return None
-            parts.append((True, text[i + 2 : end]))
-            i = end + len(_AS_TEXT_SUFFIX)
-        else:
-            return None
-        if text.startswith(" + ", i):
-            i += 3
-        elif i < len(text):
-            return None
-    return parts or None
-
-
-def _closing(text: str, start: int) -> int:
-    """The index of the parenthesis closing the one at ``start`` (-1 if none)."""
-    depth, i = 0, start
-    while i < len(text):
-        char = text[i]
-        if char == '"':
-            i = text.find('"', i + 1)
-            if i < 0:
-                return -1
-        elif char == "(":
-            depth += 1
-        elif char == ")":
-            depth -= 1
-            if depth == 0:
-                return i
-        i += 1
-    return -1
-
-
-def split_commas(text: str) -> list[str]:
-    """Split ``(a), (b)`` at top-level commas."""
-    parts, depth, start = [], 0, 0
-    for i, char in enumerate(text):
-        depth += {"(": 1, "[": 1, "{": 1, ")": -1, "]": -1, "}": -1}.get(char, 0)
-        if char == "," and depth == 0:
-            parts.append(text[start:i].strip())
-            start = i + 1
-    parts.append(text[start:].strip())
-    return parts
-
-
 def _finish_outputs(writer: _FlowWriter) -> None:
     """Declare the outputs that later nodes read (known only once every node is written)."""
     for node_id, reads in writer.reads.items():
@@ -786,7 +671,7 @@ def _finish_outputs(writer: _FlowWriter) -> None:
 
 def _control_edges(writer: _FlowWriter) -> list[dict[str, Any]]:
     def edge(source: str, target: str, branch: str | None = None) -> dict[str, Any]:
-        target = writer.forks.get(target, writer.guarded.get(target, target))
+        target = writer.entries.get(target, writer.guarded.get(target, target))
         out = {
             "component_type": "ControlFlowEdge",
             "name": f"{source}_to_{target}",
@@ -802,7 +687,7 @@ def _control_edges(writer: _FlowWriter) -> list[dict[str, Any]]:
         if e.from_ not in writer.guarded
         and e.from_ not in writer.routes
         and e.to not in writer.routes
-        and e.from_ not in writer.forks
+        and e.from_ not in writer.entries
         and e.to not in writer.parallel
     ]
     for node in writer.spec.nodes:

@@ -142,7 +142,7 @@ def _input_properties(node: model.Node) -> list[model.Property]:
         found += node.tool.inputs or []
     elif isinstance(node, model.AgentNode):
         found += checks.effective_agent(node.agent).inputs or []
-    elif isinstance(node, (model.FlowNode, model.MapNode)):
+    elif isinstance(node, (model.FlowNode, model.MapNode, model.CatchExceptionNode)):
         found += checks.flow_inputs(node.subflow)
     elif isinstance(node, model.ParallelFlowNode):
         found += [p for f in node.subflows for p in checks.flow_inputs(f)]
@@ -259,7 +259,13 @@ class _FlowBuilder:
                 continue
             prop = properties.get(title)
             if prop is not None and "default" in prop:
-                if not isinstance(node, (model.FlowNode, model.MapNode, model.ParallelFlowNode)):
+                subflows = (
+                    model.FlowNode,
+                    model.MapNode,
+                    model.ParallelFlowNode,
+                    model.CatchExceptionNode,
+                )
+                if not isinstance(node, subflows):
                     bound[title] = _literal(prop["default"])
                 continue
             self.problem(
@@ -301,6 +307,8 @@ class _FlowBuilder:
             self.map(key, node, bound)
         elif isinstance(node, model.ParallelFlowNode):
             self.parallel(key, node, bound)
+        elif isinstance(node, model.CatchExceptionNode):
+            self.catch(key, node, bound)
         elif isinstance(node, model.OutputMessageNode):
             self.add(key, transform="=" + mapping.jq_text(node.message, bound))
         else:
@@ -450,6 +458,19 @@ class _FlowBuilder:
             self.edges += [flow_api.Edge(from_=call_id, to=self.ids[key])]
             calls.append(f"(.nodes.{call_id}.json)")
         self.add(key, transform="=" + " + ".join(calls))
+
+    def catch(self, key: str, node: model.CatchExceptionNode, bound: dict[str, str]) -> None:
+        """A ``catchErrors`` flow node (``<id>_try``), this node's outputs, a branch node after."""
+        name = self.tr.flow(node.subflow, f"{self.where(key)}.subflow", branches=True)
+        attempt = mapping.identifier(f"{self.ids[key]}_try", self.taken_ids)
+        call = flow_api.FlowCall(name=name, input="=" + _object(bound), catch_errors=True)
+        self.nodes.append(flow_api.Node(id=attempt, flow=call))
+        self.edges.append(flow_api.Edge(from_=attempt, to=self.ids[key]))
+        self.entry[key] = attempt
+        defaults = {str(p["title"]): p.get("default") for p in checks.caught_outputs(node)}
+        branch = checks.branches_of_flow(node.subflow)[0]
+        self.add(key, transform=mapping.catch_transform(attempt, defaults, branch))
+        self.routed[key] = mapping.identifier(f"{self.ids[key]}_branch", self.taken_ids)
 
     def map(self, key: str, node: model.MapNode, bound: dict[str, str]) -> None:
         name = self.tr.flow(node.subflow, f"{self.where(key)}.subflow")

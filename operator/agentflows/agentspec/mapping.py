@@ -133,3 +133,19 @@ def jq_text(template: str, bindings: dict[str, str]) -> str:
     if last < len(template) or not parts:
         parts.append(json.dumps(template[last:], ensure_ascii=False))
     return " + ".join(parts)
+
+
+def catch_transform(try_id: str, defaults: dict[str, Any], branch: str) -> str:
+    """The output of a CatchExceptionNode from its ``catchErrors`` flow node ``try_id``.
+
+    Failed: the outputs' defaults, the message as ``caught_exception_info`` and branch
+    ``caught_exception_branch``. Succeeded: the sub-flow's outputs and the branch it ended on
+    (``branch`` when it has one end branch, else its ``branch_name`` output).
+    """
+    return (
+        f'=.nodes.{try_id}.json | if type == "object" and has("caughtError") then '
+        f"{json.dumps(defaults, ensure_ascii=False)} + "
+        f'{{"{checks.CAUGHT_INFO}": .caughtError, "{BRANCH_OUTPUT}": "{checks.CAUGHT_BRANCH}"}} '
+        f'else {{"{BRANCH_OUTPUT}": {json.dumps(branch)}}} + . + {{"{checks.CAUGHT_INFO}": null}} '
+        "end"
+    )

@@ -285,6 +285,13 @@ class FlowNode(_Node):
     subflow: Flow
 
 
+class CatchExceptionNode(_Node):
+    """Runs a sub-flow; a failure inside it takes branch ``caught_exception_branch``."""
+
+    component_type: Literal["CatchExceptionNode"]
+    subflow: Flow
+
+
 class ParallelFlowNode(_Node):
     """Runs its sub-flows at the same time; its outputs are all of theirs."""
 
@@ -339,6 +346,7 @@ Node = Annotated[
     | FlowNode
     | MapNode
     | ParallelFlowNode
+    | CatchExceptionNode
     | ApiNode
     | InputMessageNode
     | OutputMessageNode,

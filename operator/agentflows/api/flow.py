@@ -89,6 +89,11 @@ class FlowCall(common.ApiModel):
 
     name: common.ObjectName = Field(description="Name of the Flow in the same namespace.")
     input: common.JsonValue = Field(default=None, description="Input of the sub-flow.")
+    catch_errors: bool = Field(
+        default=False,
+        description="A failed node inside the sub-flow does not fail this node: it succeeds "
+        "with {caughtError: message} (limits and timeouts still stop the run).",
+    )
 
 
 class Branch(common.ApiModel):

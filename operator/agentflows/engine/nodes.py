@@ -54,7 +54,7 @@ async def dispatch(
         return await _map(frame, node, key, scope)
     if spec.flow is not None:
         value = await expressions.evaluate_async(t["input"], scope)
-        output = await _subflow(frame, spec.flow.name, value, f"{key}/")
+        output = await _subflow(frame, spec.flow, value, f"{key}/")
         return capabilities.NodeResult(envelope.from_value(output))
     resume = _resume_of(frame, previous)
     ctx = frame.run.context(key, frame.depth, resume)
@@ -307,14 +307,33 @@ async def _tool(
     return await _from_capability(frame, ctx.node_key, result)
 
 
-async def _subflow(frame: state.Frame, name: str, value: Any, prefix: str) -> Any:
+#: Why a sub-flow stopped that ``catchErrors`` catches: its nodes failed, not the run's limits.
+CAUGHT_REASONS = frozenset(
+    {Reason.NODE_FAILED, Reason.REJECTED, Reason.REQUEST_EXPIRED, Reason.OUTPUT_FAILED}
+)
+
+
+async def _subflow(frame: state.Frame, call: flow_api.FlowCall, value: Any, prefix: str) -> Any:
+    """Run a sub-flow; with ``catchErrors`` a failure inside it is the output instead.
+
+    A pause inside the sub-flow, a timeout and a limit are never caught: they concern the run.
+    """
     try:
-        compiled = frame.run.compile_subflow(name, frame.depth + 1)
-    except capabilities.CapabilityError as exc:
-        raise state.NodeFailed(str(exc)) from exc
-    return await frame.run.execute_flow(
-        state.Frame(frame.run, compiled, prefix, frame.depth + 1, value)
-    )
+        try:
+            compiled = frame.run.compile_subflow(call.name, frame.depth + 1)
+        except capabilities.CapabilityError as exc:
+            raise state.NodeFailed(str(exc)) from exc
+        return await frame.run.execute_flow(
+            state.Frame(frame.run, compiled, prefix, frame.depth + 1, value)
+        )
+    except state.NodeFailed as exc:
+        if not call.catch_errors:
+            raise
+        return {"caughtError": str(exc)}
+    except state.RunStopped as exc:
+        if not call.catch_errors or exc.reason not in CAUGHT_REASONS:
+            raise
+        return {"caughtError": exc.message}
 
 
 async def _map(
@@ -413,7 +432,7 @@ async def _map_body(
     if spec.flow is not None:
         value = await expressions.evaluate_async(t["input"], scope)
         return capabilities.NodeResult(
-            envelope.from_value(await _subflow(frame, spec.flow.name, value, f"{item_key}/"))
+            envelope.from_value(await _subflow(frame, spec.flow, value, f"{item_key}/"))
         )
     ctx = frame.run.context(item_key, frame.depth, _resume_of(frame, previous))
     if spec.agent is not None:

@@ -209,3 +209,20 @@ def test_a_parallel_flow_node_runs_both_sub_flows_and_merges_their_outputs(
     assert output_of(out) == {"length": 4, "loud": "KOPF!"}
     phases = {key: node["phase"] for key, node in json.loads(out)["nodes"].items()}
     assert phases["both_1/count"] == phases["both_2/shout"] == "Succeeded"
+
+
+def test_a_failure_inside_a_catch_exception_node_takes_the_caught_branch_with_defaults(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    spec = served("guarded.yaml", tmp_path, model_server)
+    state = ("--state-dir", str(tmp_path / "runs"))
+    code, out, err = invoke("run", str(spec), *state, "--input", "n=8")
+    assert code == 0, err
+    assert output_of(out) == {"half": 4}
+    assert "↷ warn (transform) skipped" in err
+    code, out, err = invoke("run", str(spec), *state, "--input", "n=800")
+    assert code == 0, err
+    assert output_of(out) == {"half": -1}
+    warning = json.loads(out)["nodes"]["warn"]["output"]["json"]
+    assert warning.startswith("Could not halve: ") and "too big to halve" in warning
+    assert "↷ done (transform) skipped" in err

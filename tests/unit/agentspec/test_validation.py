@@ -242,7 +242,7 @@ def test_an_unknown_component_type_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("kind", "reason"),
     [
-        ("CatchExceptionNode", "the engine has no exception branch yet"),
+        ("GeminiConfig", "Gemini models are not mapped yet"),
         ("A2AAgent", "remote (A2A) agents are not supported yet"),
         ("Swarm", "a Swarm hands the conversation from agent to agent, which agentflows"),
     ],
@@ -321,3 +321,15 @@ def test_a_sub_flow_that_ends_on_several_branches_cannot_have_an_output_named_br
     assert (
         "an output named 'branch_name' in a flow that ends on several branches is reserved" in out
     )
+
+
+def test_a_caught_output_without_a_default_is_refused(tmp_path: Path) -> None:
+    text = (DATA / "guarded.yaml").read_text().replace(", default: -1", "")
+    path = tmp_path / "guarded.yaml"
+    path.write_text(text)
+    code, out, _err = invoke("validate", str(path))
+    assert code == 2
+    assert (
+        "nodes[1].outputs: output 'half' of CatchExceptionNode 'guard' needs a default: "
+        "it is the value when the sub-flow fails"
+    ) in out
