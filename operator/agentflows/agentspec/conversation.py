@@ -163,7 +163,15 @@ class Conversation:
     # -- running -------------------------------------------------------------------------
 
     async def execute(self) -> Status:
-        """Run until the conversation finishes or needs something; return what."""
+        """Run until the conversation finishes or needs something; return what.
+
+        While a request is still unanswered (a client tool result not yet posted) nothing runs:
+        the status says again what is missing.
+        """
+        pending = self._pending()
+        if pending is not None:
+            self.status = self._waiting(pending[0], pending[1])
+            return self.status
         if self.is_agent and not self._in_turn():
             if self._pending_message is None:
                 self.status = Status(StatusKind.USER_INPUT, "Your message:")
@@ -254,14 +262,19 @@ class Conversation:
             return Status(StatusKind.FAILED, outcome.message or "")
         pending = self._pending()
         assert pending is not None
-        _, request = pending
+        return self._waiting(*pending)
+
+    def _waiting(self, request_id: str, request: flowrun_api.HumanRequest) -> Status:
+        """The status of an unanswered request (client calls already answered left out)."""
         if request.kind == Kind.INPUT:
             return Status(StatusKind.USER_INPUT, request.message)
         calls = _calls(request)
-        client = [ToolRequest(str(c["id"]), str(c["tool"]), c.get("args")) for c in calls]
-        if client and all(c.get("client") for c in calls):
-            return Status(StatusKind.TOOL_REQUEST, request.message, client)
-        return Status(StatusKind.CONFIRMATION, request.message, client)
+        asked = [ToolRequest(str(c["id"]), str(c["tool"]), c.get("args")) for c in calls]
+        if asked and all(c.get("client") for c in calls):
+            given = self._results.get(request_id, {})
+            left = [call for call in asked if call.id not in given]
+            return Status(StatusKind.TOOL_REQUEST, request.message, left)
+        return Status(StatusKind.CONFIRMATION, request.message, asked)
 
     # -- answers -------------------------------------------------------------------------
 

@@ -149,3 +149,27 @@ def test_a_manager_hands_a_task_to_a_specialised_worker_that_uses_its_added_tool
         "You write clear prose.\n\nWrite haiku only; count syllables with the tool."
     )
     assert model_server.requests[2].messages[-1]["content"] == "5"
+
+
+def test_two_client_calls_in_one_reply_each_get_their_own_result(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    conv = _load("chat_agent.yaml", tmp_path, model_server)
+    conv.execute_sync()
+    conv.append_user_message("Any room on May 3 or May 4?")
+    model_server.script(
+        Reply.calls(
+            ToolCall("room_free", {"date": "May 3"}, id="a"),
+            ToolCall("room_free", {"date": "May 4"}, id="b"),
+        ),
+        Reply.text("Only May 4."),
+    )
+    status = conv.execute_sync()
+    assert [c.id for c in status.tool_requests] == ["a", "b"]
+    conv.post_tool_result("a", False)
+    status = conv.execute_sync()
+    assert (status.kind, [c.id for c in status.tool_requests]) == (Kind.TOOL_REQUEST, ["b"])
+    conv.post_tool_result("b", True)
+    assert conv.execute_sync().outputs == "Only May 4."
+    results = [m["content"] for m in model_server.requests[1].messages if m["role"] == "tool"]
+    assert results == ["false", "true"]
