@@ -103,6 +103,16 @@ def _merged(*lists: list[model.Property] | None) -> list[model.Property] | None:
     return list(seen.values()) if any(p is not None for p in lists[:-1]) else None
 
 
+def agent_io(
+    component: model.AgenticComponent | model.A2AAgent,
+) -> tuple[list[model.Property] | None, list[model.Property] | None]:
+    """The inputs and outputs an AgentNode's agent declares."""
+    if isinstance(component, model.A2AAgent):
+        return component.inputs, component.outputs
+    agent = effective_agent(component)
+    return agent.inputs, agent.outputs
+
+
 def workers_of(component: model.AgenticComponent) -> list[model.AgenticComponent]:
     """The workers a ManagerWorkers' manager may call (its own group manager's too)."""
     if isinstance(component, model.ManagerWorkers):
@@ -141,7 +151,7 @@ def outputs_of(node: model.Node) -> list[str]:
     if isinstance(node, (model.EndNode, model.BranchingNode, model.OutputMessageNode)):
         return []
     if isinstance(node, model.AgentNode):
-        return titles(node.outputs or effective_agent(node.agent).outputs)
+        return titles(node.outputs or agent_io(node.agent)[1])
     if isinstance(node, model.ToolNode):
         return titles(node.outputs or node.tool.outputs)
     if isinstance(node, model.FlowNode):
@@ -175,6 +185,8 @@ def inputs_of(node: model.Node) -> list[str]:
     if isinstance(node, model.LlmNode):
         return placeholders(node.prompt_template)
     if isinstance(node, model.AgentNode):
+        if isinstance(node.agent, model.A2AAgent):
+            return titles(node.agent.inputs)
         agent = effective_agent(node.agent)
         return (
             titles(agent.inputs) if agent.inputs is not None else placeholders(agent.system_prompt)

@@ -43,6 +43,7 @@ REF = "$component_ref"
 SUPPORTED = frozenset(
     {
         "Flow", "Agent", "SpecializedAgent", "AgentSpecializationParameters", "ManagerWorkers",
+        "A2AAgent",
         "ControlFlowEdge", "DataFlowEdge",
         "StartNode", "EndNode", "LlmNode", "AgentNode", "ToolNode", "BranchingNode",
         "FlowNode", "MapNode", "ParallelMapNode", "ParallelFlowNode", "CatchExceptionNode",
@@ -57,8 +58,7 @@ SUPPORTED = frozenset(
 UNSUPPORTED = {
     "Swarm": "a Swarm hands the conversation from agent to agent, which agentflows does not "
     "do (its agents call sub-agents and get their answers back); use ManagerWorkers",
-    "RemoteAgent": "remote (A2A) agents are not supported yet",
-    "A2AAgent": "remote (A2A) agents are not supported yet",
+    "RemoteAgent": "RemoteAgent is abstract; use A2AAgent",
     "OciAgent": "OCI agents are not supported",
     "BuiltinTool": "builtin tools are not supported",
     "OciGenAiConfig": "OCI Generative AI models are not mapped yet",

@@ -267,6 +267,9 @@ class _FlowWriter:
         #: A CatchExceptionNode's node id -> its catchErrors flow node and the outputs' defaults.
         self.catches = {n.id: c for n in spec.nodes if (c := jqshapes.catch(n)) is not None}
         self.entries.update({c[0]: j for j, c in self.catches.items()})
+        #: An AgentNode with an A2AAgent: its node id -> its message/send tool node.
+        self.remote = {n.id: r for n in spec.nodes if (r := jqshapes.a2a(n, self.nodes))}
+        self.entries.update({c: j for j, c in self.remote.items()})
         self.agent_calls: list[tuple[str, str, list[str], list[dict[str, Any]]]] = []
 
     def parallel_node(self, join: flow_api.Node, base: dict[str, Any]) -> dict[str, Any]:
@@ -301,6 +304,23 @@ class _FlowWriter:
             "subflow": self.ex.flow(call.name, self.path(attempt, "flow")),
             "outputs": [*outputs, {**info, "default": None}],
         }  # fmt: skip
+
+    def a2a_node(self, node: flow_api.Node, base: dict[str, Any]) -> dict[str, Any]:
+        """An AgentNode asking an A2AAgent: its URL, and inputs from the call's arguments."""
+        call = self.nodes[self.remote[node.id]].tool
+        assert call is not None and call.http is not None and isinstance(call.args, dict)
+        inputs = []
+        for title, value in call.args.items():
+            if title == "message_id":
+                continue
+            expr = value[1:] if isinstance(value, str) and value.startswith("=") else "null"
+            default = self.bind(expr, node.id, title, self.path(call.name or node.id, "tool.args"))
+            inputs.append({"title": title, "type": "string", **(default or {})})
+        agent = {
+            "component_type": "A2AAgent", "name": node.id, "agent_url": call.http.url,
+            "inputs": inputs, "outputs": [{"title": "output", "type": "string"}],
+        }  # fmt: skip
+        return {"component_type": "AgentNode", **base, "agent": agent}
 
     def route_of(self, branch: flow_api.Branch) -> str | None:
         """The FlowNode or CatchExceptionNode whose end branch ``branch`` routes on."""
@@ -401,6 +421,8 @@ class _FlowWriter:
             return self.parallel_node(node, base)
         if node.id in self.catches:
             return self.catch_node(node, base)
+        if node.id in self.remote:
+            return self.a2a_node(node, base)
         if node.id in self.entries or any(node.id in c for c in self.parallel.values()):
             return None
         if node.transform is not None:

@@ -141,7 +141,7 @@ def _input_properties(node: model.Node) -> list[model.Property]:
     if isinstance(node, model.ToolNode):
         found += node.tool.inputs or []
     elif isinstance(node, model.AgentNode):
-        found += checks.effective_agent(node.agent).inputs or []
+        found += checks.agent_io(node.agent)[0] or []
     elif isinstance(node, (model.FlowNode, model.MapNode, model.CatchExceptionNode)):
         found += checks.flow_inputs(node.subflow)
     elif isinstance(node, model.ParallelFlowNode):
@@ -205,7 +205,7 @@ class _FlowBuilder:
         if isinstance(node, model.LlmNode) and mapping.is_text_output(node.outputs):
             return f"{ref}.text"
         if isinstance(node, model.AgentNode) and mapping.is_text_output(
-            node.outputs or checks.effective_agent(node.agent).outputs
+            node.outputs or checks.agent_io(node.agent)[1]
         ):
             return f"{ref}.text"
         single = isinstance(node, (model.ToolNode, model.ApiNode, model.InputMessageNode))
@@ -337,6 +337,9 @@ class _FlowBuilder:
         self.add(key, llm=call)
 
     def agent(self, key: str, node: model.AgentNode, bound: dict[str, str]) -> None:
+        if isinstance(node.agent, model.A2AAgent):
+            self.a2a(key, node, node.agent, bound)
+            return
         name = self.tr.agent(node.agent, f"{self.where(key)}.agent")
         self.supervised |= self.tr.needs_confirmation(node.agent)
         lines = [f"{title}: {{{{ {expr} }}}}" for title, expr in bound.items()]
@@ -345,6 +348,25 @@ class _FlowBuilder:
             keys = ", ".join(checks.titles(outputs))
             lines.append(f"Answer with a JSON object with the keys: {keys}.")
         self.add(key, agent=flow_api.AgentCall(name=name, prompt="\n".join(lines) or "Begin."))
+
+    def a2a(
+        self, key: str, node: model.AgentNode, agent: model.A2AAgent, bound: dict[str, str]
+    ) -> None:
+        """An http tool node ``<id>_call`` sending ``message/send``, and the reply's text."""
+        if not mapping.is_text_output(node.outputs or agent.outputs):
+            self.problem(
+                key, f"A2AAgent {agent.name!r} answers with text: declare one string output"
+            )
+        call_id = mapping.identifier(f"{self.ids[key]}_call", self.taken_ids)
+        args = {"message_id": f'=.run.name + "-{self.ids[key]}"'}
+        args |= {title: f"={expr}" for title, expr in bound.items()}
+        http = agent_api.HttpTool(
+            method="POST", url=agent.agent_url, body=mapping.a2a_body(list(bound))
+        )
+        self.nodes.append(flow_api.Node(id=call_id, tool=flow_api.ToolCall(http=http, args=args)))
+        self.edges.append(flow_api.Edge(from_=call_id, to=self.ids[key]))
+        self.entry[key] = call_id
+        self.add(key, transform=f"=.nodes.{call_id}.json | {mapping.A2A_TEXT}")
 
     def tool(self, key: str, node: model.ToolNode | model.ApiNode, bound: dict[str, str]) -> None:
         path = self.where(key)

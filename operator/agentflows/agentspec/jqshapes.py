@@ -189,3 +189,19 @@ def split_commas(text: str) -> list[str]:
             start = i + 1
     parts.append(text[start:].strip())
     return parts
+
+
+def a2a(node: flow_api.Node, nodes: dict[str, flow_api.Node]) -> str | None:
+    """The ``message/send`` tool node of an AgentNode with an A2AAgent (its transform's input)."""
+    prefix = "=.nodes."
+    suffix = f".json | {mapping.A2A_TEXT}"
+    text = node.transform or ""
+    if not (text.startswith(prefix) and text.endswith(suffix)):
+        return None
+    call = nodes.get(text[len(prefix) : -len(suffix)])
+    http = call.tool.http if call is not None and call.tool is not None else None
+    args = call.tool.args if call is not None and call.tool is not None else None
+    if call is None or http is None or http.method != "POST" or not isinstance(args, dict):
+        return None
+    titles = [t for t in args if t != "message_id"]
+    return call.id if http.body == mapping.a2a_body(titles) else None

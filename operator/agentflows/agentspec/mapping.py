@@ -149,3 +149,24 @@ def catch_transform(try_id: str, defaults: dict[str, Any], branch: str) -> str:
         f'else {{"{BRANCH_OUTPUT}": {json.dumps(branch)}}} + . + {{"{checks.CAUGHT_INFO}": null}} '
         "end"
     )
+
+
+#: The text of an A2A ``message/send`` reply (a Message, or a Task's artifacts and status).
+A2A_TEXT = (
+    'if type != "object" then error("the A2A agent did not answer with a JSON-RPC object") '
+    'elif .error then error("A2A error: " + (.error.message // (.error | tojson))) '
+    'else .result | (if .kind == "task" then [.artifacts[]?.parts[]?, .status.message.parts[]?] '
+    'else .parts end) | map(select(.kind == "text") | .text) | join("\\n") end'
+)
+
+
+def a2a_body(titles: list[str]) -> dict[str, Any]:
+    """The JSON-RPC ``message/send`` request: one text part of ``name: value`` lines."""
+    text = "\n".join(f"{t}: {{{{ .args{field(t)} }}}}" for t in titles) or "Begin."
+    message = {
+        "kind": "message",
+        "role": "user",
+        "messageId": "{{ .args.message_id }}",
+        "parts": [{"kind": "text", "text": text}],
+    }
+    return {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": message}}

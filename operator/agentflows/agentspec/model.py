@@ -232,6 +232,19 @@ AgenticComponent = Annotated[
 ]
 
 
+class A2AAgent(WithIO):
+    """An agent served elsewhere, asked over the A2A protocol (JSON-RPC ``message/send``)."""
+
+    component_type: Literal["A2AAgent"]
+    agent_url: str = Field(min_length=1)
+
+
+#: What an AgentNode runs: a local agentic component or a remote A2A agent.
+NodeAgent = Annotated[
+    Agent | SpecializedAgent | ManagerWorkers | A2AAgent, Field(discriminator="component_type")
+]
+
+
 class _Node(WithIO):
     branches: list[str] | None = None
 
@@ -261,7 +274,7 @@ class AgentNode(_Node):
     """A turn of an agent."""
 
     component_type: Literal["AgentNode"]
-    agent: AgenticComponent
+    agent: NodeAgent
 
 
 class ToolNode(_Node):
@@ -394,6 +407,7 @@ _ANY = Annotated[
     | Agent
     | SpecializedAgent
     | ManagerWorkers
+    | A2AAgent
     | AgentSpecializationParameters
     | ControlFlowEdge
     | DataFlowEdge

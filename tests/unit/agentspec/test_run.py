@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.support import mcp_servers
+from tests.support import a2a_server, mcp_servers
 from tests.support.endpoint import LoopbackEndpoint
 from tests.support.model_server import Reply, ScriptedModelServer, ToolCall
 from tests.unit.agentspec.conftest import DATA, invoke, output_of, served
@@ -226,3 +226,34 @@ def test_a_failure_inside_a_catch_exception_node_takes_the_caught_branch_with_de
     warning = json.loads(out)["nodes"]["warn"]["output"]["json"]
     assert warning.startswith("Could not halve: ") and "too big to halve" in warning
     assert "↷ done (transform) skipped" in err
+
+
+def test_an_a2a_agent_is_sent_the_inputs_and_its_answer_is_the_node_output(
+    a2a_agent: a2a_server.ScriptedA2AServer, model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    spec = served(
+        "remote_review.yaml", tmp_path, model_server, **{"http://127.0.0.1:9/": a2a_agent.url}
+    )
+    a2a_agent.script(a2a_server.task("Looks good."), a2a_server.message("Rename x."))
+    state = ("--state-dir", str(tmp_path / "runs"))
+    code, out, err = invoke("run", str(spec), *state, "--name", "r1", "--input", "code=x = 1")
+    assert code == 0, err
+    assert output_of(out) == {"verdict": "Looks good."}
+    sent = a2a_agent.requests[0]
+    assert sent["method"] == "message/send"
+    assert sent["params"]["message"]["parts"] == [{"kind": "text", "text": "code: x = 1"}]
+    assert sent["params"]["message"]["messageId"] == "r1-review"
+    code, out, err = invoke("run", str(spec), *state, "--input", "code=x = 2")
+    assert output_of(out) == {"verdict": "Rename x."}
+
+
+def test_an_a2a_error_fails_the_node_with_the_agent_s_message(
+    a2a_agent: a2a_server.ScriptedA2AServer, model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    spec = served(
+        "remote_review.yaml", tmp_path, model_server, **{"http://127.0.0.1:9/": a2a_agent.url}
+    )
+    a2a_agent.script(a2a_server.error(-32000, "reviewer is busy"))
+    code, _out, err = invoke("run", str(spec), "--state-dir", str(tmp_path), "--input", "code=y")
+    assert code == 1
+    assert "A2A error: reviewer is busy" in err

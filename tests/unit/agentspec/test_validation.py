@@ -243,7 +243,7 @@ def test_an_unknown_component_type_is_refused(tmp_path: Path) -> None:
     ("kind", "reason"),
     [
         ("GeminiConfig", "Gemini models are not mapped yet"),
-        ("A2AAgent", "remote (A2A) agents are not supported yet"),
+        ("OciAgent", "OCI agents are not supported"),
         ("Swarm", "a Swarm hands the conversation from agent to agent, which agentflows"),
     ],
 )
