@@ -104,12 +104,13 @@ def _query_as_arguments(params: dict[str, Any], path: str, out: list[documents.P
             )
 
 
-def _mcp(
+def mcp(
     transport: model.StdioTransport | model.StreamableHttpTransport,
     include: list[str],
     path: str,
     out: list[documents.Problem],
 ) -> agent_api.McpTool:
+    """An mcp tool's server for a transport, limited to the ``include``d tools."""
     timeout = transport.session_parameters.read_timeout_seconds
     if isinstance(transport, model.StdioTransport):
         if transport.cwd:
@@ -146,8 +147,8 @@ def tool(
         "read_only": not spec.requires_confirmation,
     }
     if isinstance(spec, model.McpTool):
-        mcp = _mcp(spec.client_transport, [spec.name], f"{path}.client_transport", out)
-        return agent_api.Tool(**common, mcp=mcp)
+        server = mcp(spec.client_transport, [spec.name], f"{path}.client_transport", out)
+        return agent_api.Tool(**common, mcp=server)
     common["parameters"] = mapping.object_schema(spec.inputs or [])
     if isinstance(spec, model.RemoteTool):
         return agent_api.Tool(**common, http=http_tool(spec, path, out))
@@ -171,12 +172,12 @@ def toolbox(
                 "set it on the toolbox",
             )
         )
-    mcp = _mcp(box.client_transport, include, f"{path}.client_transport", out)
+    server = mcp(box.client_transport, include, f"{path}.client_transport", out)
     return agent_api.Tool(
         name=name,
         description=box.description or "",
         read_only=not box.requires_confirmation,
-        mcp=mcp,
+        mcp=server,
     )
 
 

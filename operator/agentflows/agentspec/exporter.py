@@ -558,6 +558,7 @@ class _FlowWriter:
     def tool(
         self, node: flow_api.Node, call: flow_api.ToolCall, base: dict[str, Any]
     ) -> dict[str, Any] | None:
+        tool: dict[str, Any]
         args = call.args if isinstance(call.args, dict) else {}
         if call.args is not None and not isinstance(call.args, dict):
             self.ex.fail(
@@ -578,8 +579,16 @@ class _FlowWriter:
                 "inputs": inputs,
                 **self.ex.http(call.http, self.path(node.id, "tool.http")),
             }
+        if call.mcp is not None:
+            tool = {
+                "component_type": "MCPTool",
+                "name": call.name,
+                "inputs": inputs,
+                "client_transport": self.ex.transport(call.mcp, self.path(node.id, "tool.mcp")),
+            }
+            return {"component_type": "ToolNode", **base, "tool": tool}
         if call.client is not None:
-            tool: dict[str, Any] = {
+            tool = {
                 "component_type": "ClientTool",
                 "name": call.name or f"{node.id}_tool",
                 "inputs": inputs,

@@ -385,12 +385,11 @@ class _FlowBuilder:
             client = agent_api.ClientTool()
             call = flow_api.ToolCall(client=client, name=node.tool.name, args=args)
         else:
-            self.problem(
-                key,
-                f"tool: an MCPTool {node.tool.name!r} in a ToolNode is not supported yet; "
-                "give it to an Agent",
+            where = f"{path}.tool.client_transport"
+            server = components.mcp(
+                node.tool.client_transport, [node.tool.name], where, self.tr.problems
             )
-            return
+            call = flow_api.ToolCall(mcp=server, name=node.tool.name, args=args)
         if isinstance(node, model.ToolNode) and node.tool.requires_confirmation:
             confirm = mapping.identifier(f"{node.name}_confirm", self.taken_ids)
             summary = "arguments: {{ " + _object(bound) + " }}" if bound else ""

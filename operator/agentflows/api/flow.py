@@ -43,15 +43,16 @@ class LlmCall(common.ApiModel):
 
 
 class ToolCall(common.ApiModel):
-    """Call one tool: a tool of an Agent (agent + name) or an inline http/python/client tool."""
+    """Call one tool: a tool of an Agent (agent + name) or an inline http/python/client/mcp tool."""
 
     model_config = common.ApiModel.model_config | {
         "json_schema_extra": {
             "x-kubernetes-validations": [
                 {
-                    "rule": "[has(self.agent), has(self.http), has(self.python), has(self.client)]"
-                    ".filter(x, x).size() == 1",
-                    "message": "set exactly one of agent (with name), http, python or client",
+                    "rule": "[has(self.agent), has(self.http), has(self.python), has(self.client),"
+                    " has(self.mcp)].filter(x, x).size() == 1",
+                    "message": "set exactly one of agent (with name), http, python, client or mcp "
+                    "(with name)",
                 }
             ]
         }
@@ -63,12 +64,15 @@ class ToolCall(common.ApiModel):
     name: str | None = Field(
         default=None,
         max_length=128,
-        description="Tool name (with agent; MCP tools by name); a client tool's name.",
+        description="Tool name (with agent or mcp: the tool to call); a client tool's name.",
     )
     http: agent_api.HttpTool | None = Field(default=None, description="An inline HTTP tool.")
     python: agent_api.PythonTool | None = Field(default=None, description="An inline Python tool.")
     client: agent_api.ClientTool | None = Field(
         default=None, description="A tool the caller runs: the node waits for its result."
+    )
+    mcp: agent_api.McpTool | None = Field(
+        default=None, description="An inline MCP server; name is the server's tool to call."
     )
     args: common.JsonValue = Field(
         default=None, description="Arguments (expressions allowed inside)."
@@ -76,11 +80,16 @@ class ToolCall(common.ApiModel):
 
     @model_validator(mode="after")
     def _one_target(self) -> ToolCall:
-        targets = [k for k in ("agent", "http", "python", "client") if getattr(self, k) is not None]
+        kinds = ("agent", "http", "python", "client", "mcp")
+        targets = [k for k in kinds if getattr(self, k) is not None]
         if len(targets) != 1:
-            raise ValueError("set exactly one of agent (with name), http, python or client")
-        if self.agent is not None and not self.name:
-            raise ValueError("a tool of an agent needs name")
+            raise ValueError(
+                "set exactly one of agent (with name), http, python, client or mcp (with name)"
+            )
+        if (self.agent is not None or self.mcp is not None) and not self.name:
+            raise ValueError(
+                f"a tool of {'an agent' if self.agent else 'an MCP server'} needs name"
+            )
         return self
 
 

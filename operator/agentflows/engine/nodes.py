@@ -281,6 +281,9 @@ def _tool_task(
         return capabilities.ToolTask(
             agent_api.Tool(name=_tool_id(node_id), python=call.python), node_id, args
         )
+    if call.mcp is not None and call.name is not None:
+        tool = agent_api.Tool(name=_tool_id(node_id), mcp=call.mcp)
+        return capabilities.ToolTask(tool, call.name, args)
     if call.client is not None:
         name = call.name or node_id
         return capabilities.ToolTask(

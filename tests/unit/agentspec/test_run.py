@@ -257,3 +257,47 @@ def test_an_a2a_error_fails_the_node_with_the_agent_s_message(
     code, _out, err = invoke("run", str(spec), "--state-dir", str(tmp_path), "--input", "code=y")
     assert code == 1
     assert "A2A error: reviewer is busy" in err
+
+
+def test_a_tool_node_calls_one_tool_of_an_mcp_server(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    command, args = mcp_servers.stdio_command()
+    transport = {"component_type": "StdioTransport", "name": "t", "command": command, "args": args}
+    tool = {
+        "component_type": "MCPTool", "name": "add", "client_transport": transport,
+        "inputs": [{"title": "a", "type": "integer"}, {"title": "b", "type": "integer"}],
+        "outputs": [{"title": "sum", "type": "integer"}],
+    }  # fmt: skip
+    doc = {
+        "agentspec_version": "26.1.2", "component_type": "Flow", "name": "adder",
+        "inputs": [{"title": "a", "type": "integer"}, {"title": "b", "type": "integer"}],
+        "start_node": {"$component_ref": "start"},
+        "nodes": [{"$component_ref": "start"}, {"$component_ref": "add"}, {"$component_ref": "end"}],
+        "control_flow_connections": [
+            {"component_type": "ControlFlowEdge", "name": "e1",
+             "from_node": {"$component_ref": "start"}, "to_node": {"$component_ref": "add"}},
+            {"component_type": "ControlFlowEdge", "name": "e2",
+             "from_node": {"$component_ref": "add"}, "to_node": {"$component_ref": "end"}},
+        ],
+        "$referenced_components": {
+            "start": {"component_type": "StartNode", "name": "start",
+                      "outputs": [{"title": "a", "type": "integer"}, {"title": "b", "type": "integer"}]},
+            "add": {"component_type": "ToolNode", "name": "add", "tool": tool},
+            "end": {"component_type": "EndNode", "name": "end",
+                    "outputs": [{"title": "sum", "type": "integer"}]},
+        },
+    }  # fmt: skip
+    spec = tmp_path / "adder.json"
+    spec.write_text(json.dumps(doc))
+    run = ("--state-dir", str(tmp_path / "runs"), "--input-json", '{"a": 2, "b": 40}')
+    code, out, err = invoke("run", str(spec), *run)
+    assert code == 0, err
+    assert output_of(out) == {"sum": 42}
+    code, first, err = invoke("import", str(spec))
+    assert code == 0, err
+    (tmp_path / "first.yaml").write_text(first)
+    code, exported, err = invoke("export", str(tmp_path / "first.yaml"))
+    assert code == 0, err
+    (tmp_path / "again.yaml").write_text(exported)
+    assert invoke("import", str(tmp_path / "again.yaml"))[1] == first
