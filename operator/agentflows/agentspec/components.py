@@ -131,7 +131,8 @@ def mcp(
                     "values from Secrets only)",
                 )
             )
-    return agent_api.McpTool(url=transport.url, include=include, timeout_seconds=timeout)
+    sse = transport.component_type == "SSETransport"
+    return agent_api.McpTool(url=transport.url, sse=sse, include=include, timeout_seconds=timeout)
 
 
 def tool(

@@ -50,7 +50,7 @@ SUPPORTED = frozenset(
         "ApiNode", "InputMessageNode",
         "OutputMessageNode",
         "ServerTool", "ClientTool", "RemoteTool", "MCPTool", "MCPToolBox", "MCPToolSpec",
-        "StdioTransport", "StreamableHTTPTransport",
+        "StdioTransport", "StreamableHTTPTransport", "SSETransport",
         "OpenAiConfig", "OpenAiCompatibleConfig", "VllmConfig", "OllamaConfig",
     }
 )  # fmt: skip
@@ -64,8 +64,7 @@ UNSUPPORTED = {
     "OciGenAiConfig": "OCI Generative AI models are not mapped yet",
     "GeminiConfig": "Gemini models are not mapped yet",
     "DbmsVectorChainLlmConfig": "DBMS vector-chain models are not supported",
-    "SSETransport": "MCP over SSE is not supported; use StreamableHTTPTransport",
-    "SSEmTLSTransport": "MCP over SSE is not supported; use StreamableHTTPTransport",
+    "SSEmTLSTransport": "MCP with mTLS is not supported",
     "StreamableHTTPmTLSTransport": "MCP with mTLS is not supported",
     "MessageSummarizationTransform": "message transforms are not supported",
     "ConversationSummarizationTransform": "message transforms are not supported",

@@ -115,7 +115,7 @@ class _Exporter:
                 transport["env"] = mcp.env
         else:
             transport = {
-                "component_type": "StreamableHTTPTransport",
+                "component_type": "SSETransport" if mcp.sse else "StreamableHTTPTransport",
                 "name": "http",
                 "url": mcp.url,
             }

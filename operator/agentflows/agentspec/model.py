@@ -137,9 +137,9 @@ class StdioTransport(Component):
 
 
 class StreamableHttpTransport(Component):
-    """An MCP server reached over streamable HTTP."""
+    """An MCP server reached over streamable HTTP (or the older HTTP+SSE transport)."""
 
-    component_type: Literal["StreamableHTTPTransport"]
+    component_type: Literal["StreamableHTTPTransport", "SSETransport"]
     url: str = Field(min_length=1)
     auth: Any = None
     headers: dict[str, str] | None = None

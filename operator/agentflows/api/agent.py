@@ -64,13 +64,21 @@ class McpTool(common.ApiModel):
                 {
                     "rule": "has(self.url) != has(self.command)",
                     "message": "set exactly one of url (streamable HTTP) or command (stdio)",
-                }
+                },
+                {
+                    "rule": "!has(self.sse) || !self.sse || has(self.url)",
+                    "message": "sse needs url",
+                },
             ]
         }
     }
 
     url: str | None = Field(
         default=None, max_length=2048, description="Streamable HTTP endpoint of the server."
+    )
+    sse: bool = Field(
+        default=False,
+        description="The url speaks the older HTTP+SSE transport, not streamable HTTP.",
     )
     headers: dict[str, common.SecretKeyRef] = Field(
         default_factory=dict, description="HTTP headers whose values come from Secrets."
@@ -94,6 +102,8 @@ class McpTool(common.ApiModel):
     def _one_transport(self) -> McpTool:
         if (self.url is None) == (self.command is None):
             raise ValueError("set exactly one of url (streamable HTTP) or command (stdio)")
+        if self.sse and self.url is None:
+            raise ValueError("sse needs url")
         return self
 
 

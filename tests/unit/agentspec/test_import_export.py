@@ -127,7 +127,7 @@ def test_an_input_with_no_data_edge_and_no_default_is_refused(tmp_path: Path) ->
     assert "nodes[1]: input 'q' of LlmNode 'ask' is not connected" in err
 
 
-def test_an_mcp_tool_over_sse_in_a_tool_node_is_refused_naming_the_transport(
+def test_an_mcp_tool_over_mtls_in_a_tool_node_is_refused_naming_the_transport(
     tmp_path: Path,
 ) -> None:
     doc = base()
@@ -135,15 +135,15 @@ def test_an_mcp_tool_over_sse_in_a_tool_node_is_refused_naming_the_transport(
         "component_type": "ToolNode", "name": "ask",
         "tool": {
             "component_type": "MCPTool", "name": "search",
-            "client_transport": {"component_type": "SSETransport", "name": "s", "url": "http://x"},
+            "client_transport": {"component_type": "SSEmTLSTransport", "name": "s", "url": "http://x"},
         },
     }  # fmt: skip
     doc["data_flow_connections"] = []
     doc["$referenced_components"]["end"]["outputs"][0]["default"] = ""
     err = refused(doc, tmp_path)
     assert (
-        "ask.tool.client_transport.component_type: SSETransport 's' is not supported: "
-        "MCP over SSE is not supported; use StreamableHTTPTransport"
+        "ask.tool.client_transport.component_type: SSEmTLSTransport 's' is not supported: "
+        "MCP with mTLS is not supported"
     ) in err
 
 

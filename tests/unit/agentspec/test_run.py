@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.support import a2a_server, mcp_servers
 from tests.support.endpoint import LoopbackEndpoint
 from tests.support.model_server import Reply, ScriptedModelServer, ToolCall
@@ -259,11 +261,14 @@ def test_an_a2a_error_fails_the_node_with_the_agent_s_message(
     assert "A2A error: reviewer is busy" in err
 
 
+@pytest.mark.parametrize("kind", ["StdioTransport", "SSETransport"])
 def test_a_tool_node_calls_one_tool_of_an_mcp_server(
-    model_server: ScriptedModelServer, tmp_path: Path
+    model_server: ScriptedModelServer, tmp_path: Path, kind: str
 ) -> None:
     command, args = mcp_servers.stdio_command()
-    transport = {"component_type": "StdioTransport", "name": "t", "command": command, "args": args}
+    transport: dict[str, object] = {"component_type": kind, "name": "t"}
+    server = mcp_servers.HttpMcpServer(sse=True).start() if kind == "SSETransport" else None
+    transport |= {"url": server.url} if server else {"command": command, "args": args}
     tool = {
         "component_type": "MCPTool", "name": "add", "client_transport": transport,
         "inputs": [{"title": "a", "type": "integer"}, {"title": "b", "type": "integer"}],
@@ -291,7 +296,11 @@ def test_a_tool_node_calls_one_tool_of_an_mcp_server(
     spec = tmp_path / "adder.json"
     spec.write_text(json.dumps(doc))
     run = ("--state-dir", str(tmp_path / "runs"), "--input-json", '{"a": 2, "b": 40}')
-    code, out, err = invoke("run", str(spec), *run)
+    try:
+        code, out, err = invoke("run", str(spec), *run)
+    finally:
+        if server:
+            server.stop()
     assert code == 0, err
     assert output_of(out) == {"sum": 42}
     code, first, err = invoke("import", str(spec))
