@@ -120,6 +120,65 @@ def workers_of(component: model.AgenticComponent) -> list[model.AgenticComponent
     return []
 
 
+@dataclasses.dataclass
+class SwarmPlan:
+    """Who in a Swarm may reach whom, by component key."""
+
+    #: The agents, the first agent first, then in the order the relationships name them.
+    agents: dict[str, model.AgenticComponent]
+    #: Caller -> the recipients it sends messages to (their answer comes back).
+    messages: dict[str, list[str]]
+    #: Caller -> the recipients it may hand the conversation over to.
+    handoffs: dict[str, list[str]]
+    #: Agent -> where the document first writes it.
+    paths: dict[str, str]
+
+
+def swarm_plan(swarm: model.Swarm) -> SwarmPlan:
+    """The agents and relationships of a Swarm; SpecInvalid on a pair it cannot run."""
+    mode = swarm.handoff
+    if isinstance(mode, bool):
+        mode = "optional" if mode else "never"
+    agents = {key(swarm.first_agent): swarm.first_agent}
+    paths = {key(swarm.first_agent): "first_agent"}
+    named: dict[str, str] = {swarm.first_agent.name: key(swarm.first_agent)}
+    pairs: list[tuple[str, str]] = []
+    found: list[documents.Problem] = []
+    for i, (caller, recipient) in enumerate(swarm.relationships):
+        for j, agent in enumerate((caller, recipient)):
+            if named.setdefault(agent.name, key(agent)) != key(agent):
+                found.append(errors.problem(
+                    f"relationships[{i}][{j}]",
+                    f"two different agents are named {agent.name!r}; give each its own name",
+                ))  # fmt: skip
+            agents.setdefault(key(agent), agent)
+            paths.setdefault(key(agent), f"relationships[{i}][{j}]")
+        pair = (key(caller), key(recipient))
+        if pair[0] == pair[1]:
+            found.append(errors.problem(f"relationships[{i}]", f"{caller.name!r} talks to itself"))
+        elif pair in pairs:
+            found.append(errors.problem(
+                f"relationships[{i}]", f"{caller.name!r} -> {recipient.name!r} is listed twice"
+            ))  # fmt: skip
+        pairs.append(pair)
+    if not any(key(swarm.first_agent) in pair for pair in pairs):
+        found.append(errors.problem(
+            "first_agent",
+            f"{swarm.first_agent.name!r} is in no relationship: the swarm could not reach "
+            "another agent (use an Agent instead)",
+        ))  # fmt: skip
+    if found:
+        raise errors.SpecInvalid(found)
+    recipients = {k: [r for c, r in dict.fromkeys(pairs) if c == k] for k in agents}
+    empty: dict[str, list[str]] = {k: [] for k in agents}
+    return SwarmPlan(
+        agents,
+        empty if mode == "always" else recipients,
+        empty if mode == "never" else recipients,
+        paths,
+    )
+
+
 def end_nodes(flow: model.Flow) -> list[model.EndNode]:
     """The flow's EndNodes."""
     return [n for n in flow.nodes if isinstance(n, model.EndNode)]

@@ -36,6 +36,12 @@ An Agent at the root is multi-turn: it waits for a user message, answers, and wa
 next one. Each turn is one run of the imported one-agent Flow whose Agent carries the
 conversation so far as its ``history`` (user and assistant messages), so the agent keeps its
 conversation between turns; client tools and confirmations pause a turn the same way.
+
+A Swarm at the root is such an Agent (its first agent) whose members reach each other through
+two tools: ``call_sub_agent`` sends a recipient a message and gives the caller its answer, and
+the client tool ``handoff_conversation`` is answered here, by the conversation itself: the turn
+starts again with the recipient, which gets the conversation so far and the user's message,
+and answers every later turn (:attr:`Conversation.active_agent`) until it hands over in turn.
 """
 
 from __future__ import annotations
@@ -50,7 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from agentflows.agents import host
-from agentflows.agentspec import importer
+from agentflows.agentspec import components, importer
 from agentflows.api import agent as agent_api
 from agentflows.api import flow as flow_api
 from agentflows.api import flowrun as flowrun_api
@@ -59,6 +65,9 @@ from agentflows.engine import clock, graph, run, store
 Kind = flowrun_api.RequestKind
 #: Who decides a request answered through this API, recorded in ``decidedBy``.
 USER = "user"
+#: Handoffs in one user turn before the turn fails: agents handing a message back and forth
+#: would otherwise never answer.
+MAX_HANDOFFS = 5
 
 
 class ConversationError(Exception):
@@ -134,6 +143,8 @@ class Conversation:
         self._turn = 0
         #: Request id -> the client tool results posted so far (sent once all are in).
         self._results: dict[str, dict[str, Any]] = {}
+        #: The Agent a Swarm handed the conversation to (None: the Flow's own agent).
+        self._active: str | None = None
 
     @classmethod
     def load(
@@ -160,6 +171,16 @@ class Conversation:
         """True when the document's root is an Agent (a multi-turn conversation)."""
         return self.imported.root == "Agent"
 
+    @property
+    def active_agent(self) -> str | None:
+        """The Agent that answers the next user message (a Swarm's changes on a handoff)."""
+        if not self.is_agent:
+            return None
+        if self._active is not None:
+            return self._active
+        call = self.imported.flows[self.imported.flow].spec.nodes[0].agent
+        return call.name if call is not None else None
+
     # -- running -------------------------------------------------------------------------
 
     async def execute(self) -> Status:
@@ -178,7 +199,10 @@ class Conversation:
                 return self.status
             self._turn += 1
             self.store = store.MemoryStore()
-        outcome = await self._run()
+        outcome = await self._run_handing_over()
+        if isinstance(outcome, Status):
+            self.status = outcome
+            return outcome
         self.status = self._status(outcome)
         if self.is_agent and outcome.phase == flowrun_api.RunPhase.SUCCEEDED:
             assert self._pending_message is not None
@@ -187,6 +211,27 @@ class Conversation:
             self._pending_message = None
             self.status = Status(StatusKind.USER_INPUT, "Your message:", outputs=outcome.output)
         return self.status
+
+    async def _run_handing_over(self) -> store.Outcome | Status:
+        """Run, going on with the recipient each time a Swarm's agent hands the turn over."""
+        outcome = await self._run()
+        handoffs = 0
+        while outcome.phase == flowrun_api.RunPhase.WAITING:
+            target = self._handoff()
+            if target is None:
+                break
+            if target:
+                handoffs += 1
+                if handoffs > MAX_HANDOFFS:
+                    return Status(
+                        StatusKind.FAILED,
+                        f"the agents handed the conversation over more than {MAX_HANDOFFS} "
+                        "times in one turn without answering",
+                    )
+                self._active = target
+                self.store = store.MemoryStore()
+            outcome = await self._run()
+        return outcome
 
     def execute_sync(self) -> Status:
         """:meth:`execute` for callers without an event loop."""
@@ -217,25 +262,53 @@ class Conversation:
     def _resolver(self) -> graph.StaticResolver:
         agents = {n: a.spec for n, a in self.imported.agents.items()}
         flows = {n: f.spec for n, f in self.imported.flows.items()}
-        if self.is_agent and self._turns:
+        if self.is_agent and (self._turns or self._active):
             flows[self.imported.flow], agents = self._next_turn(flows[self.imported.flow], agents)
         return graph.StaticResolver(agents, flows)
 
     def _next_turn(
         self, spec: flow_api.FlowSpec, agents: dict[str, agent_api.AgentSpec]
     ) -> tuple[flow_api.FlowSpec, dict[str, agent_api.AgentSpec]]:
-        """A later turn: the Agent carries the conversation; the prompt is the message alone."""
+        """A later (or handed-over) turn: the active Agent carries the conversation so far.
+
+        After the first turn the prompt is the message alone, the first turn (with the input
+        lines) being in the history.
+        """
         call = spec.nodes[0].agent
         assert call is not None
-        first = self._turns[0].content
-        lines = [f"{k}: {_text(v)}" for k, v in self._inputs_shown().items()]
-        turns = [Message("user", "\n".join([*lines, first])), *self._turns[1:]]
-        history = [agent_api.HistoryTurn(role=t.role, content=t.content) for t in turns]
-        agent = agents[call.name].model_copy(update={"history": history})
-        node = spec.nodes[0].model_copy(
-            update={"agent": call.model_copy(update={"prompt": "{{ .run.input.message }}"})}
+        name = self.active_agent or call.name
+        update: dict[str, Any] = {"name": name}
+        if self._turns:
+            first = self._turns[0].content
+            lines = [f"{k}: {_text(v)}" for k, v in self._inputs_shown().items()]
+            turns = [Message("user", "\n".join([*lines, first])), *self._turns[1:]]
+            history = [agent_api.HistoryTurn(role=t.role, content=t.content) for t in turns]
+            agents = {**agents, name: agents[name].model_copy(update={"history": history})}
+            update["prompt"] = "{{ .run.input.message }}"
+        node = spec.nodes[0].model_copy(update={"agent": call.model_copy(update=update)})
+        return spec.model_copy(update={"nodes": [node]}), agents
+
+    def _handoff(self) -> str | None:
+        """The Agent a waiting ``handoff_conversation`` call hands over to; None: no such call.
+
+        A call naming an Agent the active one cannot hand over to is answered with an error for
+        the agent to go on from, and gives ``""``; other client calls beside a handoff are
+        dropped with the turn.
+        """
+        pending = self._pending() if self.is_agent else None
+        calls = _calls(pending[1]) if pending is not None else []
+        call = next(
+            (c for c in calls if c.get("client") and c["tool"] == components.HANDOFF_TOOL), None
         )
-        return spec.model_copy(update={"nodes": [node]}), {**agents, call.name: agent}
+        if pending is None or call is None:
+            return None
+        target = (call.get("args") or {}).get("agent")
+        allowed = components.handoff_targets(self.imported.agents[self.active_agent or ""].spec)
+        if target in allowed:
+            return str(target)
+        error = f"no agent {target!r} to hand over to (agents: {', '.join(allowed)})"
+        self._decide(pending[0], decision=flowrun_api.Decision.RESPOND, data={"error": error})
+        return ""
 
     def _inputs_shown(self) -> dict[str, Any]:
         """The Agent's inputs as its first prompt gave them (given, else their defaults)."""

@@ -43,7 +43,7 @@ REF = "$component_ref"
 SUPPORTED = frozenset(
     {
         "Flow", "Agent", "SpecializedAgent", "AgentSpecializationParameters", "ManagerWorkers",
-        "A2AAgent",
+        "Swarm", "A2AAgent",
         "ControlFlowEdge", "DataFlowEdge",
         "StartNode", "EndNode", "LlmNode", "AgentNode", "ToolNode", "BranchingNode",
         "FlowNode", "MapNode", "ParallelMapNode", "ParallelFlowNode", "CatchExceptionNode",
@@ -56,8 +56,6 @@ SUPPORTED = frozenset(
 )  # fmt: skip
 #: Component types of Agent Spec this runtime refuses, each with the reason shown to the user.
 UNSUPPORTED = {
-    "Swarm": "a Swarm hands the conversation from agent to agent, which agentflows does not "
-    "do (its agents call sub-agents and get their answers back); use ManagerWorkers",
     "RemoteAgent": "RemoteAgent is abstract; use A2AAgent",
     "OciAgent": "OCI agents are not supported",
     "BuiltinTool": "builtin tools are not supported",

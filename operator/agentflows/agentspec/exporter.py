@@ -19,7 +19,7 @@ import json
 import re
 from typing import Any
 
-from agentflows.agentspec import checks, document, errors, jqshapes, mapping
+from agentflows.agentspec import checks, components, document, errors, jqshapes, mapping
 from agentflows.api import agent as agent_api
 from agentflows.api import documents
 from agentflows.api import flow as flow_api
@@ -52,6 +52,8 @@ class _Exporter:
         self.flows: dict[str, str] = {}
         self.agents: dict[str, str] = {}
         self.llms: dict[str, str] = {}
+        #: Exporting a Swarm's agents: their sub-agents and handoff tool are its relationships.
+        self.swarm = False
 
     def fail(self, path: str, message: str) -> None:
         self.problems.append(errors.problem(path, message))
@@ -207,9 +209,11 @@ class _Exporter:
             "tools": [], "toolboxes": [],
         }  # fmt: skip
         for i, tool in enumerate(spec.tools):
+            if self.swarm and tool.client is not None and tool.name == components.HANDOFF_TOOL:
+                continue
             where, exported = self.tool(tool, f"Agent {name}.tools[{i}]")
             component[where].append(exported)
-        if spec.sub_agents:
+        if spec.sub_agents and not self.swarm:
             component = self.manager_workers(component, spec.sub_agents, path)
         self.components[cid] = component
         return _ref(cid)
@@ -766,7 +770,7 @@ def export(flow_name: str, resolver: capabilities.Resolver) -> dict[str, Any]:
     ex = _Exporter(resolver)
     spec = resolver.flow(flow_name)
     if spec is not None and _runs_one_agent(spec):
-        return _agent_document(ex, spec)
+        return _agent_document(ex, flow_name, spec)
     root = ex.flow(flow_name, "")
     if ex.problems:
         raise errors.SpecInvalid(ex.problems)
@@ -783,8 +787,8 @@ def _runs_one_agent(spec: flow_api.FlowSpec) -> bool:
     return len(spec.nodes) == 1 and node.agent is not None and node.agent.prompt.endswith(_MESSAGE)
 
 
-def _agent_document(ex: _Exporter, spec: flow_api.FlowSpec) -> dict[str, Any]:
-    """A top-level Agent: inputs are the flow's (less ``message``), given as prompt lines."""
+def _agent_document(ex: _Exporter, flow_name: str, spec: flow_api.FlowSpec) -> dict[str, Any]:
+    """A top-level Agent (or Swarm): inputs are the flow's (less ``message``), as prompt lines."""
     call = spec.nodes[0].agent
     assert call is not None
     inputs = [p for p in _properties(spec.input) if p["title"] != "message"]
@@ -795,11 +799,56 @@ def _agent_document(ex: _Exporter, spec: flow_api.FlowSpec) -> dict[str, Any]:
             "spec.nodes[0].agent.prompt",
             f"a top-level Agent's prompt is the input lines then {_MESSAGE}",
         )
+    members = _swarm_members(ex.resolver, call.name)
+    ex.swarm = any(components.handoff_targets(ex.resolver.agent(m)) for m in members)
     ref = ex.agent(call.name, [str(p["title"]) for p in inputs], [], "spec.nodes[0].agent")
+    root = _swarm(ex, flow_name, members) if ex.swarm else None
     if ex.problems:
         raise errors.SpecInvalid(ex.problems)
-    agent = ex.components.pop(ref[document.REF])
-    agent["inputs"] = inputs
+    first = ex.components[ref[document.REF]]
+    first["inputs"] = inputs
+    if root is None:
+        root = ex.components.pop(ref[document.REF])
     if spec.description:
-        agent["description"] = spec.description
-    return {document.VERSION_FIELD: document.EXPORT_VERSION, **agent, document.REFS: ex.components}
+        root["description"] = spec.description
+    return {document.VERSION_FIELD: document.EXPORT_VERSION, **root, document.REFS: ex.components}
+
+
+def _swarm_members(resolver: capabilities.Resolver, first: str) -> list[str]:
+    """``first`` and every Agent it reaches through sub-agents and handoffs, in order met."""
+    members = [first]
+    for name in members:
+        spec = resolver.agent(name)
+        reached = [*(spec.sub_agents if spec else []), *components.handoff_targets(spec)]
+        members += [n for n in dict.fromkeys(reached) if n not in members]
+    return members
+
+
+def _swarm(ex: _Exporter, flow_name: str, members: list[str]) -> dict[str, Any]:
+    """The Swarm of Agents that hand the conversation over: who reaches whom, and how."""
+    pairs: list[list[dict[str, str]]] = []
+    modes: set[str] = set()
+    for name in members:
+        spec = ex.resolver.agent(name)
+        messages = list(spec.sub_agents) if spec else []
+        handoffs = components.handoff_targets(spec)
+        if messages and handoffs and messages != handoffs:
+            ex.fail(
+                f"Agent {name}.subAgents",
+                "the sub-agents differ from the agents the handoff tool names; an Agent Spec "
+                "Swarm gives every relationship the same handoff setting",
+            )
+        if messages or handoffs:
+            modes.add("optional" if messages and handoffs else "always" if handoffs else "never")
+        for recipient in dict.fromkeys([*messages, *handoffs]):
+            pairs.append([ex.agent(name, [], [], ""), ex.agent(recipient, [], [], "")])
+    if len(modes) > 1:
+        ex.fail(
+            "spec.nodes[0].agent", f"the agents mix handoff settings ({', '.join(sorted(modes))})"
+        )
+    return {
+        "component_type": "Swarm", "id": flow_name, "name": flow_name,
+        "first_agent": ex.agent(members[0], [], [], ""),
+        "relationships": pairs,
+        "handoff": modes.pop() if modes else "optional",
+    }  # fmt: skip

@@ -94,10 +94,38 @@ class _Translator:
             )
         return self.done[done_key]
 
-    def top_agent(self, component: model.AgenticComponent) -> str:
+    def swarm(self, swarm: model.Swarm) -> str:
+        """A Swarm: an Agent per member; each reaches its recipients through tools.
+
+        ``call_sub_agent`` sends a recipient a message and returns its answer; the client tool
+        ``handoff_conversation`` asks the host to hand the conversation over (the conversation
+        API does: the recipient answers from then on). The Flow runs the first agent.
+        """
+        plan = checks.swarm_plan(swarm)
+        names = {k: self.agent(a, plan.paths[k]) for k, a in plan.agents.items()}
+        for k in plan.agents:
+            resource = self.result.agents[names[k]]
+            spec = resource.spec
+            update: dict[str, Any] = {
+                "sub_agents": [*spec.sub_agents, *(names[r] for r in plan.messages[k])]
+            }
+            if plan.handoffs[k]:
+                targets = [names[r] for r in plan.handoffs[k]]
+                update["tools"] = [*spec.tools, components.handoff_tool(targets)]
+            resource.spec = spec.model_copy(update=update)
+        confirm = any(self.needs_confirmation(a) for a in plan.agents.values())
+        return self.top_agent(swarm.first_agent, swarm, confirm)
+
+    def top_agent(
+        self,
+        component: model.AgenticComponent,
+        named: model.Component | None = None,
+        confirm: bool | None = None,
+    ) -> str:
+        """The Flow of a root agentic component (named after ``named``, e.g. its Swarm)."""
         agent = checks.effective_agent(component)
-        name = mapping.resource_name(agent.name, self.flow_names)
-        agent_name = self.agent(component, "")
+        name = mapping.resource_name((named or agent).name, self.flow_names)
+        agent_name = self.agent(component, "first_agent" if named else "")
         inputs = agent.inputs
         if inputs is None:
             inputs = [
@@ -109,12 +137,14 @@ class _Translator:
         call = flow_api.AgentCall(
             name=agent_name, prompt="\n".join([*lines, "{{ .run.input.message }}"])
         )
+        if confirm is None:
+            confirm = self.needs_confirmation(component)
         spec = flow_api.FlowSpec(
-            description=agent.description or "",
+            description=(named or agent).description or "",
             input=schema,
             nodes=[flow_api.Node(id="agent", agent=call)],
             output="=.nodes.agent.text",
-            autonomy=_autonomy(self.needs_confirmation(component)),
+            autonomy=_autonomy(confirm),
         )
         self.result.flows[name] = flow_api.Flow(metadata=common.ObjectMeta(name=name), spec=spec)
         self.result.root = "Agent"
@@ -521,12 +551,14 @@ def _object(fields: dict[str, str]) -> str:
     return "{" + ", ".join(f"{json.dumps(k)}: ({v})" for k, v in fields.items()) + "}"
 
 
-def translate(root: model.Flow | model.AgenticComponent) -> Imported:
+def translate(root: model.Flow | model.AgenticComponent | model.Swarm) -> Imported:
     """The resources of a typed document; SpecInvalid with every problem."""
     tr = _Translator()
     if isinstance(root, model.Flow):
         checks.check(root)
         tr.result.flow = tr.flow(root, "")
+    elif isinstance(root, model.Swarm):
+        tr.result.flow = tr.swarm(root)
     else:
         tr.result.flow = tr.top_agent(root)
     if tr.problems:

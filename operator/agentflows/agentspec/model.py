@@ -232,6 +232,21 @@ AgenticComponent = Annotated[
 ]
 
 
+class Swarm(WithIO):
+    """Agents that message each other and hand the user's conversation over (a root only).
+
+    Each pair of ``relationships`` lets the first agent (the caller) reach the second (the
+    recipient); ``handoff`` says how: ``never`` (send a message, get the answer back),
+    ``always`` (hand the conversation over), ``optional`` (both; ``true`` in older versions,
+    ``false`` meaning ``never``).
+    """
+
+    component_type: Literal["Swarm"]
+    first_agent: AgenticComponent
+    relationships: list[tuple[AgenticComponent, AgenticComponent]] = Field(min_length=1)
+    handoff: bool | Literal["never", "optional", "always"] = "optional"
+
+
 class A2AAgent(WithIO):
     """An agent served elsewhere, asked over the A2A protocol (JSON-RPC ``message/send``)."""
 
@@ -397,9 +412,9 @@ class Flow(WithIO):
 
 
 Root = Annotated[
-    Flow | Agent | SpecializedAgent | ManagerWorkers, Field(discriminator="component_type")
+    Flow | Agent | SpecializedAgent | ManagerWorkers | Swarm, Field(discriminator="component_type")
 ]
-_ROOT: pydantic.TypeAdapter[Flow | Agent | SpecializedAgent | ManagerWorkers] = (
+_ROOT: pydantic.TypeAdapter[Flow | Agent | SpecializedAgent | ManagerWorkers | Swarm] = (
     pydantic.TypeAdapter(Root)
 )
 _ANY = Annotated[
@@ -407,6 +422,7 @@ _ANY = Annotated[
     | Agent
     | SpecializedAgent
     | ManagerWorkers
+    | Swarm
     | A2AAgent
     | AgentSpecializationParameters
     | ControlFlowEdge
@@ -420,6 +436,7 @@ _ANY = Annotated[
     Field(discriminator="component_type"),
 ]
 _COMPONENT: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(_ANY)
+_ROOTS = ("Flow", "Agent", "SpecializedAgent", "ManagerWorkers", "Swarm")
 
 
 def _problems(exc: pydantic.ValidationError, prefix: str) -> list[documents.Problem]:
@@ -432,20 +449,23 @@ def _problems(exc: pydantic.ValidationError, prefix: str) -> list[documents.Prob
     return out
 
 
-def parse(resolved: document.Resolved) -> Flow | Agent | SpecializedAgent | ManagerWorkers:
+def parse(
+    resolved: document.Resolved,
+) -> Flow | Agent | SpecializedAgent | ManagerWorkers | Swarm:
     """Type a resolved document; SpecInvalid with every field problem at its path.
 
     Each referenced component is checked once, at its place under ``$referenced_components``,
     so a mistake in a node used by five edges is reported once.
     """
     root = resolved.root
-    if root.get("component_type") not in ("Flow", "Agent", "SpecializedAgent", "ManagerWorkers"):
+    if root.get("component_type") not in _ROOTS:
         raise errors.SpecInvalid(
             [
                 errors.problem(
                     "component_type",
                     f"the document's root is a {root.get('component_type')}; "
-                    "agentflows runs a Flow, an Agent, a SpecializedAgent or a ManagerWorkers",
+                    "agentflows runs a Flow, an Agent, a SpecializedAgent, a ManagerWorkers "
+                    "or a Swarm",
                 )
             ]
         )

@@ -244,7 +244,7 @@ def test_an_unknown_component_type_is_refused(tmp_path: Path) -> None:
     [
         ("GeminiConfig", "Gemini models are not mapped yet"),
         ("OciAgent", "OCI agents are not supported"),
-        ("Swarm", "a Swarm hands the conversation from agent to agent, which agentflows"),
+        ("BuiltinTool", "builtin tools are not supported"),
     ],
 )
 def test_a_known_but_unsupported_component_is_refused_naming_it(
