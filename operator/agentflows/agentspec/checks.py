@@ -76,7 +76,7 @@ def effective_agent(component: model.AgenticComponent) -> model.Agent:
     if isinstance(component, model.SpecializedAgent):
         base, extra = component.agent, component.agent_specialization_parameters
         prompt = "\n\n".join(p for p in (base.system_prompt, extra.additional_instructions) if p)
-        merged = {
+        merged: dict[str, object] = {
             "name": component.name,
             "id": component.id,
             "system_prompt": prompt,
@@ -84,6 +84,8 @@ def effective_agent(component: model.AgenticComponent) -> model.Agent:
             "inputs": _merged(base.inputs, extra.inputs, component.inputs),
             "outputs": _merged(base.outputs, extra.outputs, component.outputs),
         }
+        if extra.human_in_the_loop is not None:
+            merged["human_in_the_loop"] = extra.human_in_the_loop
         return base.model_copy(update=merged)
     manager = effective_agent(component.group_manager)
     update: dict[str, object] = {"name": component.name, "id": component.id}

@@ -20,6 +20,8 @@ from agentflows.api import documents
 _METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 #: The client tool a Swarm's agent hands the conversation over with (the host switches agent).
 HANDOFF_TOOL = "handoff_conversation"
+#: The client tool an AgentNode's agent (``human_in_the_loop``) asks the user a question with.
+ASK_USER_TOOL = "ask_user"
 
 
 def python_script(tool: model.ServerTool, path: str, out: list[documents.Problem]) -> str:
@@ -235,3 +237,26 @@ def handoff_targets(spec: agent_api.AgentSpec | None) -> list[str]:
             enum = ((params.get("properties") or {}).get("agent") or {}).get("enum")
             return [str(n) for n in enum] if isinstance(enum, list) else []
     return []
+
+
+def ask_user_tool() -> agent_api.Tool:
+    """The client tool an agent in a flow asks the user with; the answer is the result."""
+    return agent_api.Tool(
+        name=ASK_USER_TOOL,
+        description="Ask the user a question and wait for the answer. Use it when you need "
+        "something only the user knows; otherwise answer directly.",
+        parameters={
+            "type": "object",
+            "properties": {"question": {"type": "string", "description": "The question."}},
+            "required": ["question"],
+            "additionalProperties": False,
+        },
+        read_only=True,
+        client=agent_api.ClientTool(),
+    )
+
+
+def asks_user(spec: agent_api.AgentSpec | None) -> bool:
+    """True when the Agent has the ``ask_user`` client tool."""
+    tools = spec.tools if spec is not None else []
+    return any(t.client is not None and t.name == ASK_USER_TOOL for t in tools)

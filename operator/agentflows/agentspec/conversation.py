@@ -346,6 +346,9 @@ class Conversation:
         if asked and all(c.get("client") for c in calls):
             given = self._results.get(request_id, {})
             left = [call for call in asked if call.id not in given]
+            question = _question(left)
+            if question is not None:
+                return Status(StatusKind.USER_INPUT, _text((question.args or {}).get("question")))
             return Status(StatusKind.TOOL_REQUEST, request.message, left)
         return Status(StatusKind.CONFIRMATION, request.message, asked)
 
@@ -357,6 +360,15 @@ class Conversation:
         if pending is not None and pending[1].kind == Kind.INPUT:
             self._decide(pending[0], decision=flowrun_api.Decision.RESPOND, data=text)
             return
+        if pending is not None:
+            given = self._results.get(pending[0], {})
+            question = _question(
+                [ToolRequest(str(c["id"]), str(c["tool"]), None) for c in _calls(pending[1])
+                 if c.get("client") and str(c["id"]) not in given]
+            )  # fmt: skip
+            if question is not None:
+                self.post_tool_result(question.id, text)
+                return
         if self.is_agent and pending is None and self._pending_message is None:
             self._pending_message = text
             return
@@ -405,6 +417,9 @@ class Conversation:
         for key, record in self.store.checkpoint.nodes.items():
             kind = self._kind_of(key)
             output = record.output or {}
+            if kind == "AgentNode":
+                for request in self.store.checkpoint.requests.values():
+                    said += _exchanges(request) if request.node == key else []
             if kind == "InputMessageNode" and key in requests:
                 request = requests[key]
                 if request.message:
@@ -438,6 +453,28 @@ def _node(imported: importer.Imported, flow: str, node_id: str) -> flow_api.Node
     resource = imported.flows.get(flow)
     nodes = resource.spec.nodes if resource else []
     return next((n for n in nodes if n.id == node_id), None)
+
+
+def _question(calls: list[ToolRequest]) -> ToolRequest | None:
+    """The first ``ask_user`` call among client calls still waiting, if any."""
+    return next((c for c in calls if c.name == components.ASK_USER_TOOL), None)
+
+
+def _exchanges(request: flowrun_api.HumanRequest) -> list[Message]:
+    """The questions an agent asked the user in ``request`` (``ask_user``), and the answers."""
+    client = [c for c in _calls(request) if c.get("client")]
+    said = []
+    for call in client:
+        if call["tool"] != components.ASK_USER_TOOL:
+            continue
+        said.append(Message("assistant", _text((call.get("args") or {}).get("question"))))
+        if request.decision == flowrun_api.Decision.RESPOND:
+            data = request.data
+            answer = (
+                data.get(str(call["id"])) if len(client) > 1 and isinstance(data, dict) else data
+            )
+            said.append(Message("user", _text(answer)))
+    return said
 
 
 def _calls(request: flowrun_api.HumanRequest) -> list[dict[str, Any]]:

@@ -184,8 +184,14 @@ class _Exporter:
         return out
 
     def agent(
-        self, name: str, inputs: list[str], outputs: list[dict[str, Any]], path: str
+        self,
+        name: str,
+        inputs: list[str],
+        outputs: list[dict[str, Any]],
+        path: str,
+        in_node: bool = False,
     ) -> dict[str, str]:
+        """A reference to the exported Agent ``name``; ``in_node``: an AgentNode runs it."""
         cid = f"agent.{name}"
         if name in self.agents:
             return _ref(cid)
@@ -208,7 +214,11 @@ class _Exporter:
             "outputs": outputs,
             "tools": [], "toolboxes": [],
         }  # fmt: skip
+        if in_node and not components.asks_user(spec):
+            component["human_in_the_loop"] = False
         for i, tool in enumerate(spec.tools):
+            if tool.client is not None and tool.name == components.ASK_USER_TOOL:
+                continue
             if self.swarm and tool.client is not None and tool.name == components.HANDOFF_TOOL:
                 continue
             where, exported = self.tool(tool, f"Agent {name}.tools[{i}]")
@@ -701,7 +711,7 @@ def _finish_outputs(writer: _FlowWriter) -> None:
         if not outputs and "text" in writer.reads[node_id]:
             outputs = [{"title": "output", "type": "string"}]
         where = writer.path(node_id, "agent")
-        writer.out[node_id]["agent"] = writer.ex.agent(name, inputs, outputs, where)
+        writer.out[node_id]["agent"] = writer.ex.agent(name, inputs, outputs, where, in_node=True)
 
 
 def _control_edges(writer: _FlowWriter) -> list[dict[str, Any]]:

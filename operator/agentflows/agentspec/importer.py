@@ -151,6 +151,13 @@ class _Translator:
         self.result.kinds[name] = {"agent": "Agent"}
         return name
 
+    def asks_user(self, name: str) -> None:
+        """Give Agent ``name`` (run by an AgentNode) the ``ask_user`` client tool, once."""
+        resource = self.result.agents[name]
+        if not components.asks_user(resource.spec):
+            tools = [*resource.spec.tools, components.ask_user_tool()]
+            resource.spec = resource.spec.model_copy(update={"tools": tools})
+
     def needs_confirmation(self, component: model.AgenticComponent) -> bool:
         """True when a tool of the agent, or of a worker, asks to confirm each call."""
         found = components.needs_confirmation(checks.effective_agent(component))
@@ -371,6 +378,8 @@ class _FlowBuilder:
             self.a2a(key, node, node.agent, bound)
             return
         name = self.tr.agent(node.agent, f"{self.where(key)}.agent")
+        if checks.effective_agent(node.agent).human_in_the_loop:
+            self.tr.asks_user(name)
         self.supervised |= self.tr.needs_confirmation(node.agent)
         lines = [f"{title}: {{{{ {expr} }}}}" for title, expr in bound.items()]
         outputs = node.outputs or checks.effective_agent(node.agent).outputs

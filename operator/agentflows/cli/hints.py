@@ -91,6 +91,10 @@ def describe(
         f"run {run} waits for request {request_id!r} ({request.get('kind')}): "
         f"{request.get('message', '')}"
     ]
+    proposal = request.get("proposal")
+    if isinstance(proposal, dict) and _client_calls(proposal):
+        # the caller needs the arguments to run the tool (or, for ask_user, to see the question)
+        lines += [f"  {c.get('tool')} {_json(c.get('args'))}" for c in proposal["calls"]]
     lines += [f"  {choice + ':':<9} {command}" for choice, command in commands]
     return "\n".join(lines)
 

@@ -173,3 +173,46 @@ def test_two_client_calls_in_one_reply_each_get_their_own_result(
     assert conv.execute_sync().outputs == "Only May 4."
     results = [m["content"] for m in model_server.requests[1].messages if m["role"] == "tool"]
     assert results == ["false", "true"]
+
+
+def _offered(request: object) -> list[str]:
+    return [t["function"]["name"] for t in getattr(request, "body", {}).get("tools") or []]
+
+
+def test_an_agent_node_asks_the_user_and_goes_on_with_the_answer(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    conv = _load("support_chat.yaml", tmp_path, model_server)
+    conv.execute_sync()
+    conv.append_user_message("A7")
+    model_server.script(Reply.calls(ToolCall("ask_user", {"question": "The blue jacket?"})))
+    status = conv.execute_sync()
+    assert (status.kind, status.message) == (Kind.USER_INPUT, "The blue jacket?")
+    conv.append_user_message("Yes, the blue one.")
+    model_server.script(Reply.text("The blue jacket of order A7 has shipped."))
+    status = conv.execute_sync()
+    assert status.outputs == {"answer": "The blue jacket of order A7 has shipped."}
+    assert _offered(model_server.requests[0]) == ["order_status", "ask_user"]
+    assert model_server.requests[1].messages[-1]["content"] == "Yes, the blue one."
+    assert [(m.role, m.content) for m in conv.messages][2:5] == [
+        ("assistant", "Looking up order A7."),
+        ("assistant", "The blue jacket?"),
+        ("user", "Yes, the blue one."),
+    ]
+
+
+def test_an_agent_node_without_human_in_the_loop_cannot_ask_the_user(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    path = served("support_chat.yaml", tmp_path, model_server)
+    path.write_text(
+        path.read_text().replace(
+            "name: order-helper", "name: order-helper\n      human_in_the_loop: false"
+        )
+    )
+    conv = conversation.Conversation.from_file(path, {}, model_server.env)
+    conv.execute_sync()
+    conv.append_user_message("A7")
+    model_server.script(Reply.text("Order A7 has shipped."))
+    assert conv.execute_sync().kind == Kind.FINISHED
+    assert _offered(model_server.requests[0]) == ["order_status"]

@@ -310,3 +310,24 @@ def test_a_tool_node_calls_one_tool_of_an_mcp_server(
     assert code == 0, err
     (tmp_path / "again.yaml").write_text(exported)
     assert invoke("import", str(tmp_path / "again.yaml"))[1] == first
+
+
+def test_an_agent_node_question_waits_and_resume_gives_the_answer(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    spec = served("support_chat.yaml", tmp_path, model_server)
+    run = ("--state-dir", str(tmp_path / "runs"))
+    invoke("run", str(spec), *run, "--name", "q1")
+    model_server.script(Reply.calls(ToolCall("ask_user", {"question": "The blue jacket?"})))
+    code, _out, err = invoke("resume", "q1", *run, "--data", '"A7"')
+    assert code == 3, err
+    assert "The blue jacket?" in err
+    model_server.script(
+        Reply.calls(ToolCall("order_status", {"order": "A7"})), Reply.text("It has shipped.")
+    )
+    code, _out, err = invoke("resume", "q1", *run, "--data", '"Yes"')
+    assert code == 3, err
+    assert model_server.requests[1].messages[-1]["content"] == "Yes"
+    code, out, err = invoke("resume", "q1", *run, "--data", '"shipped"')
+    assert code == 0, err
+    assert output_of(out) == {"answer": "It has shipped."}
