@@ -291,6 +291,16 @@ class AgentNode(_Node):
     component_type: Literal["AgentNode"]
     agent: NodeAgent
 
+    @pydantic.field_validator("agent", mode="before")
+    @classmethod
+    def _no_swarm(cls, value: Any) -> Any:
+        if isinstance(value, dict) and value.get("component_type") == "Swarm":
+            raise ValueError(
+                "a Swarm runs only at the root of a document, where it talks with the user "
+                "turn after turn; in an AgentNode use a ManagerWorkers"
+            )
+        return value
+
 
 class ToolNode(_Node):
     """One tool call."""

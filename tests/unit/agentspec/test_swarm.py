@@ -191,3 +191,32 @@ def test_agentflows_run_gives_a_swarm_s_first_agent_the_message_and_its_recipien
     )
     assert code == 0, err
     assert output_of(out) == "Invoice 42 is paid."
+
+
+def test_a_swarm_in_an_agent_node_is_refused_at_its_path(tmp_path: Path) -> None:
+    swarm = yaml.safe_load((DATA / "swarm.yaml").read_text())
+    refs = swarm.pop("$referenced_components")
+    del swarm["agentspec_version"]
+
+    def edge(name: str, source: str, target: str) -> dict[str, Any]:
+        return {
+            "component_type": "ControlFlowEdge", "name": name,
+            "from_node": {"$component_ref": source}, "to_node": {"$component_ref": target},
+        }  # fmt: skip
+
+    doc = {
+        "agentspec_version": "26.2.0", "component_type": "Flow", "name": "desk",
+        "start_node": {"$component_ref": "start"},
+        "nodes": [{"$component_ref": n} for n in ("start", "team", "end")],
+        "control_flow_connections": [edge("a", "start", "team"), edge("b", "team", "end")],
+        "$referenced_components": {
+            **refs,
+            "start": {"component_type": "StartNode", "id": "start", "name": "start"},
+            "team": {"component_type": "AgentNode", "id": "team", "name": "team", "agent": swarm},
+            "end": {"component_type": "EndNode", "id": "end", "name": "end"},
+        },
+    }  # fmt: skip
+    assert (
+        "$referenced_components.team.agent: a Swarm runs only at the root of a document"
+        in _refused(doc, tmp_path)
+    )
