@@ -331,3 +331,31 @@ def test_an_agent_node_question_waits_and_resume_gives_the_answer(
     code, out, err = invoke("resume", "q1", *run, "--data", '"shipped"')
     assert code == 0, err
     assert output_of(out) == {"answer": "It has shipped."}
+
+
+def test_agent_spec_files_in_a_directory_are_found_and_run(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    specs = tmp_path / "specs"
+    (specs / "nested").mkdir(parents=True)
+    served("branching.yaml", specs / "nested", model_server)
+    (specs / "kustomization.yaml").write_text("resources: []\n")
+    model_server.script(Reply.text("OTHER"))
+    state = str(tmp_path / "runs")
+    code, out, err = invoke("run", str(specs), "--state-dir", state, "--input", "ticket=hi")
+    assert code == 0, err
+    assert output_of(out) == {"label": "OTHER"}
+
+
+def test_a_directory_mixing_agent_spec_json_and_resources_validates_each(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "mcp_tools.json").write_text((DATA / "mcp_tools.json").read_text())
+    code, out, err = invoke("import", str(DATA / "weather_api.yaml"))
+    assert code == 0, err
+    (tmp_path / "weather.yaml").write_text(out)
+    mcp_resources = invoke("import", str(DATA / "mcp_tools.json"))[1].count("\nkind: ")
+    weather_resources = out.count("\nkind: ")
+    code, out, err = invoke("validate", str(tmp_path))
+    assert code == 0, out + err
+    assert f"{mcp_resources + weather_resources} resource(s) valid" in out + err
