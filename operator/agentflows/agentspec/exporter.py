@@ -10,7 +10,8 @@ because Agent Spec has no component for it.
 
 Every component is written once under ``$referenced_components`` and referred to by id; ids
 are ``<flow>.<node>``, names are the agentflows node ids (which the importer turns back into the
-same ids).
+same ids). Agents, tools, models and root Agents or Swarms are written by
+:mod:`.export_components`; this module writes Flows and their nodes.
 """
 
 from __future__ import annotations
@@ -19,9 +20,14 @@ import json
 import re
 from typing import Any
 
-from agentflows.agentspec import checks, components, document, errors, jqshapes, mapping
-from agentflows.api import agent as agent_api
-from agentflows.api import documents
+from agentflows.agentspec import (
+    checks,
+    document,
+    errors,
+    export_components,
+    jqshapes,
+    mapping,
+)
 from agentflows.api import flow as flow_api
 from agentflows.engine import capabilities
 
@@ -34,237 +40,15 @@ _COLLECT = re.compile(
 )
 _TEMPLATE = re.compile(r"\{\{ (.+?) \}\}")
 _START = re.compile(r"^=(?:(\{.*\}) \+ )?\(\.run\.input // \{\}\)$")
-_ARG = re.compile(r"\{\{ \.args\.([A-Za-z_][A-Za-z0-9_]*) \}\}")
 _REDUCERS = {".": "append", "add": "sum", "(add / length)": "average", "max": "max", "min": "min"}
 _JSON_LINE = re.compile(r"^Answer with a JSON object with the keys: (.*)\.$")
 _INPUT_LINE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*): \{\{ (.+) \}\}$")
 
 
-def _ref(component_id: str) -> dict[str, str]:
-    return {document.REF: component_id}
-
-
-class _Exporter:
-    def __init__(self, resolver: capabilities.Resolver) -> None:
-        self.resolver = resolver
-        self.components: dict[str, Any] = {}
-        self.problems: list[documents.Problem] = []
-        self.flows: dict[str, str] = {}
-        self.agents: dict[str, str] = {}
-        self.llms: dict[str, str] = {}
-        #: Exporting a Swarm's agents: their sub-agents and handoff tool are its relationships.
-        self.swarm = False
-
-    def fail(self, path: str, message: str) -> None:
-        self.problems.append(errors.problem(path, message))
-
-    def llm_config(self, model: agent_api.ModelSpec, path: str) -> dict[str, str]:
-        provider, _, model_id = model.name.partition("/")
-        if provider != "openai" or not model_id:
-            self.fail(
-                f"{path}.name",
-                f"{model.name!r}: Agent Spec has no config for this provider; "
-                "export supports openai/<model>",
-            )
-        if model.api_key is not None:
-            self.fail(f"{path}.apiKey", "a model key from a Secret has no Agent Spec equivalent")
-        config: dict[str, Any] = {"name": model.name, "model_id": model_id}
-        if model.api_base:
-            config = {"component_type": "OpenAiCompatibleConfig", **config, "url": model.api_base}
-        else:
-            config = {"component_type": "OpenAiConfig", **config}
-        params = {
-            k: getattr(model, k)
-            for k in ("temperature", "top_p", "max_tokens")
-            if getattr(model, k) is not None
-        }
-        if params:
-            config["default_generation_parameters"] = params
-        if model.timeout_seconds != agent_api.ModelSpec.model_fields["timeout_seconds"].default:
-            config["retry_policy"] = {"request_timeout": model.timeout_seconds}
-        canonical = json.dumps(config, sort_keys=True)
-        if canonical not in self.llms:
-            key = f"llm-{len(self.llms) + 1}"
-            self.llms[canonical] = key
-            self.components[key] = {"id": key, **config}
-        return _ref(self.llms[canonical])
-
-    def flow(self, name: str, path: str) -> dict[str, str]:
-        """A reference to the exported Flow ``name`` (written once)."""
-        cid = f"flow.{name}"
-        if name not in self.flows:
-            self.flows[name] = cid
-            spec = self.resolver.flow(name)
-            if spec is None:
-                self.fail(path, f'no Flow "{name}"')
-            else:
-                self.components[cid] = _write_flow(self, name, spec)
-        return _ref(cid)
-
-    # -- tools and agents --------------------------------------------------------------------
-
-    def transport(self, mcp: agent_api.McpTool, path: str) -> dict[str, Any]:
-        if mcp.headers:
-            self.fail(f"{path}.headers", "MCP headers from Secrets have no Agent Spec equivalent")
-        if mcp.command is not None:
-            transport: dict[str, Any] = {
-                "component_type": "StdioTransport",
-                "name": "stdio",
-                "command": mcp.command,
-                "args": mcp.args,
-            }
-            if mcp.env:
-                transport["env"] = mcp.env
-        else:
-            transport = {
-                "component_type": "SSETransport" if mcp.sse else "StreamableHTTPTransport",
-                "name": "http",
-                "url": mcp.url,
-            }
-        if mcp.timeout_seconds != 60:
-            transport["session_parameters"] = {"read_timeout_seconds": mcp.timeout_seconds}
-        return transport
-
-    def tool(self, tool: agent_api.Tool, path: str) -> tuple[str, dict[str, Any]]:
-        """("tools" or "toolboxes", the component) for an Agent's tool."""
-        base: dict[str, Any] = {"name": tool.name}
-        if tool.description:
-            base["description"] = tool.description
-        if tool.mcp is not None:
-            transport = self.transport(tool.mcp, f"{path}.mcp")
-            include = tool.mcp.include
-            if len(include) == 1 and mapping.identifier(include[0], set()) == tool.name:
-                return "tools", {
-                    "component_type": "MCPTool",
-                    **base,
-                    "name": include[0],
-                    "client_transport": transport,
-                    "requires_confirmation": not tool.read_only,
-                }
-            box = {
-                "component_type": "MCPToolBox",
-                **base,
-                "client_transport": transport,
-                "requires_confirmation": not tool.read_only,
-            }
-            if include:
-                box["tool_filter"] = include
-            if tool.mcp.exclude:
-                self.fail(f"{path}.mcp.exclude", "an exclude list has no Agent Spec equivalent")
-            return "toolboxes", box
-        base["inputs"] = _properties(tool.parameters)
-        base["requires_confirmation"] = not tool.read_only
-        if tool.http is not None:
-            return "tools", {
-                "component_type": "RemoteTool",
-                **base,
-                **self.http(tool.http, f"{path}.http"),
-            }
-        if tool.client is not None:
-            return "tools", {"component_type": "ClientTool", **base}
-        assert tool.python is not None
-        return "tools", {
-            "component_type": "ServerTool",
-            **base,
-            "metadata": {mapping.METADATA_KEY: {"python": tool.python.script}},
-        }
-
-    def http(self, http: agent_api.HttpTool, path: str) -> dict[str, Any]:
-        if http.secret_headers:
-            self.fail(
-                f"{path}.secretHeaders", "header values from Secrets have no Agent Spec equivalent"
-            )
-        out: dict[str, Any] = {"url": _placeholders(http.url), "http_method": http.method}
-        if http.headers:
-            out["headers"] = {k: _placeholders(v) for k, v in http.headers.items()}
-        if http.body is not None:
-            out["data"] = _placeholders(http.body)
-        if http.allow_hosts:
-            out["url_allow_list"] = http.allow_hosts
-        return out
-
-    def agent(
-        self,
-        name: str,
-        inputs: list[str],
-        outputs: list[dict[str, Any]],
-        path: str,
-        in_node: bool = False,
-    ) -> dict[str, str]:
-        """A reference to the exported Agent ``name``; ``in_node``: an AgentNode runs it."""
-        cid = f"agent.{name}"
-        if name in self.agents:
-            return _ref(cid)
-        self.agents[name] = cid
-        spec = self.resolver.agent(name)
-        if spec is None:
-            self.fail(path, f'no Agent "{name}"')
-            return _ref(cid)
-        for field in ("skills", "sub_flows", "history"):
-            if getattr(spec, field):
-                self.fail(f"{path}.{field}", f"Agent {name}: {field} have no Agent Spec equivalent")
-        system = spec.system_prompt
-        for title in inputs:
-            system = system.replace(f"<{title}>", f"{{{{{title}}}}}")
-        component: dict[str, Any] = {
-            "component_type": "Agent", "id": cid, "name": name,
-            "llm_config": self.llm_config(spec.model, f"{path}.model"),
-            "system_prompt": system,
-            "inputs": [{"title": t, "type": "string"} for t in inputs],
-            "outputs": outputs,
-            "tools": [], "toolboxes": [],
-        }  # fmt: skip
-        if in_node and not components.asks_user(spec):
-            component["human_in_the_loop"] = False
-        for i, tool in enumerate(spec.tools):
-            if tool.client is not None and tool.name == components.ASK_USER_TOOL:
-                continue
-            if self.swarm and tool.client is not None and tool.name == components.HANDOFF_TOOL:
-                continue
-            where, exported = self.tool(tool, f"Agent {name}.tools[{i}]")
-            component[where].append(exported)
-        if spec.sub_agents and not self.swarm:
-            component = self.manager_workers(component, spec.sub_agents, path)
-        self.components[cid] = component
-        return _ref(cid)
-
-    def manager_workers(
-        self, manager: dict[str, Any], workers: list[str], path: str
-    ) -> dict[str, Any]:
-        """An Agent with sub-agents as a ManagerWorkers: the Agent manages, sub-agents work."""
-        cid, name = manager.pop("id"), manager["name"]
-        return {
-            "component_type": "ManagerWorkers", "id": cid, "name": name,
-            "inputs": manager["inputs"], "outputs": manager["outputs"],
-            "group_manager": {**manager, "name": f"{name}-manager"},
-            "workers": [self.agent(w, [], [], f"{path}.subAgents") for w in workers],
-        }  # fmt: skip
-
-
-def _placeholders(value: Any) -> Any:
-    """``{{ .args.x }}`` -> ``{{x}}`` inside strings, lists and mappings."""
-    if isinstance(value, str):
-        return _ARG.sub(lambda m: "{{" + m.group(1) + "}}", value)
-    if isinstance(value, dict):
-        return {k: _placeholders(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_placeholders(v) for v in value]
-    return value
-
-
-def _properties(schema: Any) -> list[dict[str, Any]]:
-    """An object schema's properties as Agent Spec properties (the title is the key)."""
-    if not isinstance(schema, dict) or not isinstance(schema.get("properties"), dict):
-        return []
-    return [
-        {**(p if isinstance(p, dict) else {}), "title": k} for k, p in schema["properties"].items()
-    ]
-
-
 class _FlowWriter:
     """One Flow written as an Agent Spec Flow component."""
 
-    def __init__(self, ex: _Exporter, name: str, spec: flow_api.FlowSpec) -> None:
+    def __init__(self, ex: export_components.Exporter, name: str, spec: flow_api.FlowSpec) -> None:
         self.ex, self.name, self.spec = ex, name, spec
         self.nodes = {n.id: n for n in spec.nodes}
         self.index = {n.id: i for i, n in enumerate(spec.nodes)}
@@ -399,9 +183,9 @@ class _FlowWriter:
                 {
                     "component_type": "DataFlowEdge",
                     "name": f"{source}_{output}_to_{node_id}_{title}",
-                    "source_node": _ref(self.cid(source)),
+                    "source_node": export_components.ref(self.cid(source)),
                     "source_output": output,
-                    "destination_node": _ref(self.cid(node_id)),
+                    "destination_node": export_components.ref(self.cid(node_id)),
                     "destination_input": title,
                 }
             )
@@ -479,7 +263,7 @@ class _FlowWriter:
     ) -> dict[str, Any] | None:
         assert node.transform is not None
         if first and _START.match(node.transform):
-            properties = _properties(self.spec.input)
+            properties = export_components.properties(self.spec.input)
             return {
                 "component_type": "StartNode",
                 **base,
@@ -538,7 +322,7 @@ class _FlowWriter:
             ),
         }  # fmt: skip
         if call.output_schema is not None:
-            out["outputs"] = _properties(call.output_schema)
+            out["outputs"] = export_components.properties(call.output_schema)
         return out
 
     def agent(
@@ -720,11 +504,11 @@ def _control_edges(writer: _FlowWriter) -> list[dict[str, Any]]:
         out = {
             "component_type": "ControlFlowEdge",
             "name": f"{source}_to_{target}",
-            "from_node": _ref(writer.cid(source)),
+            "from_node": export_components.ref(writer.cid(source)),
         }
         if branch is not None:
             out["from_branch"] = branch
-        return {**out, "to_node": _ref(writer.cid(target))}
+        return {**out, "to_node": export_components.ref(writer.cid(target))}
 
     edges = [
         edge(e.from_, e.to)
@@ -748,7 +532,9 @@ def _control_edges(writer: _FlowWriter) -> list[dict[str, Any]]:
     return edges
 
 
-def _write_flow(ex: _Exporter, name: str, spec: flow_api.FlowSpec) -> dict[str, Any]:
+def _write_flow(
+    ex: export_components.Exporter, name: str, spec: flow_api.FlowSpec
+) -> dict[str, Any]:
     writer = _FlowWriter(ex, name, spec)
     if not spec.edges and len(spec.nodes) > 1:
         ex.fail("spec.edges", "a flow that runs in list order has no edges to export; list them")
@@ -765,8 +551,8 @@ def _write_flow(ex: _Exporter, name: str, spec: flow_api.FlowSpec) -> dict[str, 
     first = spec.nodes[0].id
     flow: dict[str, Any] = {
         "component_type": "Flow", "id": f"flow.{name}", "name": name,
-        "start_node": _ref(writer.cid(first)),
-        "nodes": [_ref(writer.cid(n)) for n in writer.out],
+        "start_node": export_components.ref(writer.cid(first)),
+        "nodes": [export_components.ref(writer.cid(n)) for n in writer.out],
         "control_flow_connections": _control_edges(writer),
         "data_flow_connections": writer.data,
     }  # fmt: skip
@@ -777,88 +563,12 @@ def _write_flow(ex: _Exporter, name: str, spec: flow_api.FlowSpec) -> dict[str, 
 
 def export(flow_name: str, resolver: capabilities.Resolver) -> dict[str, Any]:
     """The Agent Spec document of a Flow; SpecInvalid naming what has no equivalent."""
-    ex = _Exporter(resolver)
+    ex = export_components.Exporter(resolver, _write_flow)
     spec = resolver.flow(flow_name)
-    if spec is not None and _runs_one_agent(spec):
-        return _agent_document(ex, flow_name, spec)
+    if spec is not None and export_components.runs_one_agent(spec):
+        return export_components.agent_document(ex, flow_name, spec)
     root = ex.flow(flow_name, "")
     if ex.problems:
         raise errors.SpecInvalid(ex.problems)
     flow = ex.components.pop(root[document.REF])
     return {document.VERSION_FIELD: document.EXPORT_VERSION, **flow, document.REFS: ex.components}
-
-
-_MESSAGE = "{{ .run.input.message }}"
-
-
-def _runs_one_agent(spec: flow_api.FlowSpec) -> bool:
-    """True for the flow the importer writes for a top-level Agent."""
-    node = spec.nodes[0]
-    return len(spec.nodes) == 1 and node.agent is not None and node.agent.prompt.endswith(_MESSAGE)
-
-
-def _agent_document(ex: _Exporter, flow_name: str, spec: flow_api.FlowSpec) -> dict[str, Any]:
-    """A top-level Agent (or Swarm): inputs are the flow's (less ``message``), as prompt lines."""
-    call = spec.nodes[0].agent
-    assert call is not None
-    inputs = [p for p in _properties(spec.input) if p["title"] != "message"]
-    lines = call.prompt.removesuffix(_MESSAGE).splitlines()
-    expected = [mapping.input_line(p) for p in inputs]
-    if lines != expected:
-        ex.fail(
-            "spec.nodes[0].agent.prompt",
-            f"a top-level Agent's prompt is the input lines then {_MESSAGE}",
-        )
-    members = _swarm_members(ex.resolver, call.name)
-    ex.swarm = any(components.handoff_targets(ex.resolver.agent(m)) for m in members)
-    ref = ex.agent(call.name, [str(p["title"]) for p in inputs], [], "spec.nodes[0].agent")
-    root = _swarm(ex, flow_name, members) if ex.swarm else None
-    if ex.problems:
-        raise errors.SpecInvalid(ex.problems)
-    first = ex.components[ref[document.REF]]
-    first["inputs"] = inputs
-    if root is None:
-        root = ex.components.pop(ref[document.REF])
-    if spec.description:
-        root["description"] = spec.description
-    return {document.VERSION_FIELD: document.EXPORT_VERSION, **root, document.REFS: ex.components}
-
-
-def _swarm_members(resolver: capabilities.Resolver, first: str) -> list[str]:
-    """``first`` and every Agent it reaches through sub-agents and handoffs, in order met."""
-    members = [first]
-    for name in members:
-        spec = resolver.agent(name)
-        reached = [*(spec.sub_agents if spec else []), *components.handoff_targets(spec)]
-        members += [n for n in dict.fromkeys(reached) if n not in members]
-    return members
-
-
-def _swarm(ex: _Exporter, flow_name: str, members: list[str]) -> dict[str, Any]:
-    """The Swarm of Agents that hand the conversation over: who reaches whom, and how."""
-    pairs: list[list[dict[str, str]]] = []
-    modes: set[str] = set()
-    for name in members:
-        spec = ex.resolver.agent(name)
-        messages = list(spec.sub_agents) if spec else []
-        handoffs = components.handoff_targets(spec)
-        if messages and handoffs and messages != handoffs:
-            ex.fail(
-                f"Agent {name}.subAgents",
-                "the sub-agents differ from the agents the handoff tool names; an Agent Spec "
-                "Swarm gives every relationship the same handoff setting",
-            )
-        if messages or handoffs:
-            modes.add("optional" if messages and handoffs else "always" if handoffs else "never")
-        for recipient in dict.fromkeys([*messages, *handoffs]):
-            pairs.append([ex.agent(name, [], [], ""), ex.agent(recipient, [], [], "")])
-    if len(modes) > 1:
-        ex.fail(
-            "spec.nodes[0].agent", f"the agents mix handoff settings ({', '.join(sorted(modes))})"
-        )
-    return {
-        "component_type": "Swarm", "id": flow_name, "name": flow_name,
-        "first_agent": ex.agent(members[0], [], [], ""),
-        "relationships": pairs,
-        "handoff": modes.pop() if modes else "optional",
-    }  # fmt: skip
