@@ -92,3 +92,34 @@ def test_an_imported_flow_pauses_for_input_and_confirmation_and_resumes(
     assert [p.metadata.name for p in runs.pods("refund-1")] == [
         "refund-1-1", "refund-1-2", "refund-1-3",
     ]  # fmt: skip
+
+
+def test_a_client_tool_waits_as_a_request_and_respond_gives_its_result(
+    control_plane: Cluster, runs: FlowRuns
+) -> None:
+    spec = Path(__file__).parents[1] / "data" / "agentspec" / "client_tool_node.yaml"
+    imported = cli(control_plane, "import", str(spec))
+    assert imported.returncode == 0, imported.stderr
+    runs.apply(*yaml.safe_load_all(imported.stdout))
+    runs.apply(
+        {
+            "kind": "FlowRun",
+            "metadata": {"name": "sign-1"},
+            "spec": {"flow": "signer", "input": {"document": "lease.pdf"}},
+        }
+    )
+    waiting_on(runs, "sign-1", "sign_confirm")
+    approved = cli(control_plane, "approve", "sign-1", "-n", runs.namespace)
+    assert approved.returncode == 0, approved.stderr
+    status = waiting_on(runs, "sign-1", "sign")
+    assert status["requests"]["sign"]["proposal"]["calls"] == [
+        {"id": "sign_document", "tool": "sign_document", "args": {"document": "lease.pdf"},
+         "client": True}
+    ]  # fmt: skip
+    answered = cli(
+        control_plane, "respond", "sign-1", "sign", "-n", runs.namespace, "--data", '"sig-9"'
+    )
+    assert answered.returncode == 0, answered.stderr
+    status = runs.wait_phase("sign-1", "Succeeded", "Failed")
+    assert status["phase"] == "Succeeded", status.get("message")
+    assert status["output"] == {"signature": "sig-9"}

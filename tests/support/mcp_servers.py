@@ -84,12 +84,14 @@ class _RequireBearer:
 
 
 class HttpMcpServer:
-    """The test server over streamable HTTP on 127.0.0.1 (random port)."""
+    """The test server over streamable HTTP (or HTTP+SSE) on 127.0.0.1 (random port)."""
 
-    def __init__(self, token: str | None = None) -> None:
+    def __init__(self, token: str | None = None, *, sse: bool = False) -> None:
         import uvicorn
 
-        app: Any = build_server("http").streamable_http_app()
+        server = build_server("sse" if sse else "http")
+        app: Any = server.sse_app() if sse else server.streamable_http_app()
+        self._path = "/sse" if sse else "/mcp"
         if token is not None:
             app = _RequireBearer(app, token)
         self._socket = socket.socket()
@@ -104,7 +106,7 @@ class HttpMcpServer:
     @property
     def url(self) -> str:
         """The MCP endpoint."""
-        return f"http://127.0.0.1:{self.port}/mcp"
+        return f"http://127.0.0.1:{self.port}{self._path}"
 
     def start(self) -> HttpMcpServer:
         """Serve in a background thread; return once the server accepts requests."""

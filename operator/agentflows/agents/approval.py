@@ -10,7 +10,11 @@ Under ``supervised``, a call to a tool not marked ``readOnly`` waits for a human
 - ``reject`` runs nothing; an agent's model is told the call was rejected (with the comment) and
   carries on, a ``tool`` node fails;
 - ``respond`` runs nothing and gives the human's ``data`` (else the comment) to the model as the
-  tool's result.
+  tool's result; when several calls wait and ``data`` is an object keyed by exactly their ids,
+  each call gets its own entry.
+
+A ``client`` tool is run by the caller whatever the autonomy: each call waits the same way, its
+proposal entry says ``client: true``, and the caller answers ``respond`` with the result.
 
 Read-only calls in the same model reply wait with the others and run once the decision is in,
 so the results go back to the model together. Under ``readonly`` the non-read-only tools are not
@@ -36,9 +40,11 @@ MAX_SUMMARY_CHARS = 2000
 
 
 def needs_approval(registry: tools.ToolRegistry, name: str, autonomy: flow_api.Autonomy) -> bool:
-    """Tell whether a call to tool ``name`` must wait for a human under ``autonomy``."""
+    """Tell whether a call to tool ``name`` must wait for a human (or, client tools, the caller)."""
     tool = registry.get(name)
-    return autonomy == flow_api.Autonomy.SUPERVISED and tool is not None and not tool.read_only
+    if tool is None:
+        return False
+    return tool.client or (autonomy == flow_api.Autonomy.SUPERVISED and not tool.read_only)
 
 
 def request_for_calls(
@@ -47,8 +53,12 @@ def request_for_calls(
     calls: Sequence[model_client.ToolCallRequest],
     reply_text: str,
     human_review: agent_api.HumanReview | None,
+    client: frozenset[str] = frozenset(),
 ) -> flowrun_api.HumanRequest:
-    """Return the request asking a human to approve the tool calls of one model reply."""
+    """Return the request asking a human to approve the tool calls of one model reply.
+
+    Calls of ``client`` tools are marked ``client: true``: their result comes from the caller.
+    """
     names = ", ".join(dict.fromkeys(call.name for call in calls))
     return flowrun_api.HumanRequest(
         node=node_key,
@@ -58,6 +68,7 @@ def request_for_calls(
         proposal={
             "calls": [
                 {"id": call.id, "tool": call.name, "args": _parsed(call.arguments)}
+                | ({"client": True} if call.name in client else {})
                 for call in calls
             ]
         },
@@ -65,13 +76,18 @@ def request_for_calls(
     )
 
 
-def request_for_tool(node_key: str, tool_name: str, args: Any) -> flowrun_api.HumanRequest:
-    """Return the request asking a human to approve one ``tool`` node's call."""
+def request_for_tool(
+    node_key: str, tool_name: str, args: Any, *, client: bool = False
+) -> flowrun_api.HumanRequest:
+    """Return the request asking a human to approve (or the caller to run) one node's call."""
+    call = {"id": tool_name, "tool": tool_name, "args": args} | ({"client": True} if client else {})
     return flowrun_api.HumanRequest(
         node=node_key,
         kind=flowrun_api.RequestKind.TOOL,
-        message=f"Call tool {tool_name}?",
-        proposal={"calls": [{"id": tool_name, "tool": tool_name, "args": args}]},
+        message=f"Run client tool {tool_name} and respond with its result."
+        if client
+        else f"Call tool {tool_name}?",
+        proposal={"calls": [call]},
     )
 
 
@@ -97,6 +113,8 @@ def rulings(request: flowrun_api.HumanRequest, waiting: Sequence[str]) -> dict[s
         }
     if decision == flowrun_api.Decision.RESPOND:
         answer = request.data if request.data is not None else request.comment
+        if len(waiting) > 1 and isinstance(answer, dict) and set(answer) == set(waiting):
+            return {c: Ruling(outcome=tools.ToolOutcome.success(answer[c])) for c in waiting}
         return {call_id: Ruling(outcome=tools.ToolOutcome.success(answer)) for call_id in waiting}
     rejected = tools.ToolOutcome("cancelled", error=f"a human{who} rejected this call{said}")
     return {call_id: Ruling(outcome=rejected) for call_id in waiting}

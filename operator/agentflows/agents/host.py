@@ -181,7 +181,9 @@ class LiveCapabilities:
         args = task.args
         if approval.needs_approval(registry, name, ctx.autonomy):
             if ctx.resume is None:
-                request = approval.request_for_tool(ctx.node_key, task.tool_name, args)
+                request = approval.request_for_tool(
+                    ctx.node_key, task.tool_name, args, client=definition.client
+                )
                 return capabilities.Pause(request=request, state={"args": args})
             ruling = approval.rulings(ctx.resume.request, [task.tool_name])[task.tool_name]
             if ruling.outcome is not None:

@@ -9,7 +9,8 @@ Two callers:
 - :func:`discover_tools` — for the operator, which records the tool names in the Agent's status.
   It connects with a timeout and raises :class:`McpUnavailable` (a message, never a crash).
 
-Transports: ``url`` is streamable HTTP, with ``headers`` from Secrets (env variables named by
+Transports: ``url`` is streamable HTTP (with ``sse``, the older HTTP+SSE transport), with
+``headers`` from Secrets (env variables named by
 :func:`agentflows.agents.secrets.secret_env_name`); ``command``/``args``/``env`` start a stdio
 server inside the runner pod, whose environment is the SDK's safe default (PATH, HOME, ...) plus
 ``env`` — never the pod's ``AGENTFLOWS_SECRET_*`` variables or provider keys.
@@ -292,6 +293,20 @@ class _Connection:
         async def record(response: Any) -> None:
             self._statuses.append(response.status_code)
 
+        if self._spec.sse:
+            from mcp.client.sse import sse_client
+
+            def sse_http(
+                headers: dict[str, str] | None = None,
+                timeout: httpx2.Timeout | None = None,
+                auth: httpx2.Auth | None = None,
+            ) -> httpx2.AsyncClient:
+                return httpx2.AsyncClient(
+                    headers=headers, timeout=timeout, auth=auth, event_hooks={"response": [record]}
+                )
+
+            transport = sse_client(self._spec.url, headers, httpx_client_factory=sse_http)
+            return Client(transport, cache=None)
         http = httpx2.AsyncClient(
             headers=headers,
             timeout=httpx2.Timeout(30.0, read=300.0),

@@ -1,8 +1,9 @@
-"""Tool providers for what a spec declares: ``http`` and ``python`` tools, and skill scripts.
+"""Tool providers for what a spec declares: ``http``, ``python`` and ``client`` tools, skills.
 
 Built by :mod:`agentflows.agents.host` for each agent turn and each ``tool`` node. Templates are
 compiled here, so a bad one fails the node before the model is called. MCP tools are served by
-their own provider and are skipped here.
+their own provider and are skipped here. A ``client`` tool is only offered: the caller runs it
+(:mod:`agentflows.agents.approval` pauses every call to it).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 
 
 class SpecToolProvider:
-    """The ``http`` and ``python`` tools declared in a spec (an Agent's, or a tool node's)."""
+    """The ``http``, ``python`` and ``client`` tools declared in a spec (an Agent's, a node's)."""
 
     def __init__(
         self, declared: Iterable[agent_api.Tool], env: Mapping[str, str], redactor: secrets.Redactor
@@ -37,7 +38,7 @@ class SpecToolProvider:
                 self._runners[tool.name] = python_tool.PythonToolRunner(
                     tool.name, tool.python.script, tool.python.timeout_seconds, env, redactor
                 )
-            else:
+            elif tool.client is None:
                 # MCP tools come from their own provider; they are not this provider's.
                 continue
             self._defs[tool.name] = tools.ToolDef(
@@ -45,6 +46,7 @@ class SpecToolProvider:
                 description=tool.description or f"The {tool.kind} tool {tool.name}.",
                 parameters=tool.parameters if isinstance(tool.parameters, dict) else None,
                 read_only=tool.read_only,
+                client=tool.client is not None,
             )
 
     async def list_tools(self) -> list[tools.ToolDef]:
@@ -54,6 +56,11 @@ class SpecToolProvider:
     async def call(self, name: str, args: Any, ctx: capabilities.NodeContext) -> tools.ToolOutcome:
         """Run the declared tool ``name``."""
         runner = self._runners.get(name)
+        if runner is None and name in self._defs:
+            return tools.ToolOutcome.failure(
+                f"{name} is a client tool: the caller runs it and gives the result "
+                "(decision respond with the result as data)"
+            )
         if runner is None:
             return tools.ToolOutcome.failure(f"no tool named {name!r}")
         return await runner.run(args)

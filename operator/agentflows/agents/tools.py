@@ -47,6 +47,8 @@ class ToolDef:
     parameters: Mapping[str, Any] | None = None
     #: Changes nothing; allowed under autonomy readonly, never needs approval.
     read_only: bool = False
+    #: Run by the caller: every call waits for the caller's result, whatever the autonomy.
+    client: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

@@ -277,8 +277,9 @@ def _pause_for_approval(
     if not waiting:
         return None
     state.waiting = [call.id for call in waiting]
+    client = frozenset(c.name for c in waiting if (d := registry.get(c.name)) and d.client)
     request = approval.request_for_calls(
-        ctx.node_key, task.agent_name, waiting, reply.content, task.agent.human_review
+        ctx.node_key, task.agent_name, waiting, reply.content, task.agent.human_review, client
     )
     return capabilities.Pause(
         request=request,

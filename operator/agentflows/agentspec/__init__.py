@@ -8,7 +8,10 @@ Layer: above ``api``, ``engine`` and ``agents``, below ``cli`` (import-linter co
 - :mod:`.model` types the supported components (pydantic, unknown fields refused).
 - :mod:`.checks` applies the graph rules of the reference runtime, every problem with its path.
 - :mod:`.importer` turns a document into Agent and Flow resources (tools and agents through
-  :mod:`.components`, names and models through :mod:`.mapping`); :mod:`.exporter` goes back.
+  :mod:`.components`, names and models through :mod:`.mapping`); :mod:`.exporter` goes back,
+  reading the importer's jq shapes with :mod:`.jqshapes`.
+- :mod:`.conversation` is the Python API for hosts that drive a document as a conversation
+  (user messages, client tool results and confirmations between steps).
 - :mod:`.errors` holds the one error, :class:`~.errors.SpecInvalid`, with every problem.
 
 Why our own models and not the official ``pyagentspec`` deserializer: its releases pin

@@ -25,6 +25,9 @@ from agentflows.api import documents
 
 PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 BRANCHING_INPUT = "branching_mapping_key"
+#: The branch a CatchExceptionNode leaves on when its sub-flow failed, and the output saying why.
+CAUGHT_BRANCH = "caught_exception_branch"
+CAUGHT_INFO = "caught_exception_info"
 DEFAULT_OUTPUTS = {
     "LlmNode": "generated_text",
     "ApiNode": "response",
@@ -61,6 +64,123 @@ def placeholders(*texts: object) -> list[str]:
     return found
 
 
+def effective_agent(component: model.AgenticComponent) -> model.Agent:
+    """The one Agent an agentic component runs as (its workers come from :func:`workers_of`).
+
+    A SpecializedAgent is its agent with the additional instructions after the system prompt
+    and the additional tools after its tools; a ManagerWorkers is its group manager, named and
+    typed (inputs, outputs) as the ManagerWorkers when it declares them.
+    """
+    if isinstance(component, model.Agent):
+        return component
+    if isinstance(component, model.SpecializedAgent):
+        base, extra = component.agent, component.agent_specialization_parameters
+        prompt = "\n\n".join(p for p in (base.system_prompt, extra.additional_instructions) if p)
+        merged: dict[str, object] = {
+            "name": component.name,
+            "id": component.id,
+            "system_prompt": prompt,
+            "tools": [*base.tools, *(extra.additional_tools or [])],
+            "inputs": _merged(base.inputs, extra.inputs, component.inputs),
+            "outputs": _merged(base.outputs, extra.outputs, component.outputs),
+        }
+        if extra.human_in_the_loop is not None:
+            merged["human_in_the_loop"] = extra.human_in_the_loop
+        return base.model_copy(update=merged)
+    manager = effective_agent(component.group_manager)
+    update: dict[str, object] = {"name": component.name, "id": component.id}
+    for field in ("inputs", "outputs"):
+        if getattr(component, field) is not None:
+            update[field] = getattr(component, field)
+    return manager.model_copy(update=update)
+
+
+def _merged(*lists: list[model.Property] | None) -> list[model.Property] | None:
+    if lists[-1] is not None:
+        return lists[-1]
+    seen: dict[str, model.Property] = {}
+    for properties in lists[:-1]:
+        for prop in properties or []:
+            seen.setdefault(str(prop.get("title")), prop)
+    return list(seen.values()) if any(p is not None for p in lists[:-1]) else None
+
+
+def agent_io(
+    component: model.AgenticComponent | model.A2AAgent,
+) -> tuple[list[model.Property] | None, list[model.Property] | None]:
+    """The inputs and outputs an AgentNode's agent declares."""
+    if isinstance(component, model.A2AAgent):
+        return component.inputs, component.outputs
+    agent = effective_agent(component)
+    return agent.inputs, agent.outputs
+
+
+def workers_of(component: model.AgenticComponent) -> list[model.AgenticComponent]:
+    """The workers a ManagerWorkers' manager may call (its own group manager's too)."""
+    if isinstance(component, model.ManagerWorkers):
+        return [*workers_of(component.group_manager), *component.workers]
+    return []
+
+
+@dataclasses.dataclass
+class SwarmPlan:
+    """Who in a Swarm may reach whom, by component key."""
+
+    #: The agents, the first agent first, then in the order the relationships name them.
+    agents: dict[str, model.AgenticComponent]
+    #: Caller -> the recipients it sends messages to (their answer comes back).
+    messages: dict[str, list[str]]
+    #: Caller -> the recipients it may hand the conversation over to.
+    handoffs: dict[str, list[str]]
+    #: Agent -> where the document first writes it.
+    paths: dict[str, str]
+
+
+def swarm_plan(swarm: model.Swarm) -> SwarmPlan:
+    """The agents and relationships of a Swarm; SpecInvalid on a pair it cannot run."""
+    mode = swarm.handoff
+    if isinstance(mode, bool):
+        mode = "optional" if mode else "never"
+    agents = {key(swarm.first_agent): swarm.first_agent}
+    paths = {key(swarm.first_agent): "first_agent"}
+    named: dict[str, str] = {swarm.first_agent.name: key(swarm.first_agent)}
+    pairs: list[tuple[str, str]] = []
+    found: list[documents.Problem] = []
+    for i, (caller, recipient) in enumerate(swarm.relationships):
+        for j, agent in enumerate((caller, recipient)):
+            if named.setdefault(agent.name, key(agent)) != key(agent):
+                found.append(errors.problem(
+                    f"relationships[{i}][{j}]",
+                    f"two different agents are named {agent.name!r}; give each its own name",
+                ))  # fmt: skip
+            agents.setdefault(key(agent), agent)
+            paths.setdefault(key(agent), f"relationships[{i}][{j}]")
+        pair = (key(caller), key(recipient))
+        if pair[0] == pair[1]:
+            found.append(errors.problem(f"relationships[{i}]", f"{caller.name!r} talks to itself"))
+        elif pair in pairs:
+            found.append(errors.problem(
+                f"relationships[{i}]", f"{caller.name!r} -> {recipient.name!r} is listed twice"
+            ))  # fmt: skip
+        pairs.append(pair)
+    if not any(key(swarm.first_agent) in pair for pair in pairs):
+        found.append(errors.problem(
+            "first_agent",
+            f"{swarm.first_agent.name!r} is in no relationship: the swarm could not reach "
+            "another agent (use an Agent instead)",
+        ))  # fmt: skip
+    if found:
+        raise errors.SpecInvalid(found)
+    recipients = {k: [r for c, r in dict.fromkeys(pairs) if c == k] for k in agents}
+    empty: dict[str, list[str]] = {k: [] for k in agents}
+    return SwarmPlan(
+        agents,
+        empty if mode == "always" else recipients,
+        empty if mode == "never" else recipients,
+        paths,
+    )
+
+
 def end_nodes(flow: model.Flow) -> list[model.EndNode]:
     """The flow's EndNodes."""
     return [n for n in flow.nodes if isinstance(n, model.EndNode)]
@@ -89,14 +209,18 @@ def outputs_of(node: model.Node) -> list[str]:
     """The outputs a node can produce."""
     if isinstance(node, model.StartNode):
         return titles(node.outputs or node.inputs)
-    if isinstance(node, (model.EndNode, model.BranchingNode)):
+    if isinstance(node, (model.EndNode, model.BranchingNode, model.OutputMessageNode)):
         return []
     if isinstance(node, model.AgentNode):
-        return titles(node.outputs or node.agent.outputs)
+        return titles(node.outputs or agent_io(node.agent)[1])
     if isinstance(node, model.ToolNode):
         return titles(node.outputs or node.tool.outputs)
     if isinstance(node, model.FlowNode):
         return titles(node.outputs or flow_outputs(node.subflow))
+    if isinstance(node, model.ParallelFlowNode):
+        return titles(node.outputs) or [t for f in node.subflows for t in titles(flow_outputs(f))]
+    if isinstance(node, model.CatchExceptionNode):
+        return [*titles(caught_outputs(node)), CAUGHT_INFO]
     if isinstance(node, model.MapNode):
         return [f"collected_{t}" for t in reducers(node)]
     if node.outputs:
@@ -122,17 +246,20 @@ def inputs_of(node: model.Node) -> list[str]:
     if isinstance(node, model.LlmNode):
         return placeholders(node.prompt_template)
     if isinstance(node, model.AgentNode):
+        if isinstance(node.agent, model.A2AAgent):
+            return titles(node.agent.inputs)
+        agent = effective_agent(node.agent)
         return (
-            titles(node.agent.inputs)
-            if node.agent.inputs is not None
-            else placeholders(node.agent.system_prompt)
+            titles(agent.inputs) if agent.inputs is not None else placeholders(agent.system_prompt)
         )
     if isinstance(node, model.ToolNode):
         return titles(node.tool.inputs)
     if isinstance(node, model.BranchingNode):
         return [BRANCHING_INPUT]
-    if isinstance(node, model.FlowNode):
+    if isinstance(node, (model.FlowNode, model.CatchExceptionNode)):
         return titles(flow_inputs(node.subflow))
+    if isinstance(node, model.ParallelFlowNode):
+        return list(dict.fromkeys(t for f in node.subflows for t in titles(flow_inputs(f))))
     if isinstance(node, model.MapNode):
         return titles(node.inputs) or [f"iterated_{t}" for t in titles(flow_inputs(node.subflow))]
     if isinstance(node, model.ApiNode):
@@ -147,8 +274,25 @@ def branches_of(node: model.Node) -> list[str]:
     if isinstance(node, model.BranchingNode):
         return [*dict.fromkeys(node.mapping.values()), model.DEFAULT_BRANCH]
     if isinstance(node, model.FlowNode):
-        return list(dict.fromkeys(e.branch_name for e in end_nodes(node.subflow))) or [model.NEXT]
+        return branches_of_flow(node.subflow)
+    if isinstance(node, model.CatchExceptionNode):
+        return [CAUGHT_BRANCH, *branches_of_flow(node.subflow)]
     return [model.NEXT]
+
+
+def caught_outputs(node: model.CatchExceptionNode) -> list[model.Property]:
+    """A CatchExceptionNode's outputs but the exception info (node's, else the sub-flow's).
+
+    Each needs the default it gives when the sub-flow failed.
+    """
+    if node.outputs is not None:
+        return [p for p in node.outputs if p.get("title") != CAUGHT_INFO]
+    return flow_outputs(node.subflow)
+
+
+def branches_of_flow(flow: model.Flow) -> list[str]:
+    """The branches a flow ends on (its EndNodes' ``branch_name``)."""
+    return list(dict.fromkeys(e.branch_name for e in end_nodes(flow))) or [model.NEXT]
 
 
 @dataclasses.dataclass
@@ -335,6 +479,46 @@ def _data_problems(graph: Graph, out: list[documents.Problem]) -> None:
                 )
 
 
+def _parallel_problems(node: model.ParallelFlowNode, path: str) -> list[documents.Problem]:
+    """Sub-flows of a ParallelFlowNode give distinct outputs and end on one branch each."""
+    out, seen = [], set()
+    for j, subflow in enumerate(node.subflows):
+        for title in titles(flow_outputs(subflow)):
+            if title in seen:
+                out.append(
+                    errors.problem(
+                        f"{path}.subflows[{j}]",
+                        f"output {title!r} comes from two sub-flows of ParallelFlowNode "
+                        f"{node.name!r}; outputs of parallel sub-flows must have distinct names",
+                    )
+                )
+            seen.add(title)
+    return out
+
+
+def _catch_problems(node: model.CatchExceptionNode, path: str) -> list[documents.Problem]:
+    """Every output of a CatchExceptionNode has a default (its value when the sub-flow failed)."""
+    out = []
+    for prop in caught_outputs(node):
+        if "default" not in prop:
+            out.append(
+                errors.problem(
+                    f"{path}.outputs",
+                    f"output {prop.get('title')!r} of CatchExceptionNode {node.name!r} needs a "
+                    "default: it is the value when the sub-flow fails",
+                )
+            )
+    if CAUGHT_BRANCH in branches_of_flow(node.subflow):
+        out.append(
+            errors.problem(
+                f"{path}.subflow",
+                f"an EndNode of the sub-flow ends on {CAUGHT_BRANCH!r}, "
+                "the branch taken when the sub-flow fails; rename it",
+            )
+        )
+    return out
+
+
 def check(flow: model.Flow, prefix: str = "") -> Graph:
     """The flow's graph, or SpecInvalid with every problem (sub-flows checked too)."""
     out: list[documents.Problem] = []
@@ -352,9 +536,16 @@ def check(flow: model.Flow, prefix: str = "") -> Graph:
                 )
             )
     for i, node in enumerate(flow.nodes):
-        if isinstance(node, (model.FlowNode, model.MapNode)):
+        one = (model.FlowNode, model.MapNode, model.CatchExceptionNode)
+        subflows = {"subflow": node.subflow} if isinstance(node, one) else {}
+        if isinstance(node, model.CatchExceptionNode):
+            out += _catch_problems(node, f"nodes[{i}]")
+        if isinstance(node, model.ParallelFlowNode):
+            subflows = {f"subflows[{j}]": f for j, f in enumerate(node.subflows)}
+            out += _parallel_problems(node, f"nodes[{i}]")
+        for where, subflow in subflows.items():
             try:
-                check(node.subflow, f"nodes[{i}].subflow")
+                check(subflow, f"nodes[{i}].{where}")
             except errors.SpecInvalid as exc:
                 out.extend(exc.problems)
     if prefix:

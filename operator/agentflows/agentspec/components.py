@@ -3,7 +3,8 @@
 A ServerTool is executed by the runtime, so it needs an implementation: agentflows binds it to
 the Python script in the tool's ``metadata.agentflows.python`` (JSON arguments on stdin, a JSON
 result on stdout, as any python tool). A RemoteTool becomes an http tool, an MCPTool or an
-MCPToolBox an mcp tool limited to the tools it names. Placeholders ``{{name}}`` in a
+MCPToolBox an mcp tool limited to the tools it names, and a ClientTool a ``client`` tool (each
+call pauses the run until the caller gives the result). Placeholders ``{{name}}`` in a
 RemoteTool's url, headers and data become ``{{ .args.name }}``.
 """
 
@@ -17,6 +18,10 @@ from agentflows.api import agent as agent_api
 from agentflows.api import documents
 
 _METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
+#: The client tool a Swarm's agent hands the conversation over with (the host switches agent).
+HANDOFF_TOOL = "handoff_conversation"
+#: The client tool an AgentNode's agent (``human_in_the_loop``) asks the user a question with.
+ASK_USER_TOOL = "ask_user"
 
 
 def python_script(tool: model.ServerTool, path: str, out: list[documents.Problem]) -> str:
@@ -103,12 +108,13 @@ def _query_as_arguments(params: dict[str, Any], path: str, out: list[documents.P
             )
 
 
-def _mcp(
+def mcp(
     transport: model.StdioTransport | model.StreamableHttpTransport,
     include: list[str],
     path: str,
     out: list[documents.Problem],
 ) -> agent_api.McpTool:
+    """An mcp tool's server for a transport, limited to the ``include``d tools."""
     timeout = transport.session_parameters.read_timeout_seconds
     if isinstance(transport, model.StdioTransport):
         if transport.cwd:
@@ -129,11 +135,12 @@ def _mcp(
                     "values from Secrets only)",
                 )
             )
-    return agent_api.McpTool(url=transport.url, include=include, timeout_seconds=timeout)
+    sse = transport.component_type == "SSETransport"
+    return agent_api.McpTool(url=transport.url, sse=sse, include=include, timeout_seconds=timeout)
 
 
 def tool(
-    spec: model.ServerTool | model.RemoteTool | model.McpTool,
+    spec: model.ServerTool | model.RemoteTool | model.McpTool | model.ClientTool,
     name: str,
     path: str,
     out: list[documents.Problem],
@@ -145,11 +152,13 @@ def tool(
         "read_only": not spec.requires_confirmation,
     }
     if isinstance(spec, model.McpTool):
-        mcp = _mcp(spec.client_transport, [spec.name], f"{path}.client_transport", out)
-        return agent_api.Tool(**common, mcp=mcp)
+        server = mcp(spec.client_transport, [spec.name], f"{path}.client_transport", out)
+        return agent_api.Tool(**common, mcp=server)
     common["parameters"] = mapping.object_schema(spec.inputs or [])
     if isinstance(spec, model.RemoteTool):
         return agent_api.Tool(**common, http=http_tool(spec, path, out))
+    if isinstance(spec, model.ClientTool):
+        return agent_api.Tool(**common, client=agent_api.ClientTool())
     return agent_api.Tool(
         **common, python=agent_api.PythonTool(script=python_script(spec, path, out))
     )
@@ -168,12 +177,12 @@ def toolbox(
                 "set it on the toolbox",
             )
         )
-    mcp = _mcp(box.client_transport, include, f"{path}.client_transport", out)
+    server = mcp(box.client_transport, include, f"{path}.client_transport", out)
     return agent_api.Tool(
         name=name,
         description=box.description or "",
         read_only=not box.requires_confirmation,
-        mcp=mcp,
+        mcp=server,
     )
 
 
@@ -201,3 +210,53 @@ def agent_spec(agent: model.Agent, path: str, out: list[documents.Problem]) -> a
 def needs_confirmation(agent: model.Agent) -> bool:
     """True when a tool of the agent asks a human to confirm each call."""
     return any(t.requires_confirmation for t in [*agent.tools, *agent.toolboxes])
+
+
+def handoff_tool(names: list[str]) -> agent_api.Tool:
+    """The client tool that asks the host to hand the conversation to one of ``names``."""
+    return agent_api.Tool(
+        name=HANDOFF_TOOL,
+        description="Hand the whole conversation with the user over to another agent, which "
+        "answers the user from now on. Agents: " + ", ".join(names) + ".",
+        parameters={
+            "type": "object",
+            "properties": {"agent": {"type": "string", "enum": names}},
+            "required": ["agent"],
+            "additionalProperties": False,
+        },
+        read_only=True,
+        client=agent_api.ClientTool(),
+    )
+
+
+def handoff_targets(spec: agent_api.AgentSpec | None) -> list[str]:
+    """The Agents an Agent's ``handoff_conversation`` tool may name (none: no such tool)."""
+    for each in spec.tools if spec is not None else []:
+        if each.client is not None and each.name == HANDOFF_TOOL:
+            params = each.parameters if isinstance(each.parameters, dict) else {}
+            enum = ((params.get("properties") or {}).get("agent") or {}).get("enum")
+            return [str(n) for n in enum] if isinstance(enum, list) else []
+    return []
+
+
+def ask_user_tool() -> agent_api.Tool:
+    """The client tool an agent in a flow asks the user with; the answer is the result."""
+    return agent_api.Tool(
+        name=ASK_USER_TOOL,
+        description="Ask the user a question and wait for the answer. Use it when you need "
+        "something only the user knows; otherwise answer directly.",
+        parameters={
+            "type": "object",
+            "properties": {"question": {"type": "string", "description": "The question."}},
+            "required": ["question"],
+            "additionalProperties": False,
+        },
+        read_only=True,
+        client=agent_api.ClientTool(),
+    )
+
+
+def asks_user(spec: agent_api.AgentSpec | None) -> bool:
+    """True when the Agent has the ``ask_user`` client tool."""
+    tools = spec.tools if spec is not None else []
+    return any(t.client is not None and t.name == ASK_USER_TOOL for t in tools)

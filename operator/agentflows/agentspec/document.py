@@ -42,33 +42,27 @@ REF = "$component_ref"
 #: Component types this runtime translates (see docs/agentspec.md).
 SUPPORTED = frozenset(
     {
-        "Flow", "Agent", "ControlFlowEdge", "DataFlowEdge",
+        "Flow", "Agent", "SpecializedAgent", "AgentSpecializationParameters", "ManagerWorkers",
+        "Swarm", "A2AAgent",
+        "ControlFlowEdge", "DataFlowEdge",
         "StartNode", "EndNode", "LlmNode", "AgentNode", "ToolNode", "BranchingNode",
-        "FlowNode", "MapNode", "ParallelMapNode", "ApiNode", "InputMessageNode",
-        "ServerTool", "RemoteTool", "MCPTool", "MCPToolBox", "MCPToolSpec",
-        "StdioTransport", "StreamableHTTPTransport",
+        "FlowNode", "MapNode", "ParallelMapNode", "ParallelFlowNode", "CatchExceptionNode",
+        "ApiNode", "InputMessageNode",
+        "OutputMessageNode",
+        "ServerTool", "ClientTool", "RemoteTool", "MCPTool", "MCPToolBox", "MCPToolSpec",
+        "StdioTransport", "StreamableHTTPTransport", "SSETransport",
         "OpenAiConfig", "OpenAiCompatibleConfig", "VllmConfig", "OllamaConfig",
     }
 )  # fmt: skip
 #: Component types of Agent Spec this runtime refuses, each with the reason shown to the user.
 UNSUPPORTED = {
-    "OutputMessageNode": "there is no conversation to emit messages into yet",
-    "ParallelFlowNode": "parallel sub-flows are not translated yet",
-    "CatchExceptionNode": "the engine has no exception branch yet",
-    "Swarm": "multi-agent patterns are not translated yet",
-    "ManagerWorkers": "multi-agent patterns are not translated yet",
-    "SpecializedAgent": "agent specialisation is not translated yet",
-    "AgentSpecializationParameters": "agent specialisation is not translated yet",
-    "RemoteAgent": "remote (A2A) agents are not supported yet",
-    "A2AAgent": "remote (A2A) agents are not supported yet",
+    "RemoteAgent": "RemoteAgent is abstract; use A2AAgent",
     "OciAgent": "OCI agents are not supported",
-    "ClientTool": "client tools (the caller runs the tool) are not supported yet",
     "BuiltinTool": "builtin tools are not supported",
     "OciGenAiConfig": "OCI Generative AI models are not mapped yet",
     "GeminiConfig": "Gemini models are not mapped yet",
     "DbmsVectorChainLlmConfig": "DBMS vector-chain models are not supported",
-    "SSETransport": "MCP over SSE is not supported; use StreamableHTTPTransport",
-    "SSEmTLSTransport": "MCP over SSE is not supported; use StreamableHTTPTransport",
+    "SSEmTLSTransport": "MCP with mTLS is not supported",
     "StreamableHTTPmTLSTransport": "MCP with mTLS is not supported",
     "MessageSummarizationTransform": "message transforms are not supported",
     "ConversationSummarizationTransform": "message transforms are not supported",

@@ -10,7 +10,8 @@ because Agent Spec has no component for it.
 
 Every component is written once under ``$referenced_components`` and referred to by id; ids
 are ``<flow>.<node>``, names are the agentflows node ids (which the importer turns back into the
-same ids).
+same ids). Agents, tools, models and root Agents or Swarms are written by
+:mod:`.export_components`; this module writes Flows and their nodes.
 """
 
 from __future__ import annotations
@@ -19,9 +20,14 @@ import json
 import re
 from typing import Any
 
-from agentflows.agentspec import document, errors, mapping
-from agentflows.api import agent as agent_api
-from agentflows.api import documents
+from agentflows.agentspec import (
+    checks,
+    document,
+    errors,
+    export_components,
+    jqshapes,
+    mapping,
+)
 from agentflows.api import flow as flow_api
 from agentflows.engine import capabilities
 
@@ -34,250 +40,15 @@ _COLLECT = re.compile(
 )
 _TEMPLATE = re.compile(r"\{\{ (.+?) \}\}")
 _START = re.compile(r"^=(?:(\{.*\}) \+ )?\(\.run\.input // \{\}\)$")
-_ARG = re.compile(r"\{\{ \.args\.([A-Za-z_][A-Za-z0-9_]*) \}\}")
 _REDUCERS = {".": "append", "add": "sum", "(add / length)": "average", "max": "max", "min": "min"}
 _JSON_LINE = re.compile(r"^Answer with a JSON object with the keys: (.*)\.$")
 _INPUT_LINE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*): \{\{ (.+) \}\}$")
 
 
-def _ref(component_id: str) -> dict[str, str]:
-    return {document.REF: component_id}
-
-
-def split_alternatives(expr: str) -> list[str]:
-    """``(a) // (b)`` -> ``[a, b]``; a single expression -> ``[expr]``."""
-    parts, depth, start, i = [], 0, 0, 0
-    while i < len(expr):
-        char = expr[i]
-        if char == '"':
-            i = expr.index('"', i + 1)
-        elif char in "([{":
-            depth += 1
-        elif char in ")]}":
-            depth -= 1
-        elif depth == 0 and expr.startswith(" // ", i):
-            parts.append(expr[start:i])
-            start = i + 4
-        i += 1
-    parts.append(expr[start:])
-    if len(parts) == 1:
-        return parts
-    return [p[1:-1] if p.startswith("(") and p.endswith(")") else p for p in parts]
-
-
-def parse_object(text: str) -> dict[str, str] | None:
-    """``{"k": (expr), ...}`` -> ``{k: expr}``; None for another shape."""
-    if not (text.startswith("{") and text.endswith("}")):
-        return None
-    body, out, i = text[1:-1], {}, 0
-    while i < len(body):
-        match = re.match(r'"([^"]+)": \(', body[i:])
-        if match is None:
-            return None
-        i += match.end()
-        depth, start = 1, i
-        while depth and i < len(body):
-            if body[i] == '"':
-                i = body.index('"', i + 1)
-            depth += {"(": 1, ")": -1}.get(body[i], 0)
-            i += 1
-        out[match.group(1)] = body[start : i - 1]
-        if body.startswith(", ", i):
-            i += 2
-    return out
-
-
-class _Exporter:
-    def __init__(self, resolver: capabilities.Resolver) -> None:
-        self.resolver = resolver
-        self.components: dict[str, Any] = {}
-        self.problems: list[documents.Problem] = []
-        self.flows: dict[str, str] = {}
-        self.agents: dict[str, str] = {}
-        self.llms: dict[str, str] = {}
-
-    def fail(self, path: str, message: str) -> None:
-        self.problems.append(errors.problem(path, message))
-
-    def llm_config(self, model: agent_api.ModelSpec, path: str) -> dict[str, str]:
-        provider, _, model_id = model.name.partition("/")
-        if provider != "openai" or not model_id:
-            self.fail(
-                f"{path}.name",
-                f"{model.name!r}: Agent Spec has no config for this provider; "
-                "export supports openai/<model>",
-            )
-        if model.api_key is not None:
-            self.fail(f"{path}.apiKey", "a model key from a Secret has no Agent Spec equivalent")
-        config: dict[str, Any] = {"name": model.name, "model_id": model_id}
-        if model.api_base:
-            config = {"component_type": "OpenAiCompatibleConfig", **config, "url": model.api_base}
-        else:
-            config = {"component_type": "OpenAiConfig", **config}
-        params = {
-            k: getattr(model, k)
-            for k in ("temperature", "top_p", "max_tokens")
-            if getattr(model, k) is not None
-        }
-        if params:
-            config["default_generation_parameters"] = params
-        if model.timeout_seconds != agent_api.ModelSpec.model_fields["timeout_seconds"].default:
-            config["retry_policy"] = {"request_timeout": model.timeout_seconds}
-        canonical = json.dumps(config, sort_keys=True)
-        if canonical not in self.llms:
-            key = f"llm-{len(self.llms) + 1}"
-            self.llms[canonical] = key
-            self.components[key] = {"id": key, **config}
-        return _ref(self.llms[canonical])
-
-    def flow(self, name: str, path: str) -> dict[str, str]:
-        """A reference to the exported Flow ``name`` (written once)."""
-        cid = f"flow.{name}"
-        if name not in self.flows:
-            self.flows[name] = cid
-            spec = self.resolver.flow(name)
-            if spec is None:
-                self.fail(path, f'no Flow "{name}"')
-            else:
-                self.components[cid] = _write_flow(self, name, spec)
-        return _ref(cid)
-
-    # -- tools and agents --------------------------------------------------------------------
-
-    def transport(self, mcp: agent_api.McpTool, path: str) -> dict[str, Any]:
-        if mcp.headers:
-            self.fail(f"{path}.headers", "MCP headers from Secrets have no Agent Spec equivalent")
-        if mcp.command is not None:
-            transport: dict[str, Any] = {
-                "component_type": "StdioTransport",
-                "name": "stdio",
-                "command": mcp.command,
-                "args": mcp.args,
-            }
-            if mcp.env:
-                transport["env"] = mcp.env
-        else:
-            transport = {
-                "component_type": "StreamableHTTPTransport",
-                "name": "http",
-                "url": mcp.url,
-            }
-        if mcp.timeout_seconds != 60:
-            transport["session_parameters"] = {"read_timeout_seconds": mcp.timeout_seconds}
-        return transport
-
-    def tool(self, tool: agent_api.Tool, path: str) -> tuple[str, dict[str, Any]]:
-        """("tools" or "toolboxes", the component) for an Agent's tool."""
-        base: dict[str, Any] = {"name": tool.name}
-        if tool.description:
-            base["description"] = tool.description
-        if tool.mcp is not None:
-            transport = self.transport(tool.mcp, f"{path}.mcp")
-            include = tool.mcp.include
-            if len(include) == 1 and mapping.identifier(include[0], set()) == tool.name:
-                return "tools", {
-                    "component_type": "MCPTool",
-                    **base,
-                    "name": include[0],
-                    "client_transport": transport,
-                    "requires_confirmation": not tool.read_only,
-                }
-            box = {
-                "component_type": "MCPToolBox",
-                **base,
-                "client_transport": transport,
-                "requires_confirmation": not tool.read_only,
-            }
-            if include:
-                box["tool_filter"] = include
-            if tool.mcp.exclude:
-                self.fail(f"{path}.mcp.exclude", "an exclude list has no Agent Spec equivalent")
-            return "toolboxes", box
-        base["inputs"] = _properties(tool.parameters)
-        base["requires_confirmation"] = not tool.read_only
-        if tool.http is not None:
-            return "tools", {
-                "component_type": "RemoteTool",
-                **base,
-                **self.http(tool.http, f"{path}.http"),
-            }
-        assert tool.python is not None
-        return "tools", {
-            "component_type": "ServerTool",
-            **base,
-            "metadata": {mapping.METADATA_KEY: {"python": tool.python.script}},
-        }
-
-    def http(self, http: agent_api.HttpTool, path: str) -> dict[str, Any]:
-        if http.secret_headers:
-            self.fail(
-                f"{path}.secretHeaders", "header values from Secrets have no Agent Spec equivalent"
-            )
-        out: dict[str, Any] = {"url": _placeholders(http.url), "http_method": http.method}
-        if http.headers:
-            out["headers"] = {k: _placeholders(v) for k, v in http.headers.items()}
-        if http.body is not None:
-            out["data"] = _placeholders(http.body)
-        if http.allow_hosts:
-            out["url_allow_list"] = http.allow_hosts
-        return out
-
-    def agent(
-        self, name: str, inputs: list[str], outputs: list[dict[str, Any]], path: str
-    ) -> dict[str, str]:
-        cid = f"agent.{name}"
-        if name in self.agents:
-            return _ref(cid)
-        self.agents[name] = cid
-        spec = self.resolver.agent(name)
-        if spec is None:
-            self.fail(path, f'no Agent "{name}"')
-            return _ref(cid)
-        for field in ("skills", "sub_agents", "sub_flows", "history"):
-            if getattr(spec, field):
-                self.fail(f"{path}.{field}", f"Agent {name}: {field} have no Agent Spec equivalent")
-        system = spec.system_prompt
-        for title in inputs:
-            system = system.replace(f"<{title}>", f"{{{{{title}}}}}")
-        component: dict[str, Any] = {
-            "component_type": "Agent", "id": cid, "name": name,
-            "llm_config": self.llm_config(spec.model, f"{path}.model"),
-            "system_prompt": system,
-            "inputs": [{"title": t, "type": "string"} for t in inputs],
-            "outputs": outputs,
-            "tools": [], "toolboxes": [],
-        }  # fmt: skip
-        for i, tool in enumerate(spec.tools):
-            where, exported = self.tool(tool, f"Agent {name}.tools[{i}]")
-            component[where].append(exported)
-        self.components[cid] = component
-        return _ref(cid)
-
-
-def _placeholders(value: Any) -> Any:
-    """``{{ .args.x }}`` -> ``{{x}}`` inside strings, lists and mappings."""
-    if isinstance(value, str):
-        return _ARG.sub(lambda m: "{{" + m.group(1) + "}}", value)
-    if isinstance(value, dict):
-        return {k: _placeholders(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_placeholders(v) for v in value]
-    return value
-
-
-def _properties(schema: Any) -> list[dict[str, Any]]:
-    """An object schema's properties as Agent Spec properties (the title is the key)."""
-    if not isinstance(schema, dict) or not isinstance(schema.get("properties"), dict):
-        return []
-    return [
-        {**(p if isinstance(p, dict) else {}), "title": k} for k, p in schema["properties"].items()
-    ]
-
-
 class _FlowWriter:
     """One Flow written as an Agent Spec Flow component."""
 
-    def __init__(self, ex: _Exporter, name: str, spec: flow_api.FlowSpec) -> None:
+    def __init__(self, ex: export_components.Exporter, name: str, spec: flow_api.FlowSpec) -> None:
         self.ex, self.name, self.spec = ex, name, spec
         self.nodes = {n.id: n for n in spec.nodes}
         self.index = {n.id: i for i, n in enumerate(spec.nodes)}
@@ -285,7 +56,80 @@ class _FlowWriter:
         self.data: list[dict[str, Any]] = []
         self.reads: dict[str, set[str]] = {n.id: set() for n in spec.nodes}
         self.guarded: dict[str, str] = {}
+        #: Branch node id -> the flow node whose end branches it routes (FlowNode branches).
+        self.routes: dict[str, str] = {}
+        #: Join node id -> the flow nodes of a ParallelFlowNode; fork id -> join id.
+        self.parallel = jqshapes.parallels(spec)
+        #: Where a component's translation starts (a fork, a try) -> the component's node id.
+        self.entries = {jqshapes.fork_of(spec, c): j for j, c in self.parallel.items()}
+        #: A CatchExceptionNode's node id -> its catchErrors flow node and the outputs' defaults.
+        self.catches = {n.id: c for n in spec.nodes if (c := jqshapes.catch(n)) is not None}
+        self.entries.update({c[0]: j for j, c in self.catches.items()})
+        #: An AgentNode with an A2AAgent: its node id -> its message/send tool node.
+        self.remote = {n.id: r for n in spec.nodes if (r := jqshapes.a2a(n, self.nodes))}
+        self.entries.update({c: j for j, c in self.remote.items()})
         self.agent_calls: list[tuple[str, str, list[str], list[dict[str, Any]]]] = []
+
+    def parallel_node(self, join: flow_api.Node, base: dict[str, Any]) -> dict[str, Any]:
+        """A ParallelFlowNode: its sub-flows, and inputs fed to whichever sub-flow reads them."""
+        bound: set[str] = set()
+        subflows = []
+        for call_id in self.parallel[join.id]:
+            call = self.nodes[call_id].flow
+            assert call is not None
+            text = call.input if isinstance(call.input, str) else ""
+            for title, expr in (jqshapes.parse_object(text[1:]) or {}).items():
+                if title not in bound:
+                    bound.add(title)
+                    self.bind(expr, join.id, title, self.path(call_id, "flow.input"))
+            subflows.append(self.ex.flow(call.name, self.path(call_id, "flow")))
+        return {"component_type": "ParallelFlowNode", **base, "subflows": subflows}
+
+    def catch_node(self, node: flow_api.Node, base: dict[str, Any]) -> dict[str, Any]:
+        """A CatchExceptionNode: its sub-flow, inputs, and outputs with their defaults."""
+        attempt, defaults = self.catches[node.id]
+        call = self.nodes[attempt].flow if attempt in self.nodes else None
+        if call is None or not call.catch_errors:
+            self.ex.fail(self.path(node.id, "transform"), "reads no catchErrors flow node")
+            return {}
+        text = call.input if isinstance(call.input, str) else ""
+        for title, expr in (jqshapes.parse_object(text[1:]) or {}).items():
+            self.bind(expr, node.id, title, self.path(attempt, "flow.input"))
+        info = {"title": checks.CAUGHT_INFO, "anyOf": [{"type": "string"}, {"type": "null"}]}
+        outputs = [{"title": k, "default": v} for k, v in defaults.items()]
+        return {
+            "component_type": "CatchExceptionNode", **base,
+            "subflow": self.ex.flow(call.name, self.path(attempt, "flow")),
+            "outputs": [*outputs, {**info, "default": None}],
+        }  # fmt: skip
+
+    def a2a_node(self, node: flow_api.Node, base: dict[str, Any]) -> dict[str, Any]:
+        """An AgentNode asking an A2AAgent: its URL, and inputs from the call's arguments."""
+        call = self.nodes[self.remote[node.id]].tool
+        assert call is not None and call.http is not None and isinstance(call.args, dict)
+        inputs = []
+        for title, value in call.args.items():
+            if title == "message_id":
+                continue
+            expr = value[1:] if isinstance(value, str) and value.startswith("=") else "null"
+            default = self.bind(expr, node.id, title, self.path(call.name or node.id, "tool.args"))
+            inputs.append({"title": title, "type": "string", **(default or {})})
+        agent = {
+            "component_type": "A2AAgent", "name": node.id, "agent_url": call.http.url,
+            "inputs": inputs, "outputs": [{"title": "output", "type": "string"}],
+        }  # fmt: skip
+        return {"component_type": "AgentNode", **base, "agent": agent}
+
+    def route_of(self, branch: flow_api.Branch) -> str | None:
+        """The FlowNode or CatchExceptionNode whose end branch ``branch`` routes on."""
+        match = re.fullmatch(
+            rf"=\.nodes\.([a-z][a-z0-9_]*)\.json\.{mapping.BRANCH_OUTPUT}", branch.value
+        )
+        source = self.nodes.get(match.group(1)) if match else None
+        routable = source is not None and (source.flow is not None or source.id in self.catches)
+        if source is None or not routable or branch.default is not None:
+            return None
+        return source.id
 
     def cid(self, node_id: str) -> str:
         return f"{self.name}.{node_id}"
@@ -325,7 +169,7 @@ class _FlowWriter:
             return {"default": json.loads(expr)}
         except ValueError:
             pass
-        for alternative in split_alternatives(expr):
+        for alternative in jqshapes.split_alternatives(expr):
             found = self.read(alternative)
             if found is None:
                 self.ex.fail(
@@ -339,9 +183,9 @@ class _FlowWriter:
                 {
                     "component_type": "DataFlowEdge",
                     "name": f"{source}_{output}_to_{node_id}_{title}",
-                    "source_node": _ref(self.cid(source)),
+                    "source_node": export_components.ref(self.cid(source)),
                     "source_output": output,
-                    "destination_node": _ref(self.cid(node_id)),
+                    "destination_node": export_components.ref(self.cid(node_id)),
                     "destination_input": title,
                 }
             )
@@ -354,7 +198,7 @@ class _FlowWriter:
         def one(match: re.Match[str]) -> str:
             expr = match.group(1)
             if expr not in names:
-                found = self.read(split_alternatives(expr)[0])
+                found = self.read(jqshapes.split_alternatives(expr)[0])
                 stem = found[1] if found else "value"
                 title, n = stem, 2
                 while title in names.values():
@@ -371,6 +215,14 @@ class _FlowWriter:
         base: dict[str, Any] = {"id": self.cid(node.id), "name": node.id}
         if node.description:
             base["description"] = node.description
+        if node.id in self.parallel:
+            return self.parallel_node(node, base)
+        if node.id in self.catches:
+            return self.catch_node(node, base)
+        if node.id in self.remote:
+            return self.a2a_node(node, base)
+        if node.id in self.entries or any(node.id in c for c in self.parallel.values()):
+            return None
         if node.transform is not None:
             return self.transform(node, base, first)
         if node.llm is not None:
@@ -379,6 +231,9 @@ class _FlowWriter:
             return self.agent(node, node.agent, base)
         if node.tool is not None:
             return self.tool(node, node.tool, base)
+        if node.branch is not None and self.route_of(node.branch) is not None:
+            self.routes[node.id] = self.route_of(node.branch) or ""
+            return None
         if node.branch is not None:
             value = node.branch.value
             if value.startswith("="):
@@ -408,14 +263,21 @@ class _FlowWriter:
     ) -> dict[str, Any] | None:
         assert node.transform is not None
         if first and _START.match(node.transform):
-            properties = _properties(self.spec.input)
+            properties = export_components.properties(self.spec.input)
             return {
                 "component_type": "StartNode",
                 **base,
                 "inputs": properties,
                 "outputs": properties,
             }
-        fields = parse_object(node.transform[1:]) if node.transform.startswith("=") else None
+        fields = (
+            jqshapes.parse_object(node.transform[1:]) if node.transform.startswith("=") else None
+        )
+        message = (
+            jqshapes.parse_text(node.transform[1:]) if node.transform.startswith("=") else None
+        )
+        if not first and fields is None and message is not None:
+            return self.output_message(node, base, message)
         if first or fields is None:
             self.ex.fail(
                 self.path(node.id, "transform"),
@@ -424,10 +286,25 @@ class _FlowWriter:
             )
             return None
         outputs = []
+        branch = jqshapes.literal_string(fields.pop(mapping.BRANCH_OUTPUT, None))
         for title, expr in fields.items():
             default = self.bind(expr, node.id, title, self.path(node.id, "transform"))
             outputs.append({"title": title, **(default or {})})
-        return {"component_type": "EndNode", **base, "inputs": outputs, "outputs": outputs}
+        end = {"component_type": "EndNode", **base, "inputs": outputs, "outputs": outputs}
+        return end | ({"branch_name": branch} if branch is not None else {})
+
+    def output_message(
+        self, node: flow_api.Node, base: dict[str, Any], parts: list[tuple[bool, str]]
+    ) -> dict[str, Any]:
+        """An OutputMessageNode: literal text and ``{{name}}`` placeholders fed by data edges."""
+        text = ""
+        for is_expr, part in parts:
+            text += (
+                self.template("{{ " + part + " }}", node.id, self.path(node.id, "transform"))
+                if is_expr
+                else part
+            )
+        return {"component_type": "OutputMessageNode", **base, "message": text}
 
     def llm(
         self, node: flow_api.Node, call: flow_api.LlmCall, base: dict[str, Any]
@@ -445,7 +322,7 @@ class _FlowWriter:
             ),
         }  # fmt: skip
         if call.output_schema is not None:
-            out["outputs"] = _properties(call.output_schema)
+            out["outputs"] = export_components.properties(call.output_schema)
         return out
 
     def agent(
@@ -479,6 +356,7 @@ class _FlowWriter:
     def tool(
         self, node: flow_api.Node, call: flow_api.ToolCall, base: dict[str, Any]
     ) -> dict[str, Any] | None:
+        tool: dict[str, Any]
         args = call.args if isinstance(call.args, dict) else {}
         if call.args is not None and not isinstance(call.args, dict):
             self.ex.fail(
@@ -499,6 +377,21 @@ class _FlowWriter:
                 "inputs": inputs,
                 **self.ex.http(call.http, self.path(node.id, "tool.http")),
             }
+        if call.mcp is not None:
+            tool = {
+                "component_type": "MCPTool",
+                "name": call.name,
+                "inputs": inputs,
+                "client_transport": self.ex.transport(call.mcp, self.path(node.id, "tool.mcp")),
+            }
+            return {"component_type": "ToolNode", **base, "tool": tool}
+        if call.client is not None:
+            tool = {
+                "component_type": "ClientTool",
+                "name": call.name or f"{node.id}_tool",
+                "inputs": inputs,
+            }
+            return {"component_type": "ToolNode", **base, "tool": tool}
         if call.python is None:
             self.ex.fail(
                 self.path(node.id, "tool"),
@@ -518,7 +411,7 @@ class _FlowWriter:
         self, node: flow_api.Node, call: flow_api.FlowCall, base: dict[str, Any]
     ) -> dict[str, Any]:
         fields = (
-            parse_object(call.input[1:])
+            jqshapes.parse_object(call.input[1:])
             if isinstance(call.input, str) and call.input.startswith("=")
             else None
         )
@@ -539,7 +432,7 @@ class _FlowWriter:
     ) -> dict[str, Any] | None:
         body = spec.flow
         fields = (
-            parse_object(body.input[1:])
+            jqshapes.parse_object(body.input[1:])
             if body and isinstance(body.input, str) and body.input.startswith("=")
             else None
         )
@@ -552,7 +445,7 @@ class _FlowWriter:
         lists = [spec.items[1:]] if len(titles) == 1 else None
         multi = re.match(r"^=\[(.*)\] \| transpose$", spec.items)
         if multi:
-            lists = [p[1:-1] for p in split_commas(multi.group(1))]
+            lists = [p[1:-1] for p in jqshapes.split_commas(multi.group(1))]
         if not spec.items.startswith("=") or lists is None or len(lists) != len(titles):
             self.ex.fail(
                 self.path(node.id, "map.items"),
@@ -582,18 +475,6 @@ class _FlowWriter:
         return None
 
 
-def split_commas(text: str) -> list[str]:
-    """Split ``(a), (b)`` at top-level commas."""
-    parts, depth, start = [], 0, 0
-    for i, char in enumerate(text):
-        depth += {"(": 1, "[": 1, "{": 1, ")": -1, "]": -1, "}": -1}.get(char, 0)
-        if char == "," and depth == 0:
-            parts.append(text[start:i].strip())
-            start = i + 1
-    parts.append(text[start:].strip())
-    return parts
-
-
 def _finish_outputs(writer: _FlowWriter) -> None:
     """Declare the outputs that later nodes read (known only once every node is written)."""
     for node_id, reads in writer.reads.items():
@@ -614,24 +495,34 @@ def _finish_outputs(writer: _FlowWriter) -> None:
         if not outputs and "text" in writer.reads[node_id]:
             outputs = [{"title": "output", "type": "string"}]
         where = writer.path(node_id, "agent")
-        writer.out[node_id]["agent"] = writer.ex.agent(name, inputs, outputs, where)
+        writer.out[node_id]["agent"] = writer.ex.agent(name, inputs, outputs, where, in_node=True)
 
 
 def _control_edges(writer: _FlowWriter) -> list[dict[str, Any]]:
     def edge(source: str, target: str, branch: str | None = None) -> dict[str, Any]:
-        target = writer.guarded.get(target, target)
+        target = writer.entries.get(target, writer.guarded.get(target, target))
         out = {
             "component_type": "ControlFlowEdge",
             "name": f"{source}_to_{target}",
-            "from_node": _ref(writer.cid(source)),
+            "from_node": export_components.ref(writer.cid(source)),
         }
         if branch is not None:
             out["from_branch"] = branch
-        return {**out, "to_node": _ref(writer.cid(target))}
+        return {**out, "to_node": export_components.ref(writer.cid(target))}
 
-    edges = [edge(e.from_, e.to) for e in writer.spec.edges if e.from_ not in writer.guarded]
+    edges = [
+        edge(e.from_, e.to)
+        for e in writer.spec.edges
+        if e.from_ not in writer.guarded
+        and e.from_ not in writer.routes
+        and e.to not in writer.routes
+        and e.from_ not in writer.entries
+        and e.to not in writer.parallel
+    ]
     for node in writer.spec.nodes:
-        if node.branch is not None:
+        if node.branch is not None and node.id in writer.routes:
+            edges += [edge(writer.routes[node.id], t, b) for b, t in node.branch.cases.items()]
+        elif node.branch is not None:
             edges += [
                 edge(node.id, target, target)
                 for target in dict.fromkeys(node.branch.cases.values())
@@ -641,7 +532,9 @@ def _control_edges(writer: _FlowWriter) -> list[dict[str, Any]]:
     return edges
 
 
-def _write_flow(ex: _Exporter, name: str, spec: flow_api.FlowSpec) -> dict[str, Any]:
+def _write_flow(
+    ex: export_components.Exporter, name: str, spec: flow_api.FlowSpec
+) -> dict[str, Any]:
     writer = _FlowWriter(ex, name, spec)
     if not spec.edges and len(spec.nodes) > 1:
         ex.fail("spec.edges", "a flow that runs in list order has no edges to export; list them")
@@ -658,8 +551,8 @@ def _write_flow(ex: _Exporter, name: str, spec: flow_api.FlowSpec) -> dict[str, 
     first = spec.nodes[0].id
     flow: dict[str, Any] = {
         "component_type": "Flow", "id": f"flow.{name}", "name": name,
-        "start_node": _ref(writer.cid(first)),
-        "nodes": [_ref(writer.cid(n)) for n in writer.out],
+        "start_node": export_components.ref(writer.cid(first)),
+        "nodes": [export_components.ref(writer.cid(n)) for n in writer.out],
         "control_flow_connections": _control_edges(writer),
         "data_flow_connections": writer.data,
     }  # fmt: skip
@@ -670,43 +563,12 @@ def _write_flow(ex: _Exporter, name: str, spec: flow_api.FlowSpec) -> dict[str, 
 
 def export(flow_name: str, resolver: capabilities.Resolver) -> dict[str, Any]:
     """The Agent Spec document of a Flow; SpecInvalid naming what has no equivalent."""
-    ex = _Exporter(resolver)
+    ex = export_components.Exporter(resolver, _write_flow)
     spec = resolver.flow(flow_name)
-    if spec is not None and _runs_one_agent(spec):
-        return _agent_document(ex, spec)
+    if spec is not None and export_components.runs_one_agent(spec):
+        return export_components.agent_document(ex, flow_name, spec)
     root = ex.flow(flow_name, "")
     if ex.problems:
         raise errors.SpecInvalid(ex.problems)
     flow = ex.components.pop(root[document.REF])
     return {document.VERSION_FIELD: document.EXPORT_VERSION, **flow, document.REFS: ex.components}
-
-
-_MESSAGE = "{{ .run.input.message }}"
-
-
-def _runs_one_agent(spec: flow_api.FlowSpec) -> bool:
-    """True for the flow the importer writes for a top-level Agent."""
-    node = spec.nodes[0]
-    return len(spec.nodes) == 1 and node.agent is not None and node.agent.prompt.endswith(_MESSAGE)
-
-
-def _agent_document(ex: _Exporter, spec: flow_api.FlowSpec) -> dict[str, Any]:
-    """A top-level Agent: inputs are the flow's (less ``message``), given as prompt lines."""
-    call = spec.nodes[0].agent
-    assert call is not None
-    inputs = [p for p in _properties(spec.input) if p["title"] != "message"]
-    lines = call.prompt.removesuffix(_MESSAGE).splitlines()
-    expected = [mapping.input_line(p) for p in inputs]
-    if lines != expected:
-        ex.fail(
-            "spec.nodes[0].agent.prompt",
-            f"a top-level Agent's prompt is the input lines then {_MESSAGE}",
-        )
-    ref = ex.agent(call.name, [str(p["title"]) for p in inputs], [], "spec.nodes[0].agent")
-    if ex.problems:
-        raise errors.SpecInvalid(ex.problems)
-    agent = ex.components.pop(ref[document.REF])
-    agent["inputs"] = inputs
-    if spec.description:
-        agent["description"] = spec.description
-    return {document.VERSION_FIELD: document.EXPORT_VERSION, **agent, document.REFS: ex.components}

@@ -41,6 +41,10 @@ class Imported:
     flows: dict[str, flow_api.Flow] = dataclasses.field(default_factory=dict)
     agents: dict[str, agent_api.Agent] = dataclasses.field(default_factory=dict)
     version: str = ""
+    #: "Flow" or "Agent": what the document's root is.
+    root: str = "Flow"
+    #: Flow name -> node id -> the Agent Spec component type the node was translated from.
+    kinds: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
 
     def resources(self) -> list[agent_api.Agent | flow_api.Flow]:
         """Agents first, then flows, each sub-flow before the flows that call it."""
@@ -55,30 +59,73 @@ class _Translator:
         self.done: dict[str, str] = {}
         self.problems: list[documents.Problem] = []
 
-    def agent(self, agent: model.Agent, path: str) -> str:
-        done_key = f"agent:{checks.key(agent)}"
+    def agent(self, component: model.AgenticComponent, path: str) -> str:
+        """The Agent resource of an agentic component (a ManagerWorkers' workers as sub-agents)."""
+        done_key = f"agent:{checks.key(component)}"
         if done_key not in self.done:
+            agent = checks.effective_agent(component)
             name = mapping.resource_name(agent.name, self.agent_names, common.NAME_MAX)
             self.done[done_key] = name
             spec = components.agent_spec(agent, path, self.problems)
+            workers = [
+                self.agent(w, f"{path}.workers[{i}]")
+                for i, w in enumerate(checks.workers_of(component))
+            ]
+            if workers:
+                spec = spec.model_copy(update={"sub_agents": workers})
             meta = common.ObjectMeta(name=name)
             self.result.agents[name] = agent_api.Agent(metadata=meta, spec=spec)
         return self.done[done_key]
 
-    def flow(self, flow: model.Flow, path: str) -> str:
+    def flow(self, flow: model.Flow, path: str, *, branches: bool = False) -> str:
+        """The Flow resource of ``flow``; with ``branches`` its output says the end branch."""
         done_key = f"flow:{checks.key(flow)}"
         if done_key not in self.done:
             name = mapping.resource_name(flow.name, self.flow_names)
             self.done[done_key] = name
-            spec = _FlowBuilder(self, flow, checks.check(flow), path).build()
+            builder = _FlowBuilder(self, flow, checks.check(flow), path)
+            builder.says_branch = branches and len(checks.branches_of_flow(flow)) > 1
+            spec = builder.build()
+            self.result.kinds[name] = {
+                builder.ids[k]: n.component_type for k, n in builder.graph.nodes.items()
+            }
             self.result.flows[name] = flow_api.Flow(
                 metadata=common.ObjectMeta(name=name), spec=spec
             )
         return self.done[done_key]
 
-    def top_agent(self, agent: model.Agent) -> str:
-        name = mapping.resource_name(agent.name, self.flow_names)
-        agent_name = self.agent(agent, "")
+    def swarm(self, swarm: model.Swarm) -> str:
+        """A Swarm: an Agent per member; each reaches its recipients through tools.
+
+        ``call_sub_agent`` sends a recipient a message and returns its answer; the client tool
+        ``handoff_conversation`` asks the host to hand the conversation over (the conversation
+        API does: the recipient answers from then on). The Flow runs the first agent.
+        """
+        plan = checks.swarm_plan(swarm)
+        names = {k: self.agent(a, plan.paths[k]) for k, a in plan.agents.items()}
+        for k in plan.agents:
+            resource = self.result.agents[names[k]]
+            spec = resource.spec
+            update: dict[str, Any] = {
+                "sub_agents": [*spec.sub_agents, *(names[r] for r in plan.messages[k])]
+            }
+            if plan.handoffs[k]:
+                targets = [names[r] for r in plan.handoffs[k]]
+                update["tools"] = [*spec.tools, components.handoff_tool(targets)]
+            resource.spec = spec.model_copy(update=update)
+        confirm = any(self.needs_confirmation(a) for a in plan.agents.values())
+        return self.top_agent(swarm.first_agent, swarm, confirm)
+
+    def top_agent(
+        self,
+        component: model.AgenticComponent,
+        named: model.Component | None = None,
+        confirm: bool | None = None,
+    ) -> str:
+        """The Flow of a root agentic component (named after ``named``, e.g. its Swarm)."""
+        agent = checks.effective_agent(component)
+        name = mapping.resource_name((named or agent).name, self.flow_names)
+        agent_name = self.agent(component, "first_agent" if named else "")
         inputs = agent.inputs
         if inputs is None:
             inputs = [
@@ -90,15 +137,31 @@ class _Translator:
         call = flow_api.AgentCall(
             name=agent_name, prompt="\n".join([*lines, "{{ .run.input.message }}"])
         )
+        if confirm is None:
+            confirm = self.needs_confirmation(component)
         spec = flow_api.FlowSpec(
-            description=agent.description or "",
+            description=(named or agent).description or "",
             input=schema,
             nodes=[flow_api.Node(id="agent", agent=call)],
             output="=.nodes.agent.text",
-            autonomy=_autonomy(components.needs_confirmation(agent)),
+            autonomy=_autonomy(confirm),
         )
         self.result.flows[name] = flow_api.Flow(metadata=common.ObjectMeta(name=name), spec=spec)
+        self.result.root = "Agent"
+        self.result.kinds[name] = {"agent": "Agent"}
         return name
+
+    def asks_user(self, name: str) -> None:
+        """Give Agent ``name`` (run by an AgentNode) the ``ask_user`` client tool, once."""
+        resource = self.result.agents[name]
+        if not components.asks_user(resource.spec):
+            tools = [*resource.spec.tools, components.ask_user_tool()]
+            resource.spec = resource.spec.model_copy(update={"tools": tools})
+
+    def needs_confirmation(self, component: model.AgenticComponent) -> bool:
+        """True when a tool of the agent, or of a worker, asks to confirm each call."""
+        found = components.needs_confirmation(checks.effective_agent(component))
+        return found or any(self.needs_confirmation(w) for w in checks.workers_of(component))
 
 
 def _autonomy(supervised: bool) -> flow_api.Autonomy:
@@ -115,9 +178,11 @@ def _input_properties(node: model.Node) -> list[model.Property]:
     if isinstance(node, model.ToolNode):
         found += node.tool.inputs or []
     elif isinstance(node, model.AgentNode):
-        found += node.agent.inputs or []
-    elif isinstance(node, (model.FlowNode, model.MapNode)):
+        found += checks.agent_io(node.agent)[0] or []
+    elif isinstance(node, (model.FlowNode, model.MapNode, model.CatchExceptionNode)):
         found += checks.flow_inputs(node.subflow)
+    elif isinstance(node, model.ParallelFlowNode):
+        found += [p for f in node.subflows for p in checks.flow_inputs(f)]
     elif isinstance(node, model.EndNode):
         found += node.outputs or []
     return found
@@ -135,6 +200,10 @@ class _FlowBuilder:
         self.nodes: list[flow_api.Node] = []
         self.edges: list[flow_api.Edge] = []
         self.supervised = False
+        #: The EndNodes add output ``branch_name`` (a FlowNode routes on it).
+        self.says_branch = False
+        #: FlowNode key -> id of the branch node after it (a sub-flow with several end branches).
+        self.routed: dict[str, str] = {}
 
     def problem(self, key: str, message: str) -> None:
         where = f"nodes[{self.graph.index[key]}]"
@@ -147,8 +216,11 @@ class _FlowBuilder:
         start = checks.key(self.flow.start_node)
         for key in sorted(self.graph.nodes, key=lambda k: (k != start, self.graph.index[k])):
             self.node(key, self.graph.nodes[key], bindings[key])
+        self.enter_through_entries()
+        self.routes()
         for (source, _branch), target in self.graph.taken.items():
-            if not isinstance(self.graph.nodes[source], model.BranchingNode):
+            routed = source in self.routed
+            if not routed and not isinstance(self.graph.nodes[source], model.BranchingNode):
                 self.edges.append(flow_api.Edge(from_=self.ids[source], to=self.entry[target]))
         return flow_api.FlowSpec(
             description=self.flow.description or "",
@@ -170,7 +242,7 @@ class _FlowBuilder:
         if isinstance(node, model.LlmNode) and mapping.is_text_output(node.outputs):
             return f"{ref}.text"
         if isinstance(node, model.AgentNode) and mapping.is_text_output(
-            node.outputs or node.agent.outputs
+            node.outputs or checks.agent_io(node.agent)[1]
         ):
             return f"{ref}.text"
         single = isinstance(node, (model.ToolNode, model.ApiNode, model.InputMessageNode))
@@ -224,7 +296,13 @@ class _FlowBuilder:
                 continue
             prop = properties.get(title)
             if prop is not None and "default" in prop:
-                if not isinstance(node, (model.FlowNode, model.MapNode)):
+                subflows = (
+                    model.FlowNode,
+                    model.MapNode,
+                    model.ParallelFlowNode,
+                    model.CatchExceptionNode,
+                )
+                if not isinstance(node, subflows):
                     bound[title] = _literal(prop["default"])
                 continue
             self.problem(
@@ -251,7 +329,7 @@ class _FlowBuilder:
             prefix = f"{_literal(defaults)} + " if defaults else ""
             self.add(key, transform=f"={prefix}(.run.input // {{}})")
         elif isinstance(node, model.EndNode):
-            self.add(key, transform="=" + _object(bound))
+            self.end(key, node, bound)
         elif isinstance(node, model.LlmNode):
             self.llm(key, node, bound)
         elif isinstance(node, model.AgentNode):
@@ -264,6 +342,12 @@ class _FlowBuilder:
             self.subflow(key, node, bound)
         elif isinstance(node, model.MapNode):
             self.map(key, node, bound)
+        elif isinstance(node, model.ParallelFlowNode):
+            self.parallel(key, node, bound)
+        elif isinstance(node, model.CatchExceptionNode):
+            self.catch(key, node, bound)
+        elif isinstance(node, model.OutputMessageNode):
+            self.add(key, transform="=" + mapping.jq_text(node.message, bound))
         else:
             message = mapping.substitute(node.message or "", bound) or "Your message:"
             self.add(key, input=flow_api.InputRequest(message=message, schema_={"type": "string"}))
@@ -290,14 +374,38 @@ class _FlowBuilder:
         self.add(key, llm=call)
 
     def agent(self, key: str, node: model.AgentNode, bound: dict[str, str]) -> None:
+        if isinstance(node.agent, model.A2AAgent):
+            self.a2a(key, node, node.agent, bound)
+            return
         name = self.tr.agent(node.agent, f"{self.where(key)}.agent")
-        self.supervised |= components.needs_confirmation(node.agent)
+        if checks.effective_agent(node.agent).human_in_the_loop:
+            self.tr.asks_user(name)
+        self.supervised |= self.tr.needs_confirmation(node.agent)
         lines = [f"{title}: {{{{ {expr} }}}}" for title, expr in bound.items()]
-        outputs = node.outputs or node.agent.outputs
+        outputs = node.outputs or checks.effective_agent(node.agent).outputs
         if not mapping.is_text_output(outputs):
             keys = ", ".join(checks.titles(outputs))
             lines.append(f"Answer with a JSON object with the keys: {keys}.")
         self.add(key, agent=flow_api.AgentCall(name=name, prompt="\n".join(lines) or "Begin."))
+
+    def a2a(
+        self, key: str, node: model.AgentNode, agent: model.A2AAgent, bound: dict[str, str]
+    ) -> None:
+        """An http tool node ``<id>_call`` sending ``message/send``, and the reply's text."""
+        if not mapping.is_text_output(node.outputs or agent.outputs):
+            self.problem(
+                key, f"A2AAgent {agent.name!r} answers with text: declare one string output"
+            )
+        call_id = mapping.identifier(f"{self.ids[key]}_call", self.taken_ids)
+        args = {"message_id": f'=.run.name + "-{self.ids[key]}"'}
+        args |= {title: f"={expr}" for title, expr in bound.items()}
+        http = agent_api.HttpTool(
+            method="POST", url=agent.agent_url, body=mapping.a2a_body(list(bound))
+        )
+        self.nodes.append(flow_api.Node(id=call_id, tool=flow_api.ToolCall(http=http, args=args)))
+        self.edges.append(flow_api.Edge(from_=call_id, to=self.ids[key]))
+        self.entry[key] = call_id
+        self.add(key, transform=f"=.nodes.{call_id}.json | {mapping.A2A_TEXT}")
 
     def tool(self, key: str, node: model.ToolNode | model.ApiNode, bound: dict[str, str]) -> None:
         path = self.where(key)
@@ -312,13 +420,15 @@ class _FlowBuilder:
         elif isinstance(node.tool, model.ServerTool):
             script = components.python_script(node.tool, f"{path}.tool", self.tr.problems)
             call = flow_api.ToolCall(python=agent_api.PythonTool(script=script), args=args)
+        elif isinstance(node.tool, model.ClientTool):
+            client = agent_api.ClientTool()
+            call = flow_api.ToolCall(client=client, name=node.tool.name, args=args)
         else:
-            self.problem(
-                key,
-                f"tool: an MCPTool {node.tool.name!r} in a ToolNode is not supported yet; "
-                "give it to an Agent",
+            where = f"{path}.tool.client_transport"
+            server = components.mcp(
+                node.tool.client_transport, [node.tool.name], where, self.tr.problems
             )
-            return
+            call = flow_api.ToolCall(mcp=server, name=node.tool.name, args=args)
         if isinstance(node, model.ToolNode) and node.tool.requires_confirmation:
             confirm = mapping.identifier(f"{node.name}_confirm", self.taken_ids)
             summary = "arguments: {{ " + _object(bound) + " }}" if bound else ""
@@ -340,16 +450,87 @@ class _FlowBuilder:
         )
         self.add(key, branch=branch)
 
+    def end(self, key: str, node: model.EndNode, bound: dict[str, str]) -> None:
+        """The flow's outputs; with several end branches, ``branch_name`` says which ended it."""
+        if self.says_branch:
+            if mapping.BRANCH_OUTPUT in bound:
+                self.problem(
+                    key,
+                    f"EndNode {node.name!r}: an output named {mapping.BRANCH_OUTPUT!r} in a flow "
+                    "that ends on several branches is reserved for the branch; rename it",
+                )
+            bound = {**bound, mapping.BRANCH_OUTPUT: _literal(node.branch_name)}
+        self.add(key, transform="=" + _object(bound))
+
     def subflow(self, key: str, node: model.FlowNode, bound: dict[str, str]) -> None:
-        if len(checks.branches_of(node)) > 1:
-            self.problem(
-                key,
-                f"FlowNode {node.name!r}: a sub-flow that ends on several branches "
-                f"({', '.join(checks.branches_of(node))}) is not supported yet",
-            )
-            return
-        name = self.tr.flow(node.subflow, f"{self.where(key)}.subflow")
+        """A flow node; a sub-flow ending on several branches is followed by a branch node."""
+        name = self.tr.flow(node.subflow, f"{self.where(key)}.subflow", branches=True)
         self.add(key, flow=flow_api.FlowCall(name=name, input="=" + _object(bound)))
+        branches = checks.branches_of(node)
+        if len(branches) < 2:
+            return
+        self.routed[key] = mapping.identifier(f"{self.ids[key]}_branch", self.taken_ids)
+
+    def enter_through_entries(self) -> None:
+        """Point branch cases at where each target's translation starts.
+
+        A BranchingNode may be translated before its target, whose entry (an approval before a
+        confirmed tool, the fork of a ParallelFlowNode) is known only once the target is.
+        """
+        entry_of = {self.ids[k]: e for k, e in self.entry.items()}
+        for i, node in enumerate(self.nodes):
+            if node.branch is None:
+                continue
+            branch = node.branch
+            cases = {k: entry_of.get(t, t) for k, t in branch.cases.items()}
+            default = entry_of.get(branch.default, branch.default) if branch.default else None
+            update = {"cases": cases, "default": default}
+            self.nodes[i] = node.model_copy(update={"branch": branch.model_copy(update=update)})
+
+    def routes(self) -> None:
+        """The branch node after each FlowNode with several end branches (targets known now)."""
+        for key, route in self.routed.items():
+            branches = checks.branches_of(self.graph.nodes[key])
+            cases = {b: self.entry[self.graph.taken[(key, b)]] for b in branches}
+            value = f"=.nodes.{self.ids[key]}.json.{mapping.BRANCH_OUTPUT}"
+            branch = flow_api.Branch(value=value, cases=cases)
+            self.nodes.append(flow_api.Node(id=route, branch=branch))
+            self.edges.append(flow_api.Edge(from_=self.ids[key], to=route))
+
+    def parallel(self, key: str, node: model.ParallelFlowNode, bound: dict[str, str]) -> None:
+        """A fork (``<id>_fork``), one flow node per sub-flow (``<id>_<n>``), and the join.
+
+        The engine starts the successors of a finished node together and runs a node with
+        several predecessors once all are settled, so the sub-flows run at the same time and
+        the join (this node's id) merges their outputs into one object.
+        """
+        fork = mapping.identifier(f"{self.ids[key]}_fork", self.taken_ids)
+        self.nodes.append(flow_api.Node(id=fork, transform="={}"))
+        self.entry[key] = fork
+        calls = []
+        for j, subflow in enumerate(node.subflows):
+            name = self.tr.flow(subflow, f"{self.where(key)}.subflows[{j}]")
+            call_id = mapping.identifier(f"{self.ids[key]}_{j + 1}", self.taken_ids)
+            inputs = {t: bound[t] for t in checks.titles(checks.flow_inputs(subflow)) if t in bound}
+            call = flow_api.FlowCall(name=name, input="=" + _object(inputs))
+            self.nodes.append(flow_api.Node(id=call_id, flow=call))
+            self.edges += [flow_api.Edge(from_=fork, to=call_id)]
+            self.edges += [flow_api.Edge(from_=call_id, to=self.ids[key])]
+            calls.append(f"(.nodes.{call_id}.json)")
+        self.add(key, transform="=" + " + ".join(calls))
+
+    def catch(self, key: str, node: model.CatchExceptionNode, bound: dict[str, str]) -> None:
+        """A ``catchErrors`` flow node (``<id>_try``), this node's outputs, a branch node after."""
+        name = self.tr.flow(node.subflow, f"{self.where(key)}.subflow", branches=True)
+        attempt = mapping.identifier(f"{self.ids[key]}_try", self.taken_ids)
+        call = flow_api.FlowCall(name=name, input="=" + _object(bound), catch_errors=True)
+        self.nodes.append(flow_api.Node(id=attempt, flow=call))
+        self.edges.append(flow_api.Edge(from_=attempt, to=self.ids[key]))
+        self.entry[key] = attempt
+        defaults = {str(p["title"]): p.get("default") for p in checks.caught_outputs(node)}
+        branch = checks.branches_of_flow(node.subflow)[0]
+        self.add(key, transform=mapping.catch_transform(attempt, defaults, branch))
+        self.routed[key] = mapping.identifier(f"{self.ids[key]}_branch", self.taken_ids)
 
     def map(self, key: str, node: model.MapNode, bound: dict[str, str]) -> None:
         name = self.tr.flow(node.subflow, f"{self.where(key)}.subflow")
@@ -379,12 +560,14 @@ def _object(fields: dict[str, str]) -> str:
     return "{" + ", ".join(f"{json.dumps(k)}: ({v})" for k, v in fields.items()) + "}"
 
 
-def translate(root: model.Flow | model.Agent) -> Imported:
+def translate(root: model.Flow | model.AgenticComponent | model.Swarm) -> Imported:
     """The resources of a typed document; SpecInvalid with every problem."""
     tr = _Translator()
     if isinstance(root, model.Flow):
         checks.check(root)
         tr.result.flow = tr.flow(root, "")
+    elif isinstance(root, model.Swarm):
+        tr.result.flow = tr.swarm(root)
     else:
         tr.result.flow = tr.top_agent(root)
     if tr.problems:

@@ -21,6 +21,10 @@ _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 METADATA_KEY = "agentflows"
 #: Items a ParallelMapNode runs at once (a MapNode runs one at a time).
 PARALLEL_MAP_CONCURRENCY = 4
+#: The output that says on which branch a flow with several end branches ended.
+BRANCH_OUTPUT = "branch_name"
+#: jq turning any value into the text a message shows (a string as it is, else JSON).
+AS_TEXT = 'if type == "string" then . else tojson end'
 
 
 def resource_name(name: str, taken: set[str], limit: int = common.FLOW_NAME_MAX) -> str:
@@ -112,3 +116,57 @@ def input_line(prop: dict[str, Any]) -> str:
     title = str(prop["title"])
     default = f" // {json.dumps(prop['default'])}" if "default" in prop else ""
     return f"{title}: {{{{ .run.input{field(title)}{default} }}}}"
+
+
+def jq_text(template: str, bindings: dict[str, str]) -> str:
+    """A jq string expression for a ``{{name}}`` template: ``"Hi " + ((expr) | AS_TEXT)``."""
+    parts: list[str] = []
+    last = 0
+    for match in checks.PLACEHOLDER.finditer(template):
+        name = match.group(1)
+        if name not in bindings:
+            continue
+        if match.start() > last:
+            parts.append(json.dumps(template[last : match.start()], ensure_ascii=False))
+        parts.append(f"(({bindings[name]}) | {AS_TEXT})")
+        last = match.end()
+    if last < len(template) or not parts:
+        parts.append(json.dumps(template[last:], ensure_ascii=False))
+    return " + ".join(parts)
+
+
+def catch_transform(try_id: str, defaults: dict[str, Any], branch: str) -> str:
+    """The output of a CatchExceptionNode from its ``catchErrors`` flow node ``try_id``.
+
+    Failed: the outputs' defaults, the message as ``caught_exception_info`` and branch
+    ``caught_exception_branch``. Succeeded: the sub-flow's outputs and the branch it ended on
+    (``branch`` when it has one end branch, else its ``branch_name`` output).
+    """
+    return (
+        f'=.nodes.{try_id}.json | if type == "object" and has("caughtError") then '
+        f"{json.dumps(defaults, ensure_ascii=False)} + "
+        f'{{"{checks.CAUGHT_INFO}": .caughtError, "{BRANCH_OUTPUT}": "{checks.CAUGHT_BRANCH}"}} '
+        f'else {{"{BRANCH_OUTPUT}": {json.dumps(branch)}}} + . + {{"{checks.CAUGHT_INFO}": null}} '
+        "end"
+    )
+
+
+#: The text of an A2A ``message/send`` reply (a Message, or a Task's artifacts and status).
+A2A_TEXT = (
+    'if type != "object" then error("the A2A agent did not answer with a JSON-RPC object") '
+    'elif .error then error("A2A error: " + (.error.message // (.error | tojson))) '
+    'else .result | (if .kind == "task" then [.artifacts[]?.parts[]?, .status.message.parts[]?] '
+    'else .parts end) | map(select(.kind == "text") | .text) | join("\\n") end'
+)
+
+
+def a2a_body(titles: list[str]) -> dict[str, Any]:
+    """The JSON-RPC ``message/send`` request: one text part of ``name: value`` lines."""
+    text = "\n".join(f"{t}: {{{{ .args{field(t)} }}}}" for t in titles) or "Begin."
+    message = {
+        "kind": "message",
+        "role": "user",
+        "messageId": "{{ .args.message_id }}",
+        "parts": [{"kind": "text", "text": text}],
+    }
+    return {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": message}}

@@ -137,9 +137,9 @@ class StdioTransport(Component):
 
 
 class StreamableHttpTransport(Component):
-    """An MCP server reached over streamable HTTP."""
+    """An MCP server reached over streamable HTTP (or the older HTTP+SSE transport)."""
 
-    component_type: Literal["StreamableHTTPTransport"]
+    component_type: Literal["StreamableHTTPTransport", "SSETransport"]
     url: str = Field(min_length=1)
     auth: Any = None
     headers: dict[str, str] | None = None
@@ -178,7 +178,15 @@ class McpToolBox(Component):
     tool_filter: list[str | McpToolSpec] | None = None
 
 
-Tool = Annotated[ServerTool | RemoteTool | McpTool, Field(discriminator="component_type")]
+class ClientTool(_Tool):
+    """A tool the caller executes: the run pauses with the call and goes on with its result."""
+
+    component_type: Literal["ClientTool"]
+
+
+Tool = Annotated[
+    ServerTool | RemoteTool | McpTool | ClientTool, Field(discriminator="component_type")
+]
 
 
 class Agent(WithIO):
@@ -191,6 +199,65 @@ class Agent(WithIO):
     toolboxes: list[McpToolBox] = Field(default_factory=list)
     human_in_the_loop: bool = True
     transforms: list[Any] = Field(default_factory=list, max_length=0)
+
+
+class AgentSpecializationParameters(WithIO):
+    """What a SpecializedAgent adds to its agent."""
+
+    component_type: Literal["AgentSpecializationParameters"]
+    additional_instructions: str | None = None
+    additional_tools: list[Tool] | None = None
+    human_in_the_loop: bool | None = None
+
+
+class SpecializedAgent(WithIO):
+    """An Agent with more instructions and tools: agentflows merges them into one Agent."""
+
+    component_type: Literal["SpecializedAgent"]
+    agent: Agent
+    agent_specialization_parameters: AgentSpecializationParameters
+
+
+class ManagerWorkers(WithIO):
+    """A group manager that hands tasks to workers: an Agent with the workers as sub-agents."""
+
+    component_type: Literal["ManagerWorkers"]
+    group_manager: AgenticComponent
+    workers: list[AgenticComponent] = Field(min_length=1)
+
+
+#: What runs a conversation: an Agent or a multi-agent component.
+AgenticComponent = Annotated[
+    Agent | SpecializedAgent | ManagerWorkers, Field(discriminator="component_type")
+]
+
+
+class Swarm(WithIO):
+    """Agents that message each other and hand the user's conversation over (a root only).
+
+    Each pair of ``relationships`` lets the first agent (the caller) reach the second (the
+    recipient); ``handoff`` says how: ``never`` (send a message, get the answer back),
+    ``always`` (hand the conversation over), ``optional`` (both; ``true`` in older versions,
+    ``false`` meaning ``never``).
+    """
+
+    component_type: Literal["Swarm"]
+    first_agent: AgenticComponent
+    relationships: list[tuple[AgenticComponent, AgenticComponent]] = Field(min_length=1)
+    handoff: bool | Literal["never", "optional", "always"] = "optional"
+
+
+class A2AAgent(WithIO):
+    """An agent served elsewhere, asked over the A2A protocol (JSON-RPC ``message/send``)."""
+
+    component_type: Literal["A2AAgent"]
+    agent_url: str = Field(min_length=1)
+
+
+#: What an AgentNode runs: a local agentic component or a remote A2A agent.
+NodeAgent = Annotated[
+    Agent | SpecializedAgent | ManagerWorkers | A2AAgent, Field(discriminator="component_type")
+]
 
 
 class _Node(WithIO):
@@ -222,7 +289,17 @@ class AgentNode(_Node):
     """A turn of an agent."""
 
     component_type: Literal["AgentNode"]
-    agent: Agent
+    agent: NodeAgent
+
+    @pydantic.field_validator("agent", mode="before")
+    @classmethod
+    def _no_swarm(cls, value: Any) -> Any:
+        if isinstance(value, dict) and value.get("component_type") == "Swarm":
+            raise ValueError(
+                "a Swarm runs only at the root of a document, where it talks with the user "
+                "turn after turn; in an AgentNode use a ManagerWorkers"
+            )
+        return value
 
 
 class ToolNode(_Node):
@@ -244,6 +321,20 @@ class FlowNode(_Node):
 
     component_type: Literal["FlowNode"]
     subflow: Flow
+
+
+class CatchExceptionNode(_Node):
+    """Runs a sub-flow; a failure inside it takes branch ``caught_exception_branch``."""
+
+    component_type: Literal["CatchExceptionNode"]
+    subflow: Flow
+
+
+class ParallelFlowNode(_Node):
+    """Runs its sub-flows at the same time; its outputs are all of theirs."""
+
+    component_type: Literal["ParallelFlowNode"]
+    subflows: list[Flow] = Field(min_length=1)
 
 
 class MapNode(_Node):
@@ -276,6 +367,13 @@ class InputMessageNode(_Node):
     message: str | None = None
 
 
+class OutputMessageNode(_Node):
+    """Emits ``message`` (with ``{{var}}`` placeholders) to the conversation."""
+
+    component_type: Literal["OutputMessageNode"]
+    message: str
+
+
 Node = Annotated[
     StartNode
     | EndNode
@@ -285,8 +383,11 @@ Node = Annotated[
     | BranchingNode
     | FlowNode
     | MapNode
+    | ParallelFlowNode
+    | CatchExceptionNode
     | ApiNode
-    | InputMessageNode,
+    | InputMessageNode
+    | OutputMessageNode,
     Field(discriminator="component_type"),
 ]
 
@@ -320,11 +421,20 @@ class Flow(WithIO):
     data_flow_connections: list[DataFlowEdge] | None = None
 
 
-Root = Annotated[Flow | Agent, Field(discriminator="component_type")]
-_ROOT: pydantic.TypeAdapter[Flow | Agent] = pydantic.TypeAdapter(Root)
+Root = Annotated[
+    Flow | Agent | SpecializedAgent | ManagerWorkers | Swarm, Field(discriminator="component_type")
+]
+_ROOT: pydantic.TypeAdapter[Flow | Agent | SpecializedAgent | ManagerWorkers | Swarm] = (
+    pydantic.TypeAdapter(Root)
+)
 _ANY = Annotated[
     Flow
     | Agent
+    | SpecializedAgent
+    | ManagerWorkers
+    | Swarm
+    | A2AAgent
+    | AgentSpecializationParameters
     | ControlFlowEdge
     | DataFlowEdge
     | Node
@@ -336,6 +446,7 @@ _ANY = Annotated[
     Field(discriminator="component_type"),
 ]
 _COMPONENT: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(_ANY)
+_ROOTS = ("Flow", "Agent", "SpecializedAgent", "ManagerWorkers", "Swarm")
 
 
 def _problems(exc: pydantic.ValidationError, prefix: str) -> list[documents.Problem]:
@@ -348,20 +459,23 @@ def _problems(exc: pydantic.ValidationError, prefix: str) -> list[documents.Prob
     return out
 
 
-def parse(resolved: document.Resolved) -> Flow | Agent:
+def parse(
+    resolved: document.Resolved,
+) -> Flow | Agent | SpecializedAgent | ManagerWorkers | Swarm:
     """Type a resolved document; SpecInvalid with every field problem at its path.
 
     Each referenced component is checked once, at its place under ``$referenced_components``,
     so a mistake in a node used by five edges is reported once.
     """
     root = resolved.root
-    if root.get("component_type") not in ("Flow", "Agent"):
+    if root.get("component_type") not in _ROOTS:
         raise errors.SpecInvalid(
             [
                 errors.problem(
                     "component_type",
                     f"the document's root is a {root.get('component_type')}; "
-                    "agentflows runs a Flow or an Agent",
+                    "agentflows runs a Flow, an Agent, a SpecializedAgent, a ManagerWorkers "
+                    "or a Swarm",
                 )
             ]
         )

@@ -64,13 +64,21 @@ class McpTool(common.ApiModel):
                 {
                     "rule": "has(self.url) != has(self.command)",
                     "message": "set exactly one of url (streamable HTTP) or command (stdio)",
-                }
+                },
+                {
+                    "rule": "!has(self.sse) || !self.sse || has(self.url)",
+                    "message": "sse needs url",
+                },
             ]
         }
     }
 
     url: str | None = Field(
         default=None, max_length=2048, description="Streamable HTTP endpoint of the server."
+    )
+    sse: bool = Field(
+        default=False,
+        description="The url speaks the older HTTP+SSE transport, not streamable HTTP.",
     )
     headers: dict[str, common.SecretKeyRef] = Field(
         default_factory=dict, description="HTTP headers whose values come from Secrets."
@@ -94,6 +102,8 @@ class McpTool(common.ApiModel):
     def _one_transport(self) -> McpTool:
         if (self.url is None) == (self.command is None):
             raise ValueError("set exactly one of url (streamable HTTP) or command (stdio)")
+        if self.sse and self.url is None:
+            raise ValueError("sse needs url")
         return self
 
 
@@ -136,16 +146,24 @@ class PythonTool(common.ApiModel):
     timeout_seconds: float = Field(default=30, gt=0, le=3600, description="Run timeout.")
 
 
+class ClientTool(common.ApiModel):
+    """A tool the caller runs: each call waits, as a ``kind: tool`` request, for its result.
+
+    The caller answers with decision ``respond`` and the result as ``data`` (``reject`` tells
+    the model the call was refused). Open Agent Spec's ClientTool maps here.
+    """
+
+
 class Tool(common.ApiModel):
-    """A tool the model may call; exactly one of mcp, http or python."""
+    """A tool the model may call; exactly one of mcp, http, python or client."""
 
     model_config = common.ApiModel.model_config | {
         "json_schema_extra": {
             "x-kubernetes-validations": [
                 {
-                    "rule": "[has(self.mcp), has(self.http), has(self.python)]"
+                    "rule": "[has(self.mcp), has(self.http), has(self.python), has(self.client)]"
                     ".filter(x, x).size() == 1",
-                    "message": "set exactly one of mcp, http or python",
+                    "message": "set exactly one of mcp, http, python or client",
                 }
             ]
         }
@@ -156,7 +174,7 @@ class Tool(common.ApiModel):
         default="", max_length=4096, description="What the tool does, for the model."
     )
     parameters: common.JsonValue = Field(
-        default=None, description="JSON Schema of the arguments (http and python tools)."
+        default=None, description="JSON Schema of the arguments (http, python and client tools)."
     )
     read_only: bool = Field(
         default=False, description="The tool changes nothing; allowed under autonomy readonly."
@@ -164,20 +182,27 @@ class Tool(common.ApiModel):
     mcp: McpTool | None = Field(default=None, description="Tools of an MCP server.")
     http: HttpTool | None = Field(default=None, description="An HTTP endpoint.")
     python: PythonTool | None = Field(default=None, description="A Python script.")
+    client: ClientTool | None = Field(
+        default=None, description="Run by the caller: each call waits for its result."
+    )
 
     @model_validator(mode="after")
     def _exactly_one_kind(self) -> Tool:
-        kinds = [k for k in ("mcp", "http", "python") if getattr(self, k) is not None]
+        kinds = [k for k in TOOL_KINDS if getattr(self, k) is not None]
         if len(kinds) != 1:
             raise ValueError(
-                f"set exactly one of mcp, http or python (got {', '.join(kinds) or 'none'})"
+                f"set exactly one of mcp, http, python or client (got {', '.join(kinds) or 'none'})"
             )
         return self
 
     @property
     def kind(self) -> str:
-        """Which of mcp, http or python this tool is."""
-        return next(k for k in ("mcp", "http", "python") if getattr(self, k) is not None)
+        """Which of mcp, http, python or client this tool is."""
+        return next(k for k in TOOL_KINDS if getattr(self, k) is not None)
+
+
+#: The kinds of Tool, one field each.
+TOOL_KINDS = ("mcp", "http", "python", "client")
 
 
 class Skill(common.ApiModel):

@@ -11,7 +11,7 @@ import copy
 import dataclasses
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -340,25 +340,30 @@ def _is_kustomization(path: Path) -> bool:
     return path.name in ("kustomization.yaml", "kustomization.yml", "Kustomization")
 
 
-def _files(path: Path, skipped: list[str]) -> list[Path]:
+def _files(path: Path, skipped: list[str], exclude: Collection[Path] = ()) -> list[Path]:
     """The YAML files a path names: itself, or a directory's, sub-directories included."""
     if not path.is_dir():
         return [path]
-    found = sorted(p for p in path.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file())
+    found = sorted(
+        p
+        for p in path.rglob("*")
+        if p.suffix in (".yaml", ".yml") and p.is_file() and p not in exclude
+    )
     for file in found:
         if _is_kustomization(file):
             skipped.append(f"{file}: a kustomization, not a resource")
     return [file for file in found if not _is_kustomization(file)]
 
 
-def load_paths(paths: Iterable[Path]) -> LoadResult:
+def load_paths(paths: Iterable[Path], exclude: Collection[Path] = ()) -> LoadResult:
     """Load every document in the given files (directories: their YAML files, recursively).
 
+    Files of a directory listed in ``exclude`` are left out (the caller reads them otherwise).
     Also reports a resource defined twice across the files.
     """
     result = LoadResult()
     for path in paths:
-        for file in _files(path, result.skipped):
+        for file in _files(path, result.skipped, exclude):
             try:
                 data = file.read_bytes()
             except OSError as exc:

@@ -43,15 +43,16 @@ class LlmCall(common.ApiModel):
 
 
 class ToolCall(common.ApiModel):
-    """Call one tool: a tool of an Agent (agent + name) or an inline http/python tool."""
+    """Call one tool: a tool of an Agent (agent + name) or an inline http/python/client/mcp tool."""
 
     model_config = common.ApiModel.model_config | {
         "json_schema_extra": {
             "x-kubernetes-validations": [
                 {
-                    "rule": "[has(self.agent), has(self.http), has(self.python)]"
-                    ".filter(x, x).size() == 1",
-                    "message": "set exactly one of agent (with name), http or python",
+                    "rule": "[has(self.agent), has(self.http), has(self.python), has(self.client),"
+                    " has(self.mcp)].filter(x, x).size() == 1",
+                    "message": "set exactly one of agent (with name), http, python, client or mcp "
+                    "(with name)",
                 }
             ]
         }
@@ -61,21 +62,34 @@ class ToolCall(common.ApiModel):
         default=None, description="Agent whose tool to call (with name)."
     )
     name: str | None = Field(
-        default=None, max_length=128, description="Tool name (with agent); MCP tools by name."
+        default=None,
+        max_length=128,
+        description="Tool name (with agent or mcp: the tool to call); a client tool's name.",
     )
     http: agent_api.HttpTool | None = Field(default=None, description="An inline HTTP tool.")
     python: agent_api.PythonTool | None = Field(default=None, description="An inline Python tool.")
+    client: agent_api.ClientTool | None = Field(
+        default=None, description="A tool the caller runs: the node waits for its result."
+    )
+    mcp: agent_api.McpTool | None = Field(
+        default=None, description="An inline MCP server; name is the server's tool to call."
+    )
     args: common.JsonValue = Field(
         default=None, description="Arguments (expressions allowed inside)."
     )
 
     @model_validator(mode="after")
     def _one_target(self) -> ToolCall:
-        targets = [k for k in ("agent", "http", "python") if getattr(self, k) is not None]
+        kinds = ("agent", "http", "python", "client", "mcp")
+        targets = [k for k in kinds if getattr(self, k) is not None]
         if len(targets) != 1:
-            raise ValueError("set exactly one of agent (with name), http or python")
-        if self.agent is not None and not self.name:
-            raise ValueError("a tool of an agent needs name")
+            raise ValueError(
+                "set exactly one of agent (with name), http, python, client or mcp (with name)"
+            )
+        if (self.agent is not None or self.mcp is not None) and not self.name:
+            raise ValueError(
+                f"a tool of {'an agent' if self.agent else 'an MCP server'} needs name"
+            )
         return self
 
 
@@ -84,6 +98,11 @@ class FlowCall(common.ApiModel):
 
     name: common.ObjectName = Field(description="Name of the Flow in the same namespace.")
     input: common.JsonValue = Field(default=None, description="Input of the sub-flow.")
+    catch_errors: bool = Field(
+        default=False,
+        description="A failed node inside the sub-flow does not fail this node: it succeeds "
+        "with {caughtError: message} (limits and timeouts still stop the run).",
+    )
 
 
 class Branch(common.ApiModel):

@@ -68,17 +68,24 @@ def import_file(path: Path, result: SpecLoadResult, text: str) -> None:
 
 
 def load_paths(paths: Iterable[Path]) -> SpecLoadResult:
-    """Load files as ``documents.load_paths`` does, importing Agent Spec documents among them."""
+    """Load files as ``documents.load_paths`` does, importing Agent Spec documents among them.
+
+    In a directory, every ``.json``, ``.yaml`` or ``.yml`` file (sub-directories included)
+    holding an Agent Spec document is imported; its other YAML files load as resources.
+    """
     result = SpecLoadResult()
     others = []
+    specs: list[Path] = []
     for path in paths:
-        text = _spec_text(path)
-        if text is None:
+        files = sorted(f for f in path.rglob("*") if f.is_file()) if path.is_dir() else [path]
+        found = [(f, text) for f in files if (text := _spec_text(f)) is not None]
+        for file, text in found:
+            import_file(file, result, text)
+        specs += [file for file, _text in found]
+        if path.is_dir() or not found:
             others.append(path)
-        else:
-            import_file(path, result, text)
     if others:
-        result.extend(documents.load_paths(others))
+        result.extend(documents.load_paths(others, exclude=specs))
     return result
 
 

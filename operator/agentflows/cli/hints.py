@@ -27,6 +27,9 @@ _ORDER = (Decision.APPROVE, Decision.RESPOND, Decision.EDIT, Decision.REJECT)
 def choices(request: dict[str, Any]) -> list[tuple[Decision, Any]]:
     """The decisions to offer for a request, each with its JSON payload (data, edits or None)."""
     kind = str(request.get("kind", ""))
+    if _client_calls(request.get("proposal")):
+        # the caller runs a client tool: its result is the answer, nothing runs on approve
+        return [(Decision.RESPOND, "<result>"), (Decision.REJECT, None)]
     allowed = flowrun_api.DECISIONS.get(kind, frozenset(Decision))
     offered: list[tuple[Decision, Any]] = []
     for decision in _ORDER:
@@ -88,6 +91,10 @@ def describe(
         f"run {run} waits for request {request_id!r} ({request.get('kind')}): "
         f"{request.get('message', '')}"
     ]
+    proposal = request.get("proposal")
+    if isinstance(proposal, dict) and _client_calls(proposal):
+        # the caller needs the arguments to run the tool (or, for ask_user, to see the question)
+        lines += [f"  {c.get('tool')} {_json(c.get('args'))}" for c in proposal["calls"]]
     lines += [f"  {choice + ':':<9} {command}" for choice, command in commands]
     return "\n".join(lines)
 
@@ -121,6 +128,14 @@ def example(schema: Any, name: str = "value", depth: int = 0) -> Any:
     if kind == "array":
         return [example(schema.get("items"), name, depth + 1)]
     return {"integer": 0, "number": 0, "boolean": False, "null": None}.get(str(kind), f"<{name}>")
+
+
+def _client_calls(proposal: Any) -> bool:
+    """True when every call a tool request proposes is a client tool's (``client: true``)."""
+    calls = proposal.get("calls") if isinstance(proposal, dict) else None
+    if not isinstance(calls, list) or not calls:
+        return False
+    return all(isinstance(c, dict) and c.get("client") for c in calls)
 
 
 def _proposed_arguments(proposal: Any) -> Any:

@@ -54,13 +54,13 @@ async def dispatch(
         return await _map(frame, node, key, scope)
     if spec.flow is not None:
         value = await expressions.evaluate_async(t["input"], scope)
-        output = await _subflow(frame, spec.flow.name, value, f"{key}/")
+        output = await _subflow(frame, spec.flow, value, f"{key}/")
         return capabilities.NodeResult(envelope.from_value(output))
     resume = _resume_of(frame, previous)
     ctx = frame.run.context(key, frame.depth, resume)
     if spec.agent is not None:
         return await _agent(
-            frame, spec.agent, await expressions.evaluate_async(t["prompt"], scope), ctx
+            frame, spec.agent, await expressions.evaluate_async(t["prompt"], scope), ctx, previous
         )
     if spec.llm is not None:
         task = capabilities.LlmTask(
@@ -71,7 +71,8 @@ async def dispatch(
         )
         return await frame.run.caps.complete(task, ctx)
     assert spec.tool is not None
-    return await _tool(frame, spec.tool, await expressions.evaluate_async(t["args"], scope), ctx)
+    args = await expressions.evaluate_async(t["args"], scope)
+    return await _tool(frame, spec.tool, args, ctx, previous)
 
 
 def _branch(spec: flow_api.Branch, value: Any) -> capabilities.NodeResult:
@@ -101,6 +102,12 @@ def _pending_request(frame: state.Frame, previous: flowrun_api.NodeStatus | None
     request_id = str(previous.detail.get("request"))
     request = frame.run.checkpoint.requests.get(request_id)
     return request_id if request is not None and request.decision is None else None
+
+
+def _saved_state(previous: flowrun_api.NodeStatus | None) -> Any:
+    """The state a waiting node saved with its request."""
+    detail = previous.detail if previous is not None else None
+    return detail.get("state") if isinstance(detail, dict) else None
 
 
 def _new_request_id(frame: state.Frame, key: str) -> str:
@@ -237,14 +244,17 @@ async def _agent(
     call: flow_api.AgentCall,
     prompt: Any,
     ctx: capabilities.NodeContext,
+    previous: flowrun_api.NodeStatus | None,
 ) -> state.Result:
     spec = frame.run.resolver.agent(call.name)
     if spec is None:
         raise state.NodeFailed(f'no Agent "{call.name}"')
     task = capabilities.AgentTask(call.name, spec, str(prompt))
-    pending = _pending_request(frame, frame.run.checkpoint.nodes.get(ctx.node_key))
+    # ``previous``, not the record now in the store: the lifecycle has already saved this
+    # execution's Running record, which no longer says Waiting
+    pending = _pending_request(frame, previous)
     if pending is not None:
-        return state.Waiting(pending, frame.run.checkpoint.nodes[ctx.node_key].detail.get("state"))
+        return state.Waiting(pending, _saved_state(previous))
     result = await frame.run.caps.run_agent(task, ctx)
     return await _from_capability(frame, ctx.node_key, result)
 
@@ -271,6 +281,14 @@ def _tool_task(
         return capabilities.ToolTask(
             agent_api.Tool(name=_tool_id(node_id), python=call.python), node_id, args
         )
+    if call.mcp is not None and call.name is not None:
+        tool = agent_api.Tool(name=_tool_id(node_id), mcp=call.mcp)
+        return capabilities.ToolTask(tool, call.name, args)
+    if call.client is not None:
+        name = call.name or node_id
+        return capabilities.ToolTask(
+            agent_api.Tool(name=_tool_id(name), client=call.client), name, args
+        )
     assert call.agent is not None and call.name is not None
     spec = frame.run.resolver.agent(call.agent)
     if spec is None:
@@ -292,24 +310,47 @@ def _tool_id(node_id: str) -> str:
 
 
 async def _tool(
-    frame: state.Frame, call: flow_api.ToolCall, args: Any, ctx: capabilities.NodeContext
+    frame: state.Frame,
+    call: flow_api.ToolCall,
+    args: Any,
+    ctx: capabilities.NodeContext,
+    previous: flowrun_api.NodeStatus | None,
 ) -> state.Result:
-    pending = _pending_request(frame, frame.run.checkpoint.nodes.get(ctx.node_key))
+    pending = _pending_request(frame, previous)
     if pending is not None:
-        return state.Waiting(pending, frame.run.checkpoint.nodes[ctx.node_key].detail.get("state"))
+        return state.Waiting(pending, _saved_state(previous))
     task = _tool_task(frame, call, args, ctx.node_key.rsplit("/", 1)[-1])
     result = await frame.run.caps.call_tool(task, ctx)
     return await _from_capability(frame, ctx.node_key, result)
 
 
-async def _subflow(frame: state.Frame, name: str, value: Any, prefix: str) -> Any:
+#: Why a sub-flow stopped that ``catchErrors`` catches: its nodes failed, not the run's limits.
+CAUGHT_REASONS = frozenset(
+    {Reason.NODE_FAILED, Reason.REJECTED, Reason.REQUEST_EXPIRED, Reason.OUTPUT_FAILED}
+)
+
+
+async def _subflow(frame: state.Frame, call: flow_api.FlowCall, value: Any, prefix: str) -> Any:
+    """Run a sub-flow; with ``catchErrors`` a failure inside it is the output instead.
+
+    A pause inside the sub-flow, a timeout and a limit are never caught: they concern the run.
+    """
     try:
-        compiled = frame.run.compile_subflow(name, frame.depth + 1)
-    except capabilities.CapabilityError as exc:
-        raise state.NodeFailed(str(exc)) from exc
-    return await frame.run.execute_flow(
-        state.Frame(frame.run, compiled, prefix, frame.depth + 1, value)
-    )
+        try:
+            compiled = frame.run.compile_subflow(call.name, frame.depth + 1)
+        except capabilities.CapabilityError as exc:
+            raise state.NodeFailed(str(exc)) from exc
+        return await frame.run.execute_flow(
+            state.Frame(frame.run, compiled, prefix, frame.depth + 1, value)
+        )
+    except state.NodeFailed as exc:
+        if not call.catch_errors:
+            raise
+        return {"caughtError": str(exc)}
+    except state.RunStopped as exc:
+        if not call.catch_errors or exc.reason not in CAUGHT_REASONS:
+            raise
+        return {"caughtError": exc.message}
 
 
 async def _map(
@@ -408,12 +449,13 @@ async def _map_body(
     if spec.flow is not None:
         value = await expressions.evaluate_async(t["input"], scope)
         return capabilities.NodeResult(
-            envelope.from_value(await _subflow(frame, spec.flow.name, value, f"{item_key}/"))
+            envelope.from_value(await _subflow(frame, spec.flow, value, f"{item_key}/"))
         )
     ctx = frame.run.context(item_key, frame.depth, _resume_of(frame, previous))
     if spec.agent is not None:
         return await _agent(
-            frame, spec.agent, await expressions.evaluate_async(t["prompt"], scope), ctx
+            frame, spec.agent, await expressions.evaluate_async(t["prompt"], scope), ctx, previous
         )
     assert spec.tool is not None
-    return await _tool(frame, spec.tool, await expressions.evaluate_async(t["args"], scope), ctx)
+    args = await expressions.evaluate_async(t["args"], scope)
+    return await _tool(frame, spec.tool, args, ctx, previous)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -11,7 +12,7 @@ from agentflows.agents import host
 from agentflows.api import agent as agent_api
 from agentflows.api import flow as flow_api
 from agentflows.api import flowrun as flowrun_api
-from agentflows.engine import capabilities
+from agentflows.engine import capabilities, graph, run, store
 from tests.support.model_server import Reply, ScriptedModelServer, ToolCall
 
 ECHO = "import json, sys\nprint(json.dumps({'got': json.load(sys.stdin)}))"
@@ -147,3 +148,48 @@ async def test_tool_node_waits_for_approval_and_fails_when_rejected() -> None:
 
     with pytest.raises(capabilities.CapabilityError, match="rejected this call: no"):
         await caps.call_tool(task, supervised(decided(pause, decision="reject", comment="no")))
+
+
+async def test_a_client_tool_call_waits_whatever_the_autonomy_and_respond_gives_its_result(
+    model_server: ScriptedModelServer,
+) -> None:
+    caps = host.LiveCapabilities(env=model_server.env)
+    client = agent_api.Tool(name="locate", client=agent_api.ClientTool())
+    spec = agent_api.AgentSpec(model=model_server.model_spec(), tools=[client])
+    task = capabilities.AgentTask("guide", spec, "Where am I?")
+    model_server.script(Reply.calls(ToolCall("locate", {}, id="c1")), Reply.text("In Oslo."))
+    full = dataclasses.replace(supervised(), autonomy=flow_api.Autonomy.FULL)
+    pause = await caps.run_agent(task, full)
+    assert isinstance(pause, capabilities.Pause)
+    assert pause.request.proposal == {
+        "calls": [{"id": "c1", "tool": "locate", "args": {}, "client": True}]
+    }
+    resume = decided(pause, decision="respond", data={"city": "Oslo"})
+    result = await caps.run_agent(task, dataclasses.replace(full, resume=resume))
+    assert isinstance(result, capabilities.NodeResult) and result.output["text"] == "In Oslo."
+    assert model_server.requests[1].messages[-1]["content"] == '{"city": "Oslo"}'
+
+
+async def test_a_waiting_agent_is_not_run_again_while_its_request_is_undecided(
+    model_server: ScriptedModelServer,
+) -> None:
+    spec = agent_api.AgentSpec(model=model_server.model_spec(), tools=tools())
+    flow = flow_api.FlowSpec.model_validate(
+        {"nodes": [{"id": "fix", "agent": {"name": "janitor", "prompt": "Clean"}}],
+         "autonomy": "supervised"}
+    )  # fmt: skip
+    resolver = graph.StaticResolver({"janitor": spec}, {"f": flow})
+    st = store.MemoryStore()
+    model_server.script(Reply.calls(ToolCall("delete", {"path": "/x"}, id="d1")))
+    for _ in range(2):
+        outcome = await run.run_flow(
+            graph.compile_flow(flow, resolver),
+            run_name="r",
+            input_value=None,
+            store_=st,
+            caps=host.LiveCapabilities(resolver, model_server.env),
+            resolver=resolver,
+        )
+        assert outcome.phase == flowrun_api.RunPhase.WAITING
+    assert len(model_server.requests) == 1, "the turn was not run again"
+    assert list(st.checkpoint.requests) == ["fix"]

@@ -91,6 +91,20 @@ async def test_stdio_server_runs_as_a_subprocess_of_the_runner(
     assert result.output["text"] == "stdio it is"
 
 
+async def test_an_http_sse_server_is_reached_over_the_sse_transport(
+    model_server: ScriptedModelServer, ctx: capabilities.NodeContext
+) -> None:
+    server = mcp_servers.HttpMcpServer(sse=True).start()
+    try:
+        tool = agent_api.Tool(name="old", mcp=agent_api.McpTool(url=server.url, sse=True))
+        model_server.script(Reply.calls(ToolCall("old_whoami", {})), Reply.text("sse it is"))
+        result = await run_agent(model_server, tool, ctx)
+    finally:
+        server.stop()
+    assert tool_results(model_server) == ["sse"]
+    assert result.output["text"] == "sse it is"
+
+
 async def test_include_and_exclude_filter_the_offered_tools(
     model_server: ScriptedModelServer,
     http_server: mcp_servers.HttpMcpServer,

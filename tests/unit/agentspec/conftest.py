@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from agentflows.cli import main as cli
+from tests.support.a2a_server import ScriptedA2AServer
 from tests.support.fixtures import endpoint, model_server  # noqa: F401  (fixtures)
 from tests.support.model_server import ScriptedModelServer
 
@@ -35,3 +38,13 @@ def served(name: str, tmp_path: Path, server: ScriptedModelServer, **urls: str) 
 def output_of(stdout: str) -> object:
     """The run output printed by ``run``/``resume`` (JSON)."""
     return json.loads(stdout)["output"]
+
+
+@pytest.fixture
+def a2a_agent() -> Iterator[ScriptedA2AServer]:
+    """A scripted A2A agent on 127.0.0.1 (random port)."""
+    server = ScriptedA2AServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -127,19 +127,24 @@ def test_an_input_with_no_data_edge_and_no_default_is_refused(tmp_path: Path) ->
     assert "nodes[1]: input 'q' of LlmNode 'ask' is not connected" in err
 
 
-def test_an_mcp_tool_in_a_tool_node_is_refused(tmp_path: Path) -> None:
+def test_an_mcp_tool_over_mtls_in_a_tool_node_is_refused_naming_the_transport(
+    tmp_path: Path,
+) -> None:
     doc = base()
     doc["$referenced_components"]["ask"] = {
         "component_type": "ToolNode", "name": "ask",
         "tool": {
             "component_type": "MCPTool", "name": "search",
-            "client_transport": {"component_type": "StdioTransport", "name": "s", "command": "srv"},
+            "client_transport": {"component_type": "SSEmTLSTransport", "name": "s", "url": "http://x"},
         },
     }  # fmt: skip
     doc["data_flow_connections"] = []
     doc["$referenced_components"]["end"]["outputs"][0]["default"] = ""
     err = refused(doc, tmp_path)
-    assert "an MCPTool 'search' in a ToolNode is not supported yet; give it to an Agent" in err
+    assert (
+        "ask.tool.client_transport.component_type: SSEmTLSTransport 's' is not supported: "
+        "MCP with mTLS is not supported"
+    ) in err
 
 
 def test_export_refuses_a_jq_transform_with_its_path(tmp_path: Path) -> None:

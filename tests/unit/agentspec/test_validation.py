@@ -242,10 +242,9 @@ def test_an_unknown_component_type_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("kind", "reason"),
     [
-        ("OutputMessageNode", "there is no conversation to emit messages into yet"),
-        ("CatchExceptionNode", "the engine has no exception branch yet"),
-        ("ClientTool", "client tools (the caller runs the tool) are not supported yet"),
-        ("Swarm", "multi-agent patterns are not translated yet"),
+        ("GeminiConfig", "Gemini models are not mapped yet"),
+        ("OciAgent", "OCI agents are not supported"),
+        ("BuiltinTool", "builtin tools are not supported"),
     ],
 )
 def test_a_known_but_unsupported_component_is_refused_naming_it(
@@ -291,3 +290,46 @@ def test_a_misspelled_field_is_reported_at_its_path(tmp_path: Path) -> None:
     ask["prompt_templat"] = ask.pop("prompt_template")
     out = problems(doc, tmp_path)
     assert "prompt_templat: unknown field" in out
+
+
+def test_parallel_sub_flows_giving_the_same_output_are_refused(tmp_path: Path) -> None:
+    text = (DATA / "parallel.yaml").read_text().replace("title: loud", "title: length")
+    path = tmp_path / "parallel.yaml"
+    path.write_text(text)
+    code, out, _err = invoke("validate", str(path))
+    assert code == 2
+    assert (
+        "nodes[1].subflows[1]: output 'length' comes from two sub-flows of ParallelFlowNode "
+        "'both'; outputs of parallel sub-flows must have distinct names"
+    ) in out
+
+
+def test_a_sub_flow_that_ends_on_several_branches_cannot_have_an_output_named_branch_name(
+    tmp_path: Path,
+) -> None:
+    text = (DATA / "triage.yaml").read_text().replace("title: note", "title: branch_name")
+    for old, new in (
+        ("output: note", "output: branch_name"),
+        ("input: note", "input: branch_name"),
+    ):
+        text = text.replace(old, new)
+    text = text.replace("{{note}}", "{{branch_name}}")
+    path = tmp_path / "triage.yaml"
+    path.write_text(text)
+    code, out, _err = invoke("validate", str(path))
+    assert code == 2
+    assert (
+        "an output named 'branch_name' in a flow that ends on several branches is reserved" in out
+    )
+
+
+def test_a_caught_output_without_a_default_is_refused(tmp_path: Path) -> None:
+    text = (DATA / "guarded.yaml").read_text().replace(", default: -1", "")
+    path = tmp_path / "guarded.yaml"
+    path.write_text(text)
+    code, out, _err = invoke("validate", str(path))
+    assert code == 2
+    assert (
+        "nodes[1].outputs: output 'half' of CatchExceptionNode 'guard' needs a default: "
+        "it is the value when the sub-flow fails"
+    ) in out

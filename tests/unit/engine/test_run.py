@@ -285,3 +285,44 @@ nodes:
     now.advance(1)
     outcome = await run_once(spec, st, CountingHost(), now=now)
     assert outcome.reason == "Rejected" and "agentflows:timeout" in (outcome.message or "")
+
+
+async def test_a_sub_flow_failure_is_the_output_of_a_flow_node_that_catches_errors() -> None:
+    child = flow_spec("""
+nodes:
+  - {id: check, transform: '=if .run.input.n > 1 then error("too big") else . end'}
+""")
+    parent = flow_spec("""
+nodes:
+  - {id: call, flow: {name: child, input: {n: 2}, catchErrors: true}}
+  - {id: after, transform: "=.nodes.call.json.caughtError"}
+""")
+    resolver = graph.StaticResolver(agents(), {"child": child, "parent": parent})
+    st = store.MemoryStore()
+    outcome = await run_once(parent, st, CountingHost(), resolver=resolver)
+    assert outcome.phase == RunPhase.SUCCEEDED
+    assert 'node "call/check" failed' in outcome.output and "too big" in outcome.output
+    assert st.checkpoint.nodes["call/check"].phase == flowrun_api.NodePhase.FAILED
+    uncaught = parent.model_copy(deep=True)
+    assert uncaught.nodes[0].flow is not None
+    uncaught.nodes[0].flow.catch_errors = False
+    outcome = await run_once(uncaught, store.MemoryStore(), CountingHost(), resolver=resolver)
+    assert outcome.phase == RunPhase.FAILED and "too big" in (outcome.message or "")
+
+
+async def test_a_limit_hit_inside_a_sub_flow_is_not_caught() -> None:
+    child = flow_spec("""
+nodes:
+  - {id: a, transform: "=1"}
+  - {id: b, transform: "=2"}
+  - {id: c, transform: "=3"}
+""")
+    parent = flow_spec("""
+nodes:
+  - {id: call, flow: {name: child, catchErrors: true}}
+limits: {maxNodeExecutions: 2}
+""")
+    resolver = graph.StaticResolver(agents(), {"child": child, "parent": parent})
+    outcome = await run_once(parent, store.MemoryStore(), CountingHost(), resolver=resolver)
+    assert outcome.phase == RunPhase.FAILED
+    assert outcome.reason == flowrun_api.RunReason.NODE_EXECUTION_LIMIT_EXCEEDED

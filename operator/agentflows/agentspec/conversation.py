@@ -1,0 +1,483 @@
+"""Drive an Agent Spec document as a conversation: the Python API for hosts.
+
+A host loads a document, starts a conversation with the inputs, and calls :meth:`execute` until
+it finishes; whenever the conversation needs something, ``execute`` returns a :class:`Status`
+saying what, the host gives it, and calls ``execute`` again::
+
+    conv = conversation.Conversation.load(text, inputs={"order_id": "A7"})
+    status = conv.execute_sync()
+    while status.kind != conversation.StatusKind.FINISHED:
+        if status.kind == conversation.StatusKind.USER_INPUT:
+            conv.append_user_message(input(status.message))
+        elif status.kind == conversation.StatusKind.TOOL_REQUEST:
+            for call in status.tool_requests:
+                conv.post_tool_result(call.id, run_my_tool(call.name, call.args))
+        elif status.kind == conversation.StatusKind.CONFIRMATION:
+            conv.confirm(approve=True)
+        else:  # FAILED
+            raise SystemExit(status.message)
+        status = conv.execute_sync()
+    print(conv.messages, status.outputs)
+
+What waits is the engine's human request (the same one a FlowRun holds on a cluster):
+
+- an InputMessageNode asks for a user message (an ``input`` request);
+- a ClientTool call asks for its result (a ``tool`` request whose calls say ``client: true``),
+  in an Agent or a ToolNode;
+- a tool with ``requires_confirmation`` asks for a confirmation (a ``tool`` request in an Agent,
+  an ``approval`` before a ToolNode).
+
+A Flow runs as one engine run in memory; each answer is written as the request's decision and
+the run resumes from its checkpoint, never re-running a finished node. :attr:`messages` lists
+what the conversation said: InputMessageNode questions and the user's answers, OutputMessageNode
+messages and AgentNode answers, in the order the nodes ran.
+
+An Agent at the root is multi-turn: it waits for a user message, answers, and waits for the
+next one. Each turn is one run of the imported one-agent Flow whose Agent carries the
+conversation so far as its ``history`` (user and assistant messages), so the agent keeps its
+conversation between turns; client tools and confirmations pause a turn the same way.
+
+A Swarm at the root is such an Agent (its first agent) whose members reach each other through
+two tools: ``call_sub_agent`` sends a recipient a message and gives the caller its answer, and
+the client tool ``handoff_conversation`` is answered here, by the conversation itself: the turn
+starts again with the recipient, which gets the conversation so far and the user's message,
+and answers every later turn (:attr:`Conversation.active_agent`) until it hands over in turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import enum
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from agentflows.agents import host
+from agentflows.agentspec import components, importer
+from agentflows.api import agent as agent_api
+from agentflows.api import flow as flow_api
+from agentflows.api import flowrun as flowrun_api
+from agentflows.engine import clock, graph, run, store
+
+Kind = flowrun_api.RequestKind
+#: Who decides a request answered through this API, recorded in ``decidedBy``.
+USER = "user"
+#: Handoffs in one user turn before the turn fails: agents handing a message back and forth
+#: would otherwise never answer.
+MAX_HANDOFFS = 5
+
+
+class ConversationError(Exception):
+    """The host asked for something the conversation is not waiting for."""
+
+
+class StatusKind(enum.StrEnum):
+    """Why :meth:`Conversation.execute` returned."""
+
+    #: The flow reached an EndNode (``outputs`` holds its outputs).
+    FINISHED = "finished"
+    #: A user message is needed: an InputMessageNode, or an Agent awaiting its next turn.
+    USER_INPUT = "user_input"
+    #: Client tools were called: post each result with :meth:`Conversation.post_tool_result`.
+    TOOL_REQUEST = "tool_request"
+    #: A tool call waits for a confirmation: :meth:`Conversation.confirm`.
+    CONFIRMATION = "confirmation"
+    #: The run failed (``message`` says why); the conversation cannot go on.
+    FAILED = "failed"
+
+
+@dataclasses.dataclass(frozen=True)
+class ToolRequest:
+    """One tool call waiting for the host: the call id, the tool's name and its arguments."""
+
+    id: str
+    name: str
+    args: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Message:
+    """One message of the conversation."""
+
+    role: str
+    content: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Status:
+    """What the conversation needs next, or how it ended."""
+
+    kind: StatusKind
+    #: The question asked, the confirmation message, or why the run failed.
+    message: str = ""
+    tool_requests: list[ToolRequest] = dataclasses.field(default_factory=list)
+    #: The flow's outputs once FINISHED (an Agent's: its last answer).
+    outputs: Any = None
+
+
+def _text(value: Any) -> str:
+    """A value as a message shows it (a string as it is, else JSON), as ``{{ }}`` renders."""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+class Conversation:
+    """One conversation over an imported Agent Spec document (see module docstring)."""
+
+    def __init__(
+        self,
+        imported: importer.Imported,
+        inputs: Mapping[str, Any] | None = None,
+        env: Mapping[str, str] = os.environ,
+    ) -> None:
+        self.imported = imported
+        self.inputs = dict(inputs or {})
+        self.env = env
+        self.store = store.MemoryStore()
+        self.status: Status | None = None
+        #: The turns of a root Agent's finished runs (a Flow's messages come from its run).
+        self._turns: list[Message] = []
+        self._pending_message: str | None = None
+        self._turn = 0
+        #: Request id -> the client tool results posted so far (sent once all are in).
+        self._results: dict[str, dict[str, Any]] = {}
+        #: The Agent a Swarm handed the conversation to (None: the Flow's own agent).
+        self._active: str | None = None
+
+    @classmethod
+    def load(
+        cls,
+        text: str,
+        inputs: Mapping[str, Any] | None = None,
+        env: Mapping[str, str] = os.environ,
+    ) -> Conversation:
+        """A conversation over an Agent Spec document (SpecInvalid when it cannot run)."""
+        return cls(importer.import_text(text), inputs, env)
+
+    @classmethod
+    def from_file(
+        cls,
+        path: Path,
+        inputs: Mapping[str, Any] | None = None,
+        env: Mapping[str, str] = os.environ,
+    ) -> Conversation:
+        """A conversation over the Agent Spec document in ``path``."""
+        return cls.load(path.read_text(encoding="utf-8"), inputs, env)
+
+    @property
+    def is_agent(self) -> bool:
+        """True when the document's root is an Agent (a multi-turn conversation)."""
+        return self.imported.root == "Agent"
+
+    @property
+    def active_agent(self) -> str | None:
+        """The Agent that answers the next user message (a Swarm's changes on a handoff)."""
+        if not self.is_agent:
+            return None
+        if self._active is not None:
+            return self._active
+        call = self.imported.flows[self.imported.flow].spec.nodes[0].agent
+        return call.name if call is not None else None
+
+    # -- running -------------------------------------------------------------------------
+
+    async def execute(self) -> Status:
+        """Run until the conversation finishes or needs something; return what.
+
+        While a request is still unanswered (a client tool result not yet posted) nothing runs:
+        the status says again what is missing.
+        """
+        pending = self._pending()
+        if pending is not None:
+            self.status = self._waiting(pending[0], pending[1])
+            return self.status
+        if self.is_agent and not self._in_turn():
+            if self._pending_message is None:
+                self.status = Status(StatusKind.USER_INPUT, "Your message:")
+                return self.status
+            self._turn += 1
+            self.store = store.MemoryStore()
+        outcome = await self._run_handing_over()
+        if isinstance(outcome, Status):
+            self.status = outcome
+            return outcome
+        self.status = self._status(outcome)
+        if self.is_agent and outcome.phase == flowrun_api.RunPhase.SUCCEEDED:
+            assert self._pending_message is not None
+            self._turns += [Message("user", self._pending_message)]
+            self._turns += [Message("assistant", _text(outcome.output))]
+            self._pending_message = None
+            self.status = Status(StatusKind.USER_INPUT, "Your message:", outputs=outcome.output)
+        return self.status
+
+    async def _run_handing_over(self) -> store.Outcome | Status:
+        """Run, going on with the recipient each time a Swarm's agent hands the turn over."""
+        outcome = await self._run()
+        handoffs = 0
+        while outcome.phase == flowrun_api.RunPhase.WAITING:
+            target = self._handoff()
+            if target is None:
+                break
+            if target:
+                handoffs += 1
+                if handoffs > MAX_HANDOFFS:
+                    return Status(
+                        StatusKind.FAILED,
+                        f"the agents handed the conversation over more than {MAX_HANDOFFS} "
+                        "times in one turn without answering",
+                    )
+                self._active = target
+                self.store = store.MemoryStore()
+            outcome = await self._run()
+        return outcome
+
+    def execute_sync(self) -> Status:
+        """:meth:`execute` for callers without an event loop."""
+        return asyncio.run(self.execute())
+
+    def _in_turn(self) -> bool:
+        outcome = self.store.checkpoint.outcome
+        return outcome is not None and outcome.phase == flowrun_api.RunPhase.WAITING
+
+    async def _run(self) -> store.Outcome:
+        resolver = self._resolver()
+        name = self.imported.flow
+        spec = resolver.flow(name)
+        assert spec is not None
+        compiled = graph.compile_flow(spec, resolver, name=name)
+        value = dict(self.inputs)
+        if self.is_agent:
+            value["message"] = self._pending_message
+        return await run.run_flow(
+            compiled,
+            run_name=f"{name}-{self._turn}",
+            input_value=value,
+            store_=self.store,
+            caps=host.LiveCapabilities(resolver, self.env),
+            resolver=resolver,
+        )
+
+    def _resolver(self) -> graph.StaticResolver:
+        agents = {n: a.spec for n, a in self.imported.agents.items()}
+        flows = {n: f.spec for n, f in self.imported.flows.items()}
+        if self.is_agent and (self._turns or self._active):
+            flows[self.imported.flow], agents = self._next_turn(flows[self.imported.flow], agents)
+        return graph.StaticResolver(agents, flows)
+
+    def _next_turn(
+        self, spec: flow_api.FlowSpec, agents: dict[str, agent_api.AgentSpec]
+    ) -> tuple[flow_api.FlowSpec, dict[str, agent_api.AgentSpec]]:
+        """A later (or handed-over) turn: the active Agent carries the conversation so far.
+
+        After the first turn the prompt is the message alone, the first turn (with the input
+        lines) being in the history.
+        """
+        call = spec.nodes[0].agent
+        assert call is not None
+        name = self.active_agent or call.name
+        update: dict[str, Any] = {"name": name}
+        if self._turns:
+            first = self._turns[0].content
+            lines = [f"{k}: {_text(v)}" for k, v in self._inputs_shown().items()]
+            turns = [Message("user", "\n".join([*lines, first])), *self._turns[1:]]
+            history = [agent_api.HistoryTurn(role=t.role, content=t.content) for t in turns]
+            agents = {**agents, name: agents[name].model_copy(update={"history": history})}
+            update["prompt"] = "{{ .run.input.message }}"
+        node = spec.nodes[0].model_copy(update={"agent": call.model_copy(update=update)})
+        return spec.model_copy(update={"nodes": [node]}), agents
+
+    def _handoff(self) -> str | None:
+        """The Agent a waiting ``handoff_conversation`` call hands over to; None: no such call.
+
+        A call naming an Agent the active one cannot hand over to is answered with an error for
+        the agent to go on from, and gives ``""``; other client calls beside a handoff are
+        dropped with the turn.
+        """
+        pending = self._pending() if self.is_agent else None
+        calls = _calls(pending[1]) if pending is not None else []
+        call = next(
+            (c for c in calls if c.get("client") and c["tool"] == components.HANDOFF_TOOL), None
+        )
+        if pending is None or call is None:
+            return None
+        target = (call.get("args") or {}).get("agent")
+        allowed = components.handoff_targets(self.imported.agents[self.active_agent or ""].spec)
+        if target in allowed:
+            return str(target)
+        error = f"no agent {target!r} to hand over to (agents: {', '.join(allowed)})"
+        self._decide(pending[0], decision=flowrun_api.Decision.RESPOND, data={"error": error})
+        return ""
+
+    def _inputs_shown(self) -> dict[str, Any]:
+        """The Agent's inputs as its first prompt gave them (given, else their defaults)."""
+        schema = self.imported.flows[self.imported.flow].spec.input or {}
+        shown = {}
+        for title, prop in (schema.get("properties") or {}).items():
+            if title == "message":
+                continue
+            shown[title] = self.inputs.get(title, (prop or {}).get("default"))
+        return shown
+
+    # -- what the conversation waits for ---------------------------------------------------
+
+    def _pending(self) -> tuple[str, flowrun_api.HumanRequest] | None:
+        for request_id, request in self.store.checkpoint.requests.items():
+            if request.decision is None:
+                return request_id, request
+        return None
+
+    def _status(self, outcome: store.Outcome) -> Status:
+        if outcome.phase == flowrun_api.RunPhase.SUCCEEDED:
+            return Status(StatusKind.FINISHED, outputs=outcome.output)
+        if outcome.phase != flowrun_api.RunPhase.WAITING:
+            return Status(StatusKind.FAILED, outcome.message or "")
+        pending = self._pending()
+        assert pending is not None
+        return self._waiting(*pending)
+
+    def _waiting(self, request_id: str, request: flowrun_api.HumanRequest) -> Status:
+        """The status of an unanswered request (client calls already answered left out)."""
+        if request.kind == Kind.INPUT:
+            return Status(StatusKind.USER_INPUT, request.message)
+        calls = _calls(request)
+        asked = [ToolRequest(str(c["id"]), str(c["tool"]), c.get("args")) for c in calls]
+        if asked and all(c.get("client") for c in calls):
+            given = self._results.get(request_id, {})
+            left = [call for call in asked if call.id not in given]
+            question = _question(left)
+            if question is not None:
+                return Status(StatusKind.USER_INPUT, _text((question.args or {}).get("question")))
+            return Status(StatusKind.TOOL_REQUEST, request.message, left)
+        return Status(StatusKind.CONFIRMATION, request.message, asked)
+
+    # -- answers -------------------------------------------------------------------------
+
+    def append_user_message(self, text: str) -> None:
+        """Answer an InputMessageNode, or give a root Agent its next message."""
+        pending = self._pending()
+        if pending is not None and pending[1].kind == Kind.INPUT:
+            self._decide(pending[0], decision=flowrun_api.Decision.RESPOND, data=text)
+            return
+        if pending is not None:
+            given = self._results.get(pending[0], {})
+            question = _question(
+                [ToolRequest(str(c["id"]), str(c["tool"]), None) for c in _calls(pending[1])
+                 if c.get("client") and str(c["id"]) not in given]
+            )  # fmt: skip
+            if question is not None:
+                self.post_tool_result(question.id, text)
+                return
+        if self.is_agent and pending is None and self._pending_message is None:
+            self._pending_message = text
+            return
+        raise ConversationError(
+            f"the conversation is not waiting for a user message ({self._waits()})"
+        )
+
+    def post_tool_result(self, call_id: str, result: Any) -> None:
+        """Give the result of one client tool call; the request is answered once all are."""
+        pending = self._pending()
+        calls = _calls(pending[1]) if pending is not None else []
+        ids = [str(c["id"]) for c in calls if c.get("client")]
+        if pending is None or call_id not in ids:
+            raise ConversationError(f"no client tool call {call_id!r} is waiting ({self._waits()})")
+        given = self._results.setdefault(pending[0], {})
+        given[call_id] = result
+        if set(given) == set(ids):
+            data = result if len(ids) == 1 else given
+            self._decide(pending[0], decision=flowrun_api.Decision.RESPOND, data=data)
+
+    def confirm(self, approve: bool = True, comment: str = "") -> None:
+        """Confirm (or reject) the tool call that waits for a confirmation."""
+        pending = self._pending()
+        if pending is None or pending[1].kind not in (Kind.APPROVAL, Kind.TOOL, Kind.REVIEW):
+            raise ConversationError(f"no tool call waits for a confirmation ({self._waits()})")
+        decision = flowrun_api.Decision.APPROVE if approve else flowrun_api.Decision.REJECT
+        self._decide(pending[0], decision=decision, comment=comment or None)
+
+    def _decide(self, request_id: str, **fields: Any) -> None:
+        fields.update(decided_by=USER, decided_at=clock.timestamp(clock.utc_now()))
+        request = self.store.checkpoint.requests[request_id]
+        self.store.checkpoint.requests[request_id] = store.with_decision(request, fields)
+
+    def _waits(self) -> str:
+        return f"it is {self.status.kind.value}" if self.status else "execute() has not run"
+
+    # -- what was said -------------------------------------------------------------------
+
+    @property
+    def messages(self) -> list[Message]:
+        """The conversation so far (see module docstring)."""
+        if self.is_agent:
+            return list(self._turns)
+        said: list[Message] = []
+        requests = {r.node: r for r in self.store.checkpoint.requests.values()}
+        for key, record in self.store.checkpoint.nodes.items():
+            kind = self._kind_of(key)
+            output = record.output or {}
+            if kind == "AgentNode":
+                for request in self.store.checkpoint.requests.values():
+                    said += _exchanges(request) if request.node == key else []
+            if kind == "InputMessageNode" and key in requests:
+                request = requests[key]
+                if request.message:
+                    said.append(Message("assistant", request.message))
+                if request.decision == flowrun_api.Decision.RESPOND:
+                    said.append(Message("user", _text(request.data)))
+            elif record.phase != flowrun_api.NodePhase.SUCCEEDED:
+                continue
+            elif kind == "OutputMessageNode":
+                said.append(Message("assistant", _text(output.get("json"))))
+            elif kind == "AgentNode":
+                said.append(Message("assistant", str(output.get("text") or "")))
+        return said
+
+    def _kind_of(self, key: str) -> str | None:
+        """The Agent Spec component type of the node recorded at ``key`` (None: a map item)."""
+        flow = self.imported.flow
+        *outer, last = key.split("/")
+        for segment in outer:
+            node = _node(self.imported, flow, segment.split("[")[0])
+            call = node.flow if node and node.flow else node.map.flow if node and node.map else None
+            if call is None:
+                return None
+            flow = call.name
+        if "[" in last:
+            return None
+        return self.imported.kinds.get(flow, {}).get(last)
+
+
+def _node(imported: importer.Imported, flow: str, node_id: str) -> flow_api.Node | None:
+    resource = imported.flows.get(flow)
+    nodes = resource.spec.nodes if resource else []
+    return next((n for n in nodes if n.id == node_id), None)
+
+
+def _question(calls: list[ToolRequest]) -> ToolRequest | None:
+    """The first ``ask_user`` call among client calls still waiting, if any."""
+    return next((c for c in calls if c.name == components.ASK_USER_TOOL), None)
+
+
+def _exchanges(request: flowrun_api.HumanRequest) -> list[Message]:
+    """The questions an agent asked the user in ``request`` (``ask_user``), and the answers."""
+    client = [c for c in _calls(request) if c.get("client")]
+    said = []
+    for call in client:
+        if call["tool"] != components.ASK_USER_TOOL:
+            continue
+        said.append(Message("assistant", _text((call.get("args") or {}).get("question"))))
+        if request.decision == flowrun_api.Decision.RESPOND:
+            data = request.data
+            answer = (
+                data.get(str(call["id"])) if len(client) > 1 and isinstance(data, dict) else data
+            )
+            said.append(Message("user", _text(answer)))
+    return said
+
+
+def _calls(request: flowrun_api.HumanRequest) -> list[dict[str, Any]]:
+    proposal = request.proposal if isinstance(request.proposal, dict) else {}
+    calls = proposal.get("calls")
+    return [c for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []

@@ -1,0 +1,218 @@
+"""The conversation API: a host drives an Agent Spec document step by step, over real HTTP."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agentflows.agentspec import conversation
+from tests.support.model_server import Reply, ScriptedModelServer, ToolCall
+from tests.unit.agentspec.conftest import served
+
+Kind = conversation.StatusKind
+
+
+def _load(
+    name: str, tmp_path: Path, server: ScriptedModelServer, **inputs: object
+) -> conversation.Conversation:
+    return conversation.Conversation.from_file(served(name, tmp_path, server), inputs, server.env)
+
+
+def test_a_flow_asks_the_user_calls_the_host_s_client_tool_and_finishes_with_its_messages(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    conv = _load("support_chat.yaml", tmp_path, model_server)
+    status = conv.execute_sync()
+    assert (status.kind, status.message) == (Kind.USER_INPUT, "What is your order number?")
+    conv.append_user_message("A7")
+    model_server.script(
+        Reply.calls(ToolCall("order_status", {"order": "A7"}, id="c1")),
+        Reply.text("Order A7 has shipped."),
+    )
+    status = conv.execute_sync()
+    assert status.kind == Kind.TOOL_REQUEST
+    assert status.tool_requests == [conversation.ToolRequest("c1", "order_status", {"order": "A7"})]
+    conv.post_tool_result("c1", {"status": "shipped"})
+    status = conv.execute_sync()
+    assert status.kind == Kind.FINISHED
+    assert status.outputs == {"answer": "Order A7 has shipped."}
+    assert model_server.requests[1].messages[-1]["content"] == '{"status": "shipped"}'
+    assert [(m.role, m.content) for m in conv.messages] == [
+        ("assistant", "What is your order number?"),
+        ("user", "A7"),
+        ("assistant", "Looking up order A7."),
+        ("assistant", "Order A7 has shipped."),
+        ("assistant", "Answer: Order A7 has shipped."),
+    ]
+
+
+def test_a_root_agent_keeps_its_conversation_between_turns(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    conv = _load("chat_agent.yaml", tmp_path, model_server)
+    assert conv.execute_sync().kind == Kind.USER_INPUT
+    conv.append_user_message("Hi, I am Ada.")
+    model_server.script(Reply.text("Welcome, Ada."))
+    status = conv.execute_sync()
+    assert (status.kind, status.outputs) == (Kind.USER_INPUT, "Welcome, Ada.")
+    conv.append_user_message("Is a room free on May 3?")
+    model_server.script(
+        Reply.calls(ToolCall("room_free", {"date": "May 3"}, id="r1")),
+        Reply.text("Yes, Ada, a room is free on May 3."),
+    )
+    status = conv.execute_sync()
+    assert status.kind == Kind.TOOL_REQUEST
+    assert status.tool_requests[0].name == "room_free"
+    conv.post_tool_result("r1", True)
+    status = conv.execute_sync()
+    assert (status.kind, status.outputs) == (Kind.USER_INPUT, "Yes, Ada, a room is free on May 3.")
+    second_turn = [(m["role"], m.get("content")) for m in model_server.requests[1].messages]
+    assert second_turn == [
+        ("system", "You are a hotel concierge."),
+        ("user", "Hi, I am Ada."),
+        ("assistant", "Welcome, Ada."),
+        ("user", "Is a room free on May 3?"),
+    ]
+    assert [m.content for m in conv.messages][-2:] == [
+        "Is a room free on May 3?",
+        "Yes, Ada, a room is free on May 3.",
+    ]
+
+
+def test_a_confirmed_client_tool_node_asks_to_confirm_then_for_the_result(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    conv = _load("client_tool_node.yaml", tmp_path, model_server, document="lease.pdf")
+    status = conv.execute_sync()
+    assert (status.kind, status.message) == (Kind.CONFIRMATION, "Run sign?")
+    conv.confirm()
+    status = conv.execute_sync()
+    assert status.kind == Kind.TOOL_REQUEST
+    assert status.tool_requests == [
+        conversation.ToolRequest("sign_document", "sign_document", {"document": "lease.pdf"})
+    ]
+    conv.post_tool_result("sign_document", "sig-42")
+    status = conv.execute_sync()
+    assert (status.kind, status.outputs) == (Kind.FINISHED, {"signature": "sig-42"})
+
+
+def test_a_rejected_confirmation_fails_the_conversation(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    conv = _load("client_tool_node.yaml", tmp_path, model_server, document="lease.pdf")
+    conv.execute_sync()
+    conv.confirm(approve=False, comment="not this one")
+    status = conv.execute_sync()
+    assert status.kind == Kind.FAILED
+    assert "rejected by user: not this one" in status.message
+
+
+def test_an_answer_the_conversation_is_not_waiting_for_is_refused(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    conv = _load("client_tool_node.yaml", tmp_path, model_server, document="lease.pdf")
+    conv.execute_sync()
+    with pytest.raises(conversation.ConversationError, match="it is confirmation"):
+        conv.append_user_message("hello")
+    with pytest.raises(conversation.ConversationError, match="no client tool call 'x'"):
+        conv.post_tool_result("x", 1)
+
+
+def test_an_output_message_after_a_sub_flow_branch_is_in_the_messages(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    conv = _load("triage.yaml", tmp_path, model_server, ticket="db down")
+    model_server.script(Reply.text("URGENT"))
+    status = conv.execute_sync()
+    assert (status.kind, status.outputs) == (Kind.FINISHED, {"note": "URGENT"})
+    assert [(m.role, m.content) for m in conv.messages] == [("assistant", "Paging on-call: URGENT")]
+
+
+def test_a_manager_hands_a_task_to_a_specialised_worker_that_uses_its_added_tool(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    conv = _load("crew.yaml", tmp_path, model_server)
+    conv.execute_sync()
+    conv.append_user_message("A haiku about rain, please.")
+    model_server.script(
+        Reply.calls(ToolCall("call_sub_agent", {"agent": "writer", "prompt": "haiku: rain"})),
+        Reply.calls(ToolCall("syllables", {"line": "soft rain on the roof"})),
+        Reply.text("soft rain on the roof"),
+        Reply.text("Here it is: soft rain on the roof"),
+    )
+    status = conv.execute_sync()
+    assert status.outputs == "Here it is: soft rain on the roof"
+    lead, writer = model_server.requests[0].messages, model_server.requests[1].messages
+    assert lead[0]["content"] == "You lead a small writing team; give the drafting to the writer."
+    assert writer[0]["content"] == (
+        "You write clear prose.\n\nWrite haiku only; count syllables with the tool."
+    )
+    assert model_server.requests[2].messages[-1]["content"] == "5"
+
+
+def test_two_client_calls_in_one_reply_each_get_their_own_result(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    conv = _load("chat_agent.yaml", tmp_path, model_server)
+    conv.execute_sync()
+    conv.append_user_message("Any room on May 3 or May 4?")
+    model_server.script(
+        Reply.calls(
+            ToolCall("room_free", {"date": "May 3"}, id="a"),
+            ToolCall("room_free", {"date": "May 4"}, id="b"),
+        ),
+        Reply.text("Only May 4."),
+    )
+    status = conv.execute_sync()
+    assert [c.id for c in status.tool_requests] == ["a", "b"]
+    conv.post_tool_result("a", False)
+    status = conv.execute_sync()
+    assert (status.kind, [c.id for c in status.tool_requests]) == (Kind.TOOL_REQUEST, ["b"])
+    conv.post_tool_result("b", True)
+    assert conv.execute_sync().outputs == "Only May 4."
+    results = [m["content"] for m in model_server.requests[1].messages if m["role"] == "tool"]
+    assert results == ["false", "true"]
+
+
+def _offered(request: object) -> list[str]:
+    return [t["function"]["name"] for t in getattr(request, "body", {}).get("tools") or []]
+
+
+def test_an_agent_node_asks_the_user_and_goes_on_with_the_answer(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    conv = _load("support_chat.yaml", tmp_path, model_server)
+    conv.execute_sync()
+    conv.append_user_message("A7")
+    model_server.script(Reply.calls(ToolCall("ask_user", {"question": "The blue jacket?"})))
+    status = conv.execute_sync()
+    assert (status.kind, status.message) == (Kind.USER_INPUT, "The blue jacket?")
+    conv.append_user_message("Yes, the blue one.")
+    model_server.script(Reply.text("The blue jacket of order A7 has shipped."))
+    status = conv.execute_sync()
+    assert status.outputs == {"answer": "The blue jacket of order A7 has shipped."}
+    assert _offered(model_server.requests[0]) == ["order_status", "ask_user"]
+    assert model_server.requests[1].messages[-1]["content"] == "Yes, the blue one."
+    assert [(m.role, m.content) for m in conv.messages][2:5] == [
+        ("assistant", "Looking up order A7."),
+        ("assistant", "The blue jacket?"),
+        ("user", "Yes, the blue one."),
+    ]
+
+
+def test_an_agent_node_without_human_in_the_loop_cannot_ask_the_user(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    path = served("support_chat.yaml", tmp_path, model_server)
+    path.write_text(
+        path.read_text().replace(
+            "name: order-helper", "name: order-helper\n      human_in_the_loop: false"
+        )
+    )
+    conv = conversation.Conversation.from_file(path, {}, model_server.env)
+    conv.execute_sync()
+    conv.append_user_message("A7")
+    model_server.script(Reply.text("Order A7 has shipped."))
+    assert conv.execute_sync().kind == Kind.FINISHED
+    assert _offered(model_server.requests[0]) == ["order_status"]
