@@ -94,9 +94,13 @@ def kubectl(kubeconfig: str, *args: str, stdin: str | None = None) -> str:
     return done.stdout
 
 
-def progress(message: str) -> None:
-    """A line on stderr, so a long run shows where it is (stdout holds only the figures)."""
-    print(f"{time.strftime('%H:%M:%S')} {message}", file=sys.stderr, flush=True)
+def progress(*lines: str) -> None:
+    """Lines on stderr, so a long run shows where it is and what it found so far.
+
+    stdout holds only the figures, printed once at the end.
+    """
+    for line in lines:
+        print(f"{time.strftime('%H:%M:%S')} {line}", file=sys.stderr, flush=True)
 
 
 def free_port() -> int:

@@ -28,8 +28,8 @@ pod and FlowRun watches. Not a test: it asserts nothing and is bounded by timeou
   given a finished run's status while the operator is stopped), then the operator started:
   ``start -> ready`` (its ``/readyz`` answers 200; an operator without /readyz: its first
   FlowRun reconcile, from ``agentflows_reconciles_total``, so marked), ``start -> caught up``
-  (work queue empty and no reconcile for 2 s), its RSS then, and ``new run -> pod`` for
-  ``new_runs`` runs created one at a time, the kubelet held.
+  (``caught_up_after``: what it found at start worked off), its RSS then, and ``new run -> pod``
+  for ``new_runs`` runs created one at a time, the kubelet held.
 - The peer, with the operator stopped: ``operator_peer.py``, a watch -> create-pod loop on the
   `kubernetes` client, in a namespace of its own; the same burst of ``runs`` runs gives the floor
   of ``created -> pod``, ``pod done -> terminal`` and CPU per run, and each operator figure is
@@ -255,35 +255,44 @@ async def hold_runs(bench: Bench, count: int, status: dict[str, Any]) -> float:
     return time.monotonic() - started
 
 
-async def start_to_ready(operator: oc.Operator, limit: float) -> tuple[float, str, float | None]:
-    """(start -> ready s, how ready was told, start -> caught up s or None)."""
-    how = ""
-    while not how:
+async def ready_after(operator: oc.Operator, limit: float) -> tuple[float, str]:
+    """(seconds from the operator's start to ready, how ready was told)."""
+    while time.monotonic() - operator.started < limit:
         operator.check_alive()
         ready = await asyncio.to_thread(operator.readyz)
         if ready:
-            how = "/readyz"
-        elif ready is None:
+            return time.monotonic() - operator.started, "/readyz"
+        if ready is None:
             text = await asyncio.to_thread(operator.metrics)
             if (oc.metric(text, "agentflows_reconciles_total", kind="FlowRun") or 0) > 0:
-                how = "first reconcile; no /readyz"
-        if time.monotonic() - operator.started > limit:
-            raise TimeoutError(f"the operator was not ready in {limit}s; see {operator.log}")
+                return time.monotonic() - operator.started, "first reconcile; no /readyz"
         await asyncio.sleep(0.05)
-    ready_at = time.monotonic() - operator.started
+    raise TimeoutError(f"the operator was not ready in {limit}s; see {operator.log}")
+
+
+async def caught_up_after(
+    operator: oc.Operator, present: int, readyz: bool, limit: float
+) -> float | None:
+    """Seconds from the start until the operator has worked off what it found (None: not seen).
+
+    Work queue empty and either a FlowRun reconcile counted for every run present, or, for an
+    operator with /readyz (which need not reconcile finished runs again), no reconcile for 2 s.
+    """
     last, quiet_since = None, time.monotonic()
     while time.monotonic() - operator.started < limit:
         text = await asyncio.to_thread(operator.metrics)
         depth = oc.metric(text, "agentflows_reconcile_queue_depth")
-        count = oc.metric(text, "agentflows_reconciles_total")
+        count = oc.metric(text, "agentflows_reconciles_total", kind="FlowRun")
         if depth is None or count is None:
-            return ready_at, how, None
+            return None
+        if depth == 0 and count >= present:
+            return time.monotonic() - operator.started
         if depth > 0 or count != last:
             last, quiet_since = count, time.monotonic()
-        elif time.monotonic() - quiet_since >= 2:
-            return ready_at, how, quiet_since - operator.started
+        elif readyz and time.monotonic() - quiet_since >= 2:
+            return quiet_since - operator.started
         await asyncio.sleep(0.1)
-    return ready_at, how, None
+    return None
 
 
 async def new_run_to_pod(bench: Bench, runs: int) -> list[float]:
@@ -305,7 +314,9 @@ async def many_runs(bench: Bench, sizes: Sizes, template: dict[str, Any]) -> lis
     oc.progress(f"{sizes.held} FlowRuns created in {took:.0f} s; starting the operator")
     limit = 1800.0
     with oc.running(bench.start_operator("operator-held")) as operator:
-        ready, how, caught_up = await start_to_ready(operator, limit)
+        ready, how = await ready_after(operator, limit)
+        present = len(bench.observer.phase)
+        caught_up = await caught_up_after(operator, present, how == "/readyz", limit)
         await asyncio.sleep(2)
         rss, peak = oc.memory(operator.pid)
         latencies = await new_run_to_pod(bench, sizes.new_runs)
@@ -314,7 +325,8 @@ async def many_runs(bench: Bench, sizes: Sizes, template: dict[str, Any]) -> lis
     return [
         f"operator RSS {rss:.0f} MiB with {held} FlowRuns (peak {peak:.0f} MiB)",
         f"operator start -> ready {ready:.1f} s with {held} FlowRuns ({how})",
-        f"operator start -> caught up {caught} with {held} FlowRuns (queue empty for 2 s)",
+        f"operator start -> caught up {caught} with {held} FlowRuns (each reconciled once,"
+        " queue empty)",
         f"new run -> pod p50 {ms(oc.percentile(latencies, 0.5))} ms with {held} FlowRuns present"
         f" (max {ms(max(latencies))} ms over {len(latencies)})",
         f"  ({held} finished FlowRuns created in {took:.0f} s, operator stopped)",
@@ -369,13 +381,17 @@ async def measure(bench: Bench, sizes: Sizes) -> list[str]:
             await flow_ready(bench, name)
         oc.progress(f"{sizes.runs} runs at once")
         to_pod, to_end, wall = await burst(bench, "lat", sizes.runs)
+        oc.progress(p50_p99("  created -> pod", to_pod), p50_p99("  pod done -> terminal", to_end))
         oc.progress("API requests per run")
         counted = await api_requests(bench, sizes)
+        oc.progress(*counted)
         oc.progress(f"CPU over {sizes.cpu_runs} runs")
         cpu = await cpu_per_run(bench, operator.pid, sizes.cpu_runs, sizes.cpu_in_flight)
+        oc.progress(f"  operator CPU ms per run {cpu * 1000:.1f}")
         template = (await bench.api.get(bench.path("flowruns", "lat-0000")))["status"]
     oc.progress(f"{sizes.held} FlowRuns present")
     held = await many_runs(bench, sizes, template)
+    oc.progress(*held)
     oc.progress("the peer")
     peer_pod, peer_end, peer_cpu = await peer(bench, sizes.runs)
     names = [f"lat-{i:04d}" for i in range(sizes.runs)]
@@ -433,7 +449,11 @@ def main() -> None:
         "--failover", action="store_true", help="Only the leader-failover measure (two operators)."
     )
     parser.add_argument("--keep", help="Keep the operators' logs in this directory.")
+    parser.add_argument("--held", type=int, help="FlowRuns present (default 10,000; quick 500).")
     args = parser.parse_args()
+    sizes = QUICK if args.quick else FULL
+    if args.held:
+        sizes = dataclasses.replace(sizes, held=args.held)
     # Run the clean-up (the operators, the private control plane) when stopped with SIGTERM too.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     started = time.monotonic()
@@ -450,7 +470,7 @@ def main() -> None:
 
             lines = asyncio.run(operator_failover.main_async(cluster, workdir))
         else:
-            lines = asyncio.run(main_async(QUICK if args.quick else FULL, cluster, workdir))
+            lines = asyncio.run(main_async(sizes, cluster, workdir))
     for line in lines:
         print(line)
     print(f"(bench wall time {time.monotonic() - started:.0f} s, {os.cpu_count()} CPUs)")
