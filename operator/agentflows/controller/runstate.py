@@ -62,7 +62,8 @@ class RunContext:
     @classmethod
     def of(cls, run: cache.Run) -> RunContext:
         """A context over a cached run."""
-        return cls(obj=run.obj, stored=run.status, status=run.status.model_copy(deep=True))
+        # a shallow copy: every change assigns a field (never mutates a stored value in place)
+        return cls(obj=run.obj, stored=run.status, status=run.status.model_copy())
 
     @property
     def namespace(self) -> str:
@@ -110,7 +111,7 @@ class RunContext:
         self.obj = obj
         pending = {f: getattr(self.status, f) for f in OPERATOR_FIELDS if self._changed(f)}
         self.stored = FlowRunStatus.model_validate(obj.get("status") or {})
-        self.status = self.stored.model_copy(deep=True, update=pending)
+        self.status = self.stored.model_copy(update=pending)
 
     def _changed(self, field: str) -> bool:
         return bool(_wire(self.status, field) != _wire(self.stored, field))
