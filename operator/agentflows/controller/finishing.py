@@ -77,8 +77,11 @@ async def after_finished(ctl: context.Controller, run: runstate.RunContext) -> f
     return None
 
 
-def _finished_at(run: cache.Run) -> str:
-    return str(run.status.completion_time or run.obj["metadata"].get("creationTimestamp", ""))
+def _finished_at(run: cache.Run) -> tuple[str, str, str]:
+    """Newest first by completion, then creation (times have whole seconds), then name."""
+    meta = run.obj["metadata"]
+    created = str(meta.get("creationTimestamp", ""))
+    return (str(run.status.completion_time or created), created, str(meta["name"]))
 
 
 async def enforce_history(ctl: context.Controller, key: workqueue.Key) -> float | None:
