@@ -119,18 +119,19 @@ async def start(ctl: context_mod.Controller, run: runstate.RunContext) -> float 
 async def _begin(ctl: context_mod.Controller, run: runstate.RunContext) -> float | None:
     """Snapshot the Flow and its Agents as they are now, then start attempt 1.
 
-    The attempt's status, the snapshot ConfigMap and the pod are written at the same time: the
-    runner reads the snapshot and may write only once ``status.pod`` names its pod, and a pod
-    takes far longer to start than either write. A write that fails is retried by the next
-    reconcile (the pod's fixed name makes its create idempotent).
+    The snapshot ConfigMap is written first: once ``status.attempt`` is stored, a restarted
+    operator (or a runner) expects the snapshot to exist, so nothing may refer to it before it
+    does. The attempt's status and the pod are then written at the same time: the runner may
+    write only once ``status.pod`` names its pod, and a pod takes far longer to start than the
+    status write. A write that fails is retried by the next reconcile (the snapshot's and the
+    pod's fixed names make both creates idempotent; a snapshot left by an admission that died
+    half-way is the one used).
     """
-    built = ctl.snapshots.build(run.namespace, run.flow)
+    snapshot = await ctl.snapshots.ensure(
+        ctl.api, run.obj, ctl.snapshots.build(run.namespace, run.flow)
+    )
     run.reserve_attempt(1)
     run.set_phase(RunPhase.PENDING, RunReason.ATTEMPT_STARTED, "attempt 1: starting the runner pod")
-    body = attempts.pod_body(ctl, run, built)
-    _, _, refusal = await asyncio.gather(
-        run.save(ctl),
-        ctl.snapshots.ensure(ctl.api, run.obj, built),
-        attempts.post_pod(ctl, run, body),
-    )
+    body = attempts.pod_body(ctl, run, snapshot)
+    _, refusal = await asyncio.gather(run.save(ctl), attempts.post_pod(ctl, run, body))
     return await attempts.created(ctl, run, body, refusal)
