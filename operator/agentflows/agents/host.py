@@ -20,12 +20,22 @@ fails the node with a retryable error naming the problem, since another sample m
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 from collections.abc import Mapping
 from typing import Any
 
-from agentflows.agents import approval, delegation, review, secrets, spec_tools, tools, turn
+from agentflows.agents import (
+    approval,
+    delegation,
+    handoff,
+    review,
+    secrets,
+    spec_tools,
+    tools,
+    turn,
+)
 from agentflows.agents import model as model_client
 from agentflows.api import agent as agent_api
 from agentflows.api import common, schemas
@@ -76,19 +86,67 @@ class LiveCapabilities:
     async def run_agent(
         self, task: capabilities.AgentTask, ctx: capabilities.NodeContext
     ) -> capabilities.NodeResult | capabilities.Pause:
-        """Run one agent turn with the Agent's tools and skills, or resume a paused one."""
+        """Run one agent turn with the Agent's tools and skills, or resume a paused one.
+
+        A handoff (:mod:`agentflows.agents.handoff`) goes on with its recipient; a resumed
+        turn goes on with the Agent its saved state says was answering.
+        """
+        saved = ctx.resume.state if ctx.resume is not None else None
+        if isinstance(saved, dict) and saved.get("agent"):
+            task = self._task_of(str(saved["agent"]), task.prompt)
+        handed_over: tuple[turn.TurnState, turn.TurnLog] | None = None
+        for _ in range(handoff.MAX_HANDOFFS + 1):
+            result = await self._turn(task, ctx, handed_over, handoffs=True)
+            if not isinstance(result, turn.Handoff):
+                return result
+            task = self._task_of(result.agent, task.prompt)
+            messages = handoff.carried_messages(task.agent, result.messages)
+            handed_over = (turn.TurnState(messages, agent=result.agent), result.log)
+            ctx = dataclasses.replace(ctx, resume=None)
+        raise capabilities.CapabilityError(
+            f"the agents handed the conversation over more than {handoff.MAX_HANDOFFS} times "
+            "in one turn without answering"
+        )
+
+    def _task_of(self, name: str, prompt: str) -> capabilities.AgentTask:
+        """The turn of Agent ``name`` (a handoff's recipient) on the node's prompt."""
+        spec = self.resolver.agent(name)
+        if spec is None:
+            raise capabilities.CapabilityError(f'no Agent "{name}" to hand the conversation to')
+        return capabilities.AgentTask(name, spec, prompt)
+
+    async def _run_sub_agent(
+        self, task: capabilities.AgentTask, ctx: capabilities.NodeContext
+    ) -> capabilities.NodeResult | capabilities.Pause:
+        """A sub-agent's turn: it answers its caller, so it cannot hand the conversation over."""
+        result = await self._turn(task, ctx, None, handoffs=False)
+        assert not isinstance(result, turn.Handoff)
+        return result
+
+    async def _turn(
+        self,
+        task: capabilities.AgentTask,
+        ctx: capabilities.NodeContext,
+        handed_over: tuple[turn.TurnState, turn.TurnLog] | None,
+        *,
+        handoffs: bool,
+    ) -> capabilities.NodeResult | capabilities.Pause | turn.Handoff:
+        """One Agent's part of a turn, with its tools (MCP servers closed when it ends)."""
         spec = task.agent
         async with contextlib.AsyncExitStack() as stack:
             providers: list[tools.ToolProvider] = [
                 spec_tools.SpecToolProvider(spec.tools, self.env, self.redactor),
                 spec_tools.SkillToolProvider(spec.skills, self.env, self.redactor),
                 *self._mcp_providers(spec.tools, stack),
-                delegation.SubAgentProvider(spec.sub_agents, self.resolver, self.run_agent),
+                delegation.SubAgentProvider(spec.sub_agents, self.resolver, self._run_sub_agent),
                 delegation.SubFlowProvider(spec.sub_flows, self.resolver),
                 review.ReviewProvider(spec.human_review),
+                handoff.HandoffProvider(spec.handoffs if handoffs else []),
             ]
             registry = await tools.ToolRegistry.build(providers, ctx.autonomy)
-            return await turn.run_turn(task, ctx, registry, env=self.env, redactor=self.redactor)
+            return await turn.run_turn(
+                task, ctx, registry, env=self.env, redactor=self.redactor, handed_over=handed_over
+            )
 
     def _mcp_providers(
         self, declared: list[agent_api.Tool], stack: contextlib.AsyncExitStack

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from agentflows.agents import python_tool, secrets, tools
+from agentflows.agents import handoff, python_tool, secrets, tools
 from agentflows.api import agent as agent_api
 from agentflows.engine import capabilities
 
@@ -112,7 +112,7 @@ def declared_tool_names(spec: agent_api.AgentSpec) -> list[str]:
     For the operator's Agent status, next to
     :func:`agentflows.agents.mcp.discover_tools` for each ``mcp`` tool: ``http`` and ``python``
     tools, ``skill_<name>`` per skill with a script, ``call_sub_agent``, ``call_sub_flow`` and
-    ``request_human_review`` when the Agent enables them.
+    ``request_human_review`` and ``handoff_conversation`` when the Agent enables them.
     """
     names = [tool.name for tool in spec.tools if tool.mcp is None]
     names += [f"skill_{skill.name}" for skill in spec.skills if skill.script is not None]
@@ -122,4 +122,6 @@ def declared_tool_names(spec: agent_api.AgentSpec) -> list[str]:
         names.append("call_sub_flow")
     if spec.human_review is not None and spec.human_review.enabled:
         names.append("request_human_review")
+    if spec.handoffs:
+        names.append(handoff.HANDOFF_TOOL)
     return names

@@ -49,6 +49,9 @@ class ToolDef:
     read_only: bool = False
     #: Run by the caller: every call waits for the caller's result, whatever the autonomy.
     client: bool = False
+    #: Hands the conversation over to the Agent its ``agent`` argument names
+    #: (:mod:`agentflows.agents.handoff`).
+    handoff: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime
+import json
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -55,6 +56,11 @@ _NOT_KEY_SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 def build_messages(spec: agent_api.AgentSpec, prompt: str) -> list[dict[str, Any]]:
     """Return the conversation an agent turn starts with (see module docstring)."""
+    return merge_turns([*opening_turns(spec), ("user", prompt)])
+
+
+def opening_turns(spec: agent_api.AgentSpec) -> list[tuple[str, str]]:
+    """The Agent's own turns before any prompt: its system prompt and scripted history."""
     system = SKILL_SEPARATOR.join(
         part for part in [*(skill.content for skill in spec.skills), spec.system_prompt] if part
     )
@@ -62,8 +68,7 @@ def build_messages(spec: agent_api.AgentSpec, prompt: str) -> list[dict[str, Any
     if system:
         turns.append(("system", system))
     turns.extend((turn.role, turn.content) for turn in spec.history)
-    turns.append(("user", prompt))
-    return merge_turns(turns)
+    return turns
 
 
 def merge_turns(turns: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
@@ -161,10 +166,12 @@ class TurnState:
     waiting: list[str] = dataclasses.field(default_factory=list)
     #: Id of the request_human_review call waiting for its review, if that is the wait.
     review: str | None = None
+    #: The Agent answering, when a handoff made it another than the node's.
+    agent: str | None = None
 
     def to_json(self, log: TurnLog) -> dict[str, Any]:
         """Return the state (with the log's detail) as saved by the engine."""
-        return {
+        saved = {
             "messages": self.messages,
             "rounds": self.rounds,
             "pending": [dataclasses.asdict(call) for call in self.pending],
@@ -172,6 +179,7 @@ class TurnState:
             "review": self.review,
             "log": log.detail(),
         }
+        return saved | ({"agent": self.agent} if self.agent is not None else {})
 
     @classmethod
     def from_json(cls, state: Any) -> tuple[TurnState, TurnLog]:
@@ -184,6 +192,7 @@ class TurnState:
                     pending=[model_client.ToolCallRequest(**call) for call in state["pending"]],
                     waiting=[str(call_id) for call_id in state["waiting"]],
                     review=state.get("review"),
+                    agent=state.get("agent"),
                 ),
                 TurnLog.from_detail(state.get("log")),
             )
@@ -193,6 +202,18 @@ class TurnState:
             ) from None
 
 
+@dataclasses.dataclass
+class Handoff:
+    """The turn's Agent handed the conversation to ``agent`` (:mod:`agentflows.agents.handoff`).
+
+    ``messages`` is the caller's conversation when it handed over; ``log`` goes on counting.
+    """
+
+    agent: str
+    messages: list[dict[str, Any]]
+    log: TurnLog
+
+
 async def run_turn(
     task: capabilities.AgentTask,
     ctx: capabilities.NodeContext,
@@ -200,8 +221,12 @@ async def run_turn(
     *,
     env: Mapping[str, str],
     redactor: secrets.Redactor,
-) -> capabilities.NodeResult | capabilities.Pause:
-    """Run the agent's turn to its final answer, or pause it for a human."""
+    handed_over: tuple[TurnState, TurnLog] | None = None,
+) -> capabilities.NodeResult | capabilities.Pause | Handoff:
+    """Run the agent's turn to its final answer, pause it for a human, or hand it over.
+
+    ``handed_over`` starts the turn of a handoff's recipient from the conversation it is given.
+    """
     spec = task.agent
     if ctx.resume is not None:
         state, log = TurnState.from_json(ctx.resume.state)
@@ -211,7 +236,11 @@ async def run_turn(
                 return ended
         else:
             decided = approval.rulings(ctx.resume.request, state.waiting)
-            await _run_round(state, log, registry, ctx, redactor, decided)
+            target = await _run_round(state, log, registry, ctx, redactor, decided)
+            if target is not None:
+                return Handoff(target, state.messages, log)
+    elif handed_over is not None:
+        state, log = handed_over
     else:
         state, log = TurnState(build_messages(spec, task.prompt)), TurnLog()
     schemas = registry.schemas()
@@ -223,10 +252,11 @@ async def run_turn(
         )
         log.add_reply(reply, spec.model.name)
         if not reply.tool_calls:
+            detail = log.detail() | ({"agent": state.agent} if state.agent else {})
             return capabilities.NodeResult(
                 output=envelope.from_text(reply.content, raw=reply.raw),
                 usage=log.usage,
-                detail=log.detail(),
+                detail=detail,
             )
         if state.rounds >= spec.max_tool_iterations:
             raise capabilities.CapabilityError(
@@ -241,7 +271,9 @@ async def run_turn(
         )
         if pause is not None:
             return pause
-        await _run_round(state, log, registry, ctx, redactor, {})
+        target = await _run_round(state, log, registry, ctx, redactor, {})
+        if target is not None:
+            return Handoff(target, state.messages, log)
 
 
 async def _compress(
@@ -387,13 +419,20 @@ async def _run_round(
     ctx: capabilities.NodeContext,
     redactor: secrets.Redactor,
     decided: Mapping[str, approval.Ruling],
-) -> None:
-    """Run the pending calls concurrently and append their results in the model's order."""
+) -> str | None:
+    """Run the pending calls concurrently and append their results in the model's order.
+
+    Return the Agent the first accepted handoff among them names, if any.
+    """
     results = await asyncio.gather(
         *(_call_tool(registry, call, ctx, redactor, decided.get(call.id)) for call in state.pending)
     )
+    target = None
     for call, (outcome, record) in zip(state.pending, results, strict=True):
         log.add_tool_call(record, outcome.usage)
+        definition = registry.get(call.name)
+        if target is None and definition and definition.handoff and outcome.status == "success":
+            target = str(json.loads(call.arguments)["agent"])
         state.messages.append(
             {
                 "role": "tool",
@@ -404,6 +443,7 @@ async def _run_round(
         )
     state.rounds += 1
     state.pending, state.waiting = [], []
+    return target
 
 
 def _check_budget(ctx: capabilities.NodeContext, used: common.Usage) -> None:
@@ -470,8 +510,6 @@ def _record(
 
 
 def _json(value: Any) -> str:
-    import json
-
     return json.dumps(value, ensure_ascii=False, default=str)
 
 

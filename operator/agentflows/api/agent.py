@@ -266,6 +266,13 @@ class AgentSpec(common.ApiModel):
         max_length=32,
         description="Flows callable through the call_sub_flow tool (depth limit 5).",
     )
+    handoffs: list[common.ObjectName] = Field(
+        default_factory=list,
+        max_length=32,
+        description="Agents the agent may hand the conversation over to with the "
+        "handoff_conversation tool: the named Agent answers in its place, given the dialogue "
+        "so far, and may hand over in turn (5 handoffs per turn at most).",
+    )
     human_review: HumanReview | None = Field(
         default=None, description="Enables the request_human_review tool."
     )
@@ -287,6 +294,10 @@ class AgentSpec(common.ApiModel):
             ]
         }
     }
+
+    def agents_called(self) -> list[str]:
+        """The Agents this Agent may run: its sub-agents, then its handoff targets."""
+        return list(dict.fromkeys([*self.sub_agents, *self.handoffs]))
 
     @model_validator(mode="after")
     def _unique_tool_names(self) -> AgentSpec:

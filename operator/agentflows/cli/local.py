@@ -221,7 +221,7 @@ def models_used(
         spec_a = resolver.agent(name)
         if spec_a is not None:
             models.append(spec_a.model)
-            agent_names.extend(spec_a.sub_agents)
+            agent_names.extend(spec_a.agents_called())
             flow_names.extend(spec_a.sub_flows)
     for name in flow_names:
         if f"flow:{name}" in seen:

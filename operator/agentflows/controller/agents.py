@@ -30,6 +30,9 @@ def _reference_problems(spec: agent_api.AgentSpec, ns: cache.Namespace) -> list[
     for index, name in enumerate(spec.sub_agents):
         if name not in ns.agents:
             problems.append(documents.Problem(f"spec.subAgents[{index}]", f'no Agent "{name}"'))
+    for index, name in enumerate(spec.handoffs):
+        if name not in ns.agents:
+            problems.append(documents.Problem(f"spec.handoffs[{index}]", f'no Agent "{name}"'))
     for index, name in enumerate(spec.sub_flows):
         if name not in ns.flows:
             problems.append(documents.Problem(f"spec.subFlows[{index}]", f'no Flow "{name}"'))

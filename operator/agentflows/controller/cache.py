@@ -215,7 +215,7 @@ def _flow_refs(spec: flow_api.FlowSpec | None) -> set[tuple[str, str]]:
 def _agent_refs(spec: agent_api.AgentSpec | None) -> set[tuple[str, str]]:
     if spec is None:
         return set()
-    return {(workqueue.AGENT, a) for a in spec.sub_agents} | {
+    return {(workqueue.AGENT, a) for a in spec.agents_called()} | {
         (workqueue.FLOW, f) for f in spec.sub_flows
     }
 

@@ -159,6 +159,6 @@ def reach(flow_name: str, ns: cache.Namespace) -> Reach:
             out.missing.append(f"Agent/{name}")
             continue
         out.agents[name] = agent_spec
-        agent_stack += agent_spec.sub_agents
+        agent_stack += agent_spec.agents_called()
         flow_stack += agent_spec.sub_flows
     return out

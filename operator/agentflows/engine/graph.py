@@ -349,7 +349,7 @@ def _callees(kind: str, name: str, resolver: capabilities.Resolver) -> list[tupl
     agent = resolver.agent(name)
     if not isinstance(agent, agent_api.AgentSpec):
         return []
-    return [*(("Agent", n) for n in agent.sub_agents), *(("Flow", n) for n in agent.sub_flows)]
+    return [*(("Agent", n) for n in agent.agents_called()), *(("Flow", n) for n in agent.sub_flows)]
 
 
 def _chain_back(
