@@ -18,8 +18,6 @@ from agentflows.api import agent as agent_api
 from agentflows.api import documents
 
 _METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
-#: The client tool a Swarm's agent hands the conversation over with (the host switches agent).
-HANDOFF_TOOL = "handoff_conversation"
 #: The client tool an AgentNode's agent (``human_in_the_loop``) asks the user a question with.
 ASK_USER_TOOL = "ask_user"
 
@@ -210,33 +208,6 @@ def agent_spec(agent: model.Agent, path: str, out: list[documents.Problem]) -> a
 def needs_confirmation(agent: model.Agent) -> bool:
     """True when a tool of the agent asks a human to confirm each call."""
     return any(t.requires_confirmation for t in [*agent.tools, *agent.toolboxes])
-
-
-def handoff_tool(names: list[str]) -> agent_api.Tool:
-    """The client tool that asks the host to hand the conversation to one of ``names``."""
-    return agent_api.Tool(
-        name=HANDOFF_TOOL,
-        description="Hand the whole conversation with the user over to another agent, which "
-        "answers the user from now on. Agents: " + ", ".join(names) + ".",
-        parameters={
-            "type": "object",
-            "properties": {"agent": {"type": "string", "enum": names}},
-            "required": ["agent"],
-            "additionalProperties": False,
-        },
-        read_only=True,
-        client=agent_api.ClientTool(),
-    )
-
-
-def handoff_targets(spec: agent_api.AgentSpec | None) -> list[str]:
-    """The Agents an Agent's ``handoff_conversation`` tool may name (none: no such tool)."""
-    for each in spec.tools if spec is not None else []:
-        if each.client is not None and each.name == HANDOFF_TOOL:
-            params = each.parameters if isinstance(each.parameters, dict) else {}
-            enum = ((params.get("properties") or {}).get("agent") or {}).get("enum")
-            return [str(n) for n in enum] if isinstance(enum, list) else []
-    return []
 
 
 def ask_user_tool() -> agent_api.Tool:

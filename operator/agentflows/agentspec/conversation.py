@@ -38,10 +38,10 @@ conversation so far as its ``history`` (user and assistant messages), so the age
 conversation between turns; client tools and confirmations pause a turn the same way.
 
 A Swarm at the root is such an Agent (its first agent) whose members reach each other through
-two tools: ``call_sub_agent`` sends a recipient a message and gives the caller its answer, and
-the client tool ``handoff_conversation`` is answered here, by the conversation itself: the turn
-starts again with the recipient, which gets the conversation so far and the user's message,
-and answers every later turn (:attr:`Conversation.active_agent`) until it hands over in turn.
+``call_sub_agent`` (a message, answered to the caller) and ``handoff_conversation``: the engine's
+agent turn hands the conversation over (:mod:`agentflows.agents.handoff`), and the recipient
+answers in the caller's place. The Agent answering is the run's state (the node's record), so
+the next turn starts with it (:attr:`Conversation.active_agent`) until it hands over in turn.
 """
 
 from __future__ import annotations
@@ -65,9 +65,6 @@ from agentflows.engine import clock, graph, run, store
 Kind = flowrun_api.RequestKind
 #: Who decides a request answered through this API, recorded in ``decidedBy``.
 USER = "user"
-#: Handoffs in one user turn before the turn fails: agents handing a message back and forth
-#: would otherwise never answer.
-MAX_HANDOFFS = 5
 
 
 class ConversationError(Exception):
@@ -143,7 +140,7 @@ class Conversation:
         self._turn = 0
         #: Request id -> the client tool results posted so far (sent once all are in).
         self._results: dict[str, dict[str, Any]] = {}
-        #: The Agent a Swarm handed the conversation to (None: the Flow's own agent).
+        #: The Agent a Swarm's last turn ended with, read from the run (None: the first agent).
         self._active: str | None = None
 
     @classmethod
@@ -199,10 +196,8 @@ class Conversation:
                 return self.status
             self._turn += 1
             self.store = store.MemoryStore()
-        outcome = await self._run_handing_over()
-        if isinstance(outcome, Status):
-            self.status = outcome
-            return outcome
+        outcome = await self._run()
+        self._active = self._answering() or self._active
         self.status = self._status(outcome)
         if self.is_agent and outcome.phase == flowrun_api.RunPhase.SUCCEEDED:
             assert self._pending_message is not None
@@ -212,26 +207,18 @@ class Conversation:
             self.status = Status(StatusKind.USER_INPUT, "Your message:", outputs=outcome.output)
         return self.status
 
-    async def _run_handing_over(self) -> store.Outcome | Status:
-        """Run, going on with the recipient each time a Swarm's agent hands the turn over."""
-        outcome = await self._run()
-        handoffs = 0
-        while outcome.phase == flowrun_api.RunPhase.WAITING:
-            target = self._handoff()
-            if target is None:
-                break
-            if target:
-                handoffs += 1
-                if handoffs > MAX_HANDOFFS:
-                    return Status(
-                        StatusKind.FAILED,
-                        f"the agents handed the conversation over more than {MAX_HANDOFFS} "
-                        "times in one turn without answering",
-                    )
-                self._active = target
-                self.store = store.MemoryStore()
-            outcome = await self._run()
-        return outcome
+    def _answering(self) -> str | None:
+        """The Agent a handoff made answer in the run, as its node's record says (or None)."""
+        if not self.is_agent:
+            return None
+        node = self.imported.flows[self.imported.flow].spec.nodes[0].id
+        record = self.store.checkpoint.nodes.get(node)
+        detail = record.detail if record is not None else None
+        if not isinstance(detail, dict):
+            return None
+        saved = detail.get("state")
+        agent = saved.get("agent") if isinstance(saved, dict) else detail.get("agent")
+        return str(agent) if agent else None
 
     def execute_sync(self) -> Status:
         """:meth:`execute` for callers without an event loop."""
@@ -287,28 +274,6 @@ class Conversation:
             update["prompt"] = "{{ .run.input.message }}"
         node = spec.nodes[0].model_copy(update={"agent": call.model_copy(update=update)})
         return spec.model_copy(update={"nodes": [node]}), agents
-
-    def _handoff(self) -> str | None:
-        """The Agent a waiting ``handoff_conversation`` call hands over to; None: no such call.
-
-        A call naming an Agent the active one cannot hand over to is answered with an error for
-        the agent to go on from, and gives ``""``; other client calls beside a handoff are
-        dropped with the turn.
-        """
-        pending = self._pending() if self.is_agent else None
-        calls = _calls(pending[1]) if pending is not None else []
-        call = next(
-            (c for c in calls if c.get("client") and c["tool"] == components.HANDOFF_TOOL), None
-        )
-        if pending is None or call is None:
-            return None
-        target = (call.get("args") or {}).get("agent")
-        allowed = components.handoff_targets(self.imported.agents[self.active_agent or ""].spec)
-        if target in allowed:
-            return str(target)
-        error = f"no agent {target!r} to hand over to (agents: {', '.join(allowed)})"
-        self._decide(pending[0], decision=flowrun_api.Decision.RESPOND, data={"error": error})
-        return ""
 
     def _inputs_shown(self) -> dict[str, Any]:
         """The Agent's inputs as its first prompt gave them (given, else their defaults)."""

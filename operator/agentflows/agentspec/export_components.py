@@ -41,7 +41,7 @@ class Exporter:
         self.flows: dict[str, str] = {}
         self.agents: dict[str, str] = {}
         self.llms: dict[str, str] = {}
-        #: Exporting a Swarm's agents: their sub-agents and handoff tool are its relationships.
+        #: Exporting a Swarm's agents: their sub-agents and handoffs are its relationships.
         self.swarm = False
 
     def fail(self, path: str, message: str) -> None:
@@ -196,6 +196,12 @@ class Exporter:
         for field in ("skills", "sub_flows", "history"):
             if getattr(spec, field):
                 self.fail(f"{path}.{field}", f"Agent {name}: {field} have no Agent Spec equivalent")
+        if spec.handoffs and not self.swarm:
+            self.fail(
+                f"{path}.handoffs",
+                f"Agent {name}: handoffs have an Agent Spec equivalent only in a Swarm, an Agent "
+                "at the root whose agents hand the conversation over",
+            )
         system = spec.system_prompt
         for title in inputs:
             system = system.replace(f"<{title}>", f"{{{{{title}}}}}")
@@ -211,8 +217,6 @@ class Exporter:
             component["human_in_the_loop"] = False
         for i, tool in enumerate(spec.tools):
             if tool.client is not None and tool.name == components.ASK_USER_TOOL:
-                continue
-            if self.swarm and tool.client is not None and tool.name == components.HANDOFF_TOOL:
                 continue
             where, exported = self.tool(tool, f"Agent {name}.tools[{i}]")
             component[where].append(exported)
@@ -276,7 +280,7 @@ def agent_document(ex: Exporter, flow_name: str, spec: flow_api.FlowSpec) -> dic
             f"a top-level Agent's prompt is the input lines then {_MESSAGE}",
         )
     members = _swarm_members(ex.resolver, call.name)
-    ex.swarm = any(components.handoff_targets(ex.resolver.agent(m)) for m in members)
+    ex.swarm = any(_handoffs(ex.resolver.agent(m)) for m in members)
     ref = ex.agent(call.name, [str(p["title"]) for p in inputs], [], "spec.nodes[0].agent")
     root = _swarm(ex, flow_name, members) if ex.swarm else None
     if ex.problems:
@@ -295,7 +299,7 @@ def _swarm_members(resolver: capabilities.Resolver, first: str) -> list[str]:
     members = [first]
     for name in members:
         spec = resolver.agent(name)
-        reached = [*(spec.sub_agents if spec else []), *components.handoff_targets(spec)]
+        reached = spec.agents_called() if spec else []
         members += [n for n in dict.fromkeys(reached) if n not in members]
     return members
 
@@ -307,11 +311,11 @@ def _swarm(ex: Exporter, flow_name: str, members: list[str]) -> dict[str, Any]:
     for name in members:
         spec = ex.resolver.agent(name)
         messages = list(spec.sub_agents) if spec else []
-        handoffs = components.handoff_targets(spec)
+        handoffs = _handoffs(spec)
         if messages and handoffs and messages != handoffs:
             ex.fail(
                 f"Agent {name}.subAgents",
-                "the sub-agents differ from the agents the handoff tool names; an Agent Spec "
+                "the sub-agents differ from the handoffs; an Agent Spec "
                 "Swarm gives every relationship the same handoff setting",
             )
         if messages or handoffs:
@@ -328,3 +332,7 @@ def _swarm(ex: Exporter, flow_name: str, members: list[str]) -> dict[str, Any]:
         "relationships": pairs,
         "handoff": modes.pop() if modes else "optional",
     }  # fmt: skip
+
+
+def _handoffs(spec: agent_api.AgentSpec | None) -> list[str]:
+    return list(spec.handoffs) if spec is not None else []

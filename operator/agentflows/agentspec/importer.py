@@ -97,9 +97,10 @@ class _Translator:
     def swarm(self, swarm: model.Swarm) -> str:
         """A Swarm: an Agent per member; each reaches its recipients through tools.
 
-        ``call_sub_agent`` sends a recipient a message and returns its answer; the client tool
-        ``handoff_conversation`` asks the host to hand the conversation over (the conversation
-        API does: the recipient answers from then on). The Flow runs the first agent.
+        ``call_sub_agent`` (``subAgents``) sends a recipient a message and returns its answer;
+        ``handoff_conversation`` (``handoffs``) hands the conversation over: the recipient
+        answers in the caller's place (:mod:`agentflows.agents.handoff`). The Flow runs the
+        first agent.
         """
         plan = checks.swarm_plan(swarm)
         names = {k: self.agent(a, plan.paths[k]) for k, a in plan.agents.items()}
@@ -109,9 +110,7 @@ class _Translator:
             update: dict[str, Any] = {
                 "sub_agents": [*spec.sub_agents, *(names[r] for r in plan.messages[k])]
             }
-            if plan.handoffs[k]:
-                targets = [names[r] for r in plan.handoffs[k]]
-                update["tools"] = [*spec.tools, components.handoff_tool(targets)]
+            update["handoffs"] = [names[r] for r in plan.handoffs[k]]
             resource.spec = spec.model_copy(update=update)
         confirm = any(self.needs_confirmation(a) for a in plan.agents.values())
         return self.top_agent(swarm.first_agent, swarm, confirm)

@@ -124,8 +124,11 @@ def test_a_handoff_to_an_agent_not_related_is_answered_with_an_error_and_the_cal
     )
     status = conv.execute_sync()
     assert (status.outputs, conv.active_agent) == ("I cannot refund; billing can help.", "front")
-    error = json.loads(model_server.requests[1].messages[-1]["content"])
-    assert error == {"error": "no agent 'refunds' to hand over to (agents: billing)"}
+    error = json.loads(model_server.requests[1].messages[-1]["content"])["error"]
+    assert error == (
+        "arguments of handoff_conversation do not match its schema at agent: "
+        "'refunds' is not one of ['billing']"
+    )
 
 
 @pytest.mark.parametrize(
@@ -191,6 +194,40 @@ def test_agentflows_run_gives_a_swarm_s_first_agent_the_message_and_its_recipien
     )
     assert code == 0, err
     assert output_of(out) == "Invoice 42 is paid."
+
+
+def _billing_with_ledger(tmp_path: Path, server: ScriptedModelServer) -> Path:
+    """The swarm whose billing agent looks invoices up with a client tool ``ledger``."""
+    doc = yaml.safe_load(served("swarm.yaml", tmp_path, server).read_text())
+    doc["$referenced_components"]["billing"]["tools"] = [
+        {"component_type": "ClientTool", "name": "ledger",
+         "inputs": [{"title": "invoice", "type": "integer"}]}
+    ]  # fmt: skip
+    path = tmp_path / "ledger.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def test_agentflows_run_hands_the_conversation_over_and_resumes_with_the_recipient(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    path = _billing_with_ledger(tmp_path, model_server)
+    run = ("--state-dir", str(tmp_path / "runs"))
+    model_server.script(
+        Reply.calls(ToolCall("handoff_conversation", {"agent": "billing"})),
+        Reply.calls(ToolCall("ledger", {"invoice": 42})),
+    )
+    code, _out, err = invoke("run", str(path), *run, "--name", "h1", "--input", "message=Paid?")
+    assert code == 3, err
+    assert "Agent billing wants to call ledger." in err
+    model_server.script(Reply.text("Invoice 42 was paid on May 2."))
+    code, out, err = invoke("resume", "h1", *run, "--data", '"paid 2 May"')
+    assert code == 0, err
+    assert output_of(out) == "Invoice 42 was paid on May 2."
+    resumed = model_server.requests[2]
+    assert (_system(resumed), resumed.messages[-1]["content"]) == ("You handle billing.", "paid 2 May")
+    state = json.loads(next((tmp_path / "runs").rglob("*.json")).read_text())
+    assert state["nodes"]["agent"]["detail"]["agent"] == "billing"
 
 
 def test_a_swarm_in_an_agent_node_is_refused_at_its_path(tmp_path: Path) -> None:
