@@ -2,7 +2,8 @@
 
 Its InputMessageNode and its tool confirmation become FlowRun requests: the run waits with no
 pod, the admin answers with ``agentflows respond`` and ``agentflows approve``, and a new runner
-pod resumes it each time.
+pod resumes it each time. A Swarm's handoff is part of the run's state: the pod that resumes a
+run paused after a handoff goes on with the agent handed over to.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import yaml
 from tests.cluster.harness import Cluster, wait_for
 from tests.cluster.operator_fixtures import *  # noqa: F403
 from tests.cluster.operator_fixtures import FlowRuns
+from tests.support.fixtures import *  # noqa: F403
+from tests.support.model_server import Reply, ScriptedModelServer, ToolCall
 
 pytestmark = pytest.mark.cluster
 
@@ -123,3 +126,50 @@ def test_a_client_tool_waits_as_a_request_and_respond_gives_its_result(
     status = runs.wait_phase("sign-1", "Succeeded", "Failed")
     assert status["phase"] == "Succeeded", status.get("message")
     assert status["output"] == {"signature": "sig-9"}
+
+
+def test_a_swarm_run_paused_after_a_handoff_resumes_in_a_new_pod_with_the_recipient(
+    control_plane: Cluster, runs: FlowRuns, model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    doc = yaml.safe_load((SPEC.parent / "swarm.yaml").read_text())
+    doc["$referenced_components"]["model"]["url"] = model_server.url
+    doc["$referenced_components"]["billing"]["tools"] = [
+        {"component_type": "ClientTool", "name": "ledger",
+         "inputs": [{"title": "invoice", "type": "integer"}]}
+    ]  # fmt: skip
+    path = tmp_path / "swarm.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    imported = cli(control_plane, "import", str(path))
+    assert imported.returncode == 0, imported.stderr
+    runs.apply(*yaml.safe_load_all(imported.stdout))
+    model_server.script(
+        Reply.calls(ToolCall("handoff_conversation", {"agent": "billing"})),
+        Reply.calls(ToolCall("ledger", {"invoice": 42}, id="c1")),
+    )
+    runs.apply(
+        {
+            "kind": "FlowRun",
+            "metadata": {"name": "desk-1"},
+            "spec": {"flow": "helpdesk", "input": {"message": "Was invoice 42 paid?"}},
+        }
+    )
+    status = waiting_on(runs, "desk-1", "agent")
+    assert status["requests"]["agent"]["message"] == "Agent billing wants to call ledger."
+    wait_for(
+        lambda: not [p for p in runs.pods("desk-1") if p.status.phase == "Running"],
+        120,
+        "no running pod",
+    )
+
+    model_server.script(Reply.text("Invoice 42 was paid on May 2."))
+    answered = cli(
+        control_plane, "respond", "desk-1", "agent", "-n", runs.namespace, "--data", '"paid"'
+    )
+    assert answered.returncode == 0, answered.stderr
+    status = runs.wait_phase("desk-1", "Succeeded", "Failed")
+    assert status["phase"] == "Succeeded", status.get("message")
+    assert status["output"] == "Invoice 42 was paid on May 2."
+    assert status["nodes"]["agent"]["detail"]["agent"] == "billing"
+    resumed = model_server.requests[2].messages
+    assert (resumed[0]["content"], resumed[-1]["content"]) == ("You handle billing.", "paid")
+    assert [p.metadata.name for p in runs.pods("desk-1")] == ["desk-1-1", "desk-1-2"]

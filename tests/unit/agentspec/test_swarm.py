@@ -225,7 +225,10 @@ def test_agentflows_run_hands_the_conversation_over_and_resumes_with_the_recipie
     assert code == 0, err
     assert output_of(out) == "Invoice 42 was paid on May 2."
     resumed = model_server.requests[2]
-    assert (_system(resumed), resumed.messages[-1]["content"]) == ("You handle billing.", "paid 2 May")
+    assert (_system(resumed), resumed.messages[-1]["content"]) == (
+        "You handle billing.",
+        "paid 2 May",
+    )
     state = json.loads(next((tmp_path / "runs").rglob("*.json")).read_text())
     assert state["nodes"]["agent"]["detail"]["agent"] == "billing"
 
