@@ -14,10 +14,16 @@ history, then the dialogue so far, that is the user's messages and the agents' t
 The caller's tool calls and their results stay with the caller, as another agent's tools mean
 nothing to the recipient (and a provider may refuse calls to tools it was not offered).
 
-The Agent answering is durable state: a turn that pauses for a human saves it with the
-conversation (:class:`~agentflows.agents.turn.TurnState` ``agent``), so the runner pod that
-resumes the run goes on with the recipient; a node that answers records it as ``agent`` in its
-detail (``status.nodes.<node>.detail.agent``), where a conversation's next turn reads it.
+The Agent answering is durable state, kept in the node's record:
+
+- at the handoff, the recipient's starting conversation is kept on the Running record
+  (``NodeContext.save_progress``), so a runner killed after the handoff is followed by one that
+  goes on with the recipient, without asking the caller again;
+- a turn that pauses for a human saves it with the conversation
+  (:class:`~agentflows.agents.turn.TurnState` ``agent``), so the runner pod that resumes the
+  run goes on with the recipient;
+- a node that answers records it as ``agent`` in its detail (``status.nodes.<node>.detail``),
+  where a conversation's next turn reads it.
 
 Only the node's own turn hands over: a sub-agent run through ``call_sub_agent`` answers its
 caller, so it is not offered the tool (as in a Swarm, where a message's recipient answers the

@@ -91,10 +91,10 @@ class LiveCapabilities:
         A handoff (:mod:`agentflows.agents.handoff`) goes on with its recipient; a resumed
         turn goes on with the Agent its saved state says was answering.
         """
-        saved = ctx.resume.state if ctx.resume is not None else None
+        saved = ctx.resume.state if ctx.resume is not None else ctx.progress
         if isinstance(saved, dict) and saved.get("agent"):
             task = self._task_of(str(saved["agent"]), task.prompt)
-        handed_over: tuple[turn.TurnState, turn.TurnLog] | None = None
+        handed_over = turn.TurnState.from_json(ctx.progress) if ctx.progress else None
         for _ in range(handoff.MAX_HANDOFFS + 1):
             result = await self._turn(task, ctx, handed_over, handoffs=True)
             if not isinstance(result, turn.Handoff):
@@ -102,7 +102,9 @@ class LiveCapabilities:
             task = self._task_of(result.agent, task.prompt)
             messages = handoff.carried_messages(task.agent, result.messages)
             handed_over = (turn.TurnState(messages, agent=result.agent), result.log)
-            ctx = dataclasses.replace(ctx, resume=None)
+            ctx = dataclasses.replace(ctx, resume=None, progress=None)
+            if ctx.save_progress is not None:
+                await ctx.save_progress(handed_over[0].to_json(result.log))
         raise capabilities.CapabilityError(
             f"the agents handed the conversation over more than {handoff.MAX_HANDOFFS} times "
             "in one turn without answering"

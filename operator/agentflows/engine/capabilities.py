@@ -4,7 +4,10 @@ The engine calls out for everything that touches the world: agent turns, single 
 tool calls, and the Agent/Flow definitions that nodes name. A host (the CLI, the runner pod,
 the dry-run mock) implements :class:`Capabilities`. Results come back as :class:`NodeResult`;
 a capability that needs a human before it can go on returns :class:`Pause` instead, and is
-called again with ``ctx.resume`` set once the request is decided.
+called again with ``ctx.resume`` set once the request is decided. A capability may also keep
+progress on the node's Running record (``ctx.save_progress``, e.g. an agent turn handed to
+another Agent): if its runner is killed before the node ends, the next execution is given it
+as ``ctx.progress`` and goes on from there instead of starting afresh.
 """
 
 from __future__ import annotations
@@ -54,6 +57,8 @@ class Resume:
 
 #: Runs a named Flow inside the current run (for call_sub_flow); returns the sub-run's output.
 SubFlowRunner = Callable[[str, Any, "NodeContext"], Awaitable[Any]]
+#: Keeps JSON-able progress on the node's Running record (see module docstring).
+ProgressSaver = Callable[[Any], Awaitable[None]]
 
 
 @dataclasses.dataclass
@@ -73,6 +78,11 @@ class NodeContext:
     #: Remaining budget, for capabilities that can stop early (None: unlimited).
     tokens_left: int | None = None
     cost_left_usd: float | None = None
+    #: What an earlier execution of this node saved with ``save_progress`` before it was
+    #: stopped (None: start afresh).
+    progress: Any = None
+    #: Keeps progress on the node's Running record, for an execution after a kill.
+    save_progress: ProgressSaver | None = None
 
 
 @dataclasses.dataclass

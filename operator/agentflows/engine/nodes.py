@@ -57,7 +57,7 @@ async def dispatch(
         output = await _subflow(frame, spec.flow, value, f"{key}/")
         return capabilities.NodeResult(envelope.from_value(output))
     resume = _resume_of(frame, previous)
-    ctx = frame.run.context(key, frame.depth, resume)
+    ctx = frame.run.context(key, frame.depth, resume, _progress_of(previous))
     if spec.agent is not None:
         return await _agent(
             frame, spec.agent, await expressions.evaluate_async(t["prompt"], scope), ctx, previous
@@ -93,6 +93,13 @@ def _resume_of(
     if request is None or request.decision is None:
         return None
     return capabilities.Resume(state=previous.detail.get("state"), request=request)
+
+
+def _progress_of(previous: flowrun_api.NodeStatus | None) -> Any:
+    """What an execution stopped while Running kept (``NodeContext.progress``), if anything."""
+    if previous is None or previous.phase != Phase.RUNNING or not isinstance(previous.detail, dict):
+        return None
+    return previous.detail.get("progress")
 
 
 def _pending_request(frame: state.Frame, previous: flowrun_api.NodeStatus | None) -> str | None:

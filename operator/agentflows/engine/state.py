@@ -13,6 +13,7 @@ that end a node or a run (:class:`NodeFailed`, :class:`RunStopped`, :class:`Paus
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -169,9 +170,9 @@ class Run:
             )
 
     def context(
-        self, key: str, depth: int, resume: capabilities.Resume | None
+        self, key: str, depth: int, resume: capabilities.Resume | None, progress: Any = None
     ) -> capabilities.NodeContext:
-        """The NodeContext capabilities receive."""
+        """The NodeContext capabilities receive (``progress``: what an earlier execution kept)."""
         limits = self.spec.limits
         used = self.usage.prompt_tokens + self.usage.completion_tokens
         return capabilities.NodeContext(
@@ -185,7 +186,15 @@ class Run:
             cost_left_usd=None
             if limits.max_cost_usd is None
             else max(limits.max_cost_usd - self.usage.cost_usd, 0.0),
+            progress=progress,
+            save_progress=functools.partial(self.save_progress, key),
         )
+
+    async def save_progress(self, key: str, value: Any) -> None:
+        """Keep ``value`` on node ``key``'s Running record, for an execution after a kill."""
+        record = self.checkpoint.nodes.get(key)
+        if record is not None and record.phase == flowrun_api.NodePhase.RUNNING:
+            await self.save_node(key, record.model_copy(update={"detail": {"progress": value}}))
 
     async def run_subflow(self, name: str, value: Any, ctx: capabilities.NodeContext) -> Any:
         """Run Flow ``name`` for an agent, with its nodes stored under ``ctx.node_key/``."""

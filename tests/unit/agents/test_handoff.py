@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from agentflows.agents import host
 from agentflows.api import agent as agent_api
-from agentflows.engine import capabilities
+from agentflows.api import flow as flow_api
+from agentflows.api import flowrun as flowrun_api
+from agentflows.engine import capabilities, graph, run, store
 from tests.support.model_server import Reply, ScriptedModelServer, ToolCall
 
 
@@ -29,6 +32,32 @@ def desk(server: ScriptedModelServer, **extra: agent_api.AgentSpec) -> host.Live
         **extra,
     }
     return host.LiveCapabilities(agents, env=server.env)
+
+
+class _Killed(BaseException):
+    """The runner is killed (nothing in the run catches it)."""
+
+
+class _KilledAfterHandoff(store.FileStore):
+    """The run's file store, whose runner is killed as soon as a handoff is kept."""
+
+    async def save_node(self, key: str, status: flowrun_api.NodeStatus) -> None:
+        await super().save_node(key, status)
+        if isinstance(status.detail, dict) and "progress" in status.detail:
+            raise _Killed
+
+
+async def _run(
+    compiled: graph.CompiledFlow, caps: host.LiveCapabilities, store_: store.CheckpointStore
+) -> store.Outcome:
+    return await run.run_flow(
+        compiled,
+        run_name="desk-1",
+        input_value={},
+        store_=store_,
+        caps=caps,
+        resolver=caps.resolver,
+    )
 
 
 def task(caps: host.LiveCapabilities, name: str, prompt: str) -> capabilities.AgentTask:
@@ -121,3 +150,31 @@ async def test_a_sub_agent_answers_its_caller_and_is_not_offered_the_handoff(
     assert result.output["text"] == "Billing says paid."
     assert offered(model_server.requests[1]) == ["ledger"]
     assert "agent" not in result.detail
+
+
+async def test_a_run_killed_after_a_handoff_goes_on_with_the_recipient_without_asking_the_caller(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    caps = desk(model_server)
+    flow = flow_api.FlowSpec(
+        nodes=[flow_api.Node(id="desk", agent=flow_api.AgentCall(name="front", prompt="Paid?"))]
+    )
+    compiled = graph.compile_flow(flow, caps.resolver, name="desk")
+    path = tmp_path / "run.json"
+
+    model_server.script(
+        Reply.calls(ToolCall("handoff_conversation", {"agent": "billing"})),
+        Reply.text("Paid on May 2."),
+    )
+    with pytest.raises(_Killed):
+        await _run(compiled, caps, _KilledAfterHandoff(path))
+    assert store.FileStore(path).read().nodes["desk"].phase == "Running"
+    outcome = await _run(compiled, caps, store.FileStore(path))
+
+    assert outcome.phase == flowrun_api.RunPhase.SUCCEEDED, outcome.message
+    record = store.FileStore(path).read().nodes["desk"]
+    assert (record.output or {})["text"] == "Paid on May 2."
+    assert record.detail["agent"] == "billing"
+    systems = [r.messages[0]["content"] for r in model_server.requests]
+    assert systems == ["Front.", "Billing."], "the new runner did not ask front again"
+    assert model_server.requests[1].messages[1:] == [{"role": "user", "content": "Paid?"}]
