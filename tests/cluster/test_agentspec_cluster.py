@@ -128,31 +128,38 @@ def test_a_client_tool_waits_as_a_request_and_respond_gives_its_result(
     assert status["output"] == {"signature": "sig-9"}
 
 
-def test_a_swarm_run_paused_after_a_handoff_resumes_in_a_new_pod_with_the_recipient(
-    control_plane: Cluster, runs: FlowRuns, model_server: ScriptedModelServer, tmp_path: Path
-) -> None:
+def apply_swarm(cluster: Cluster, runs: FlowRuns, server: ScriptedModelServer, tmp: Path) -> None:
+    """Import and apply the helpdesk Swarm, its billing agent with a client tool ``ledger``."""
     doc = yaml.safe_load((SPEC.parent / "swarm.yaml").read_text())
-    doc["$referenced_components"]["model"]["url"] = model_server.url
+    doc["$referenced_components"]["model"]["url"] = server.url
     doc["$referenced_components"]["billing"]["tools"] = [
         {"component_type": "ClientTool", "name": "ledger",
          "inputs": [{"title": "invoice", "type": "integer"}]}
     ]  # fmt: skip
-    path = tmp_path / "swarm.yaml"
+    path = tmp / "swarm.yaml"
     path.write_text(yaml.safe_dump(doc))
-    imported = cli(control_plane, "import", str(path))
+    imported = cli(cluster, "import", str(path))
     assert imported.returncode == 0, imported.stderr
     runs.apply(*yaml.safe_load_all(imported.stdout))
+
+
+def desk_run(name: str) -> dict[str, Any]:
+    return {
+        "kind": "FlowRun",
+        "metadata": {"name": name},
+        "spec": {"flow": "helpdesk", "input": {"message": "Was invoice 42 paid?"}},
+    }
+
+
+def test_a_swarm_run_paused_after_a_handoff_resumes_in_a_new_pod_with_the_recipient(
+    control_plane: Cluster, runs: FlowRuns, model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    apply_swarm(control_plane, runs, model_server, tmp_path)
     model_server.script(
         Reply.calls(ToolCall("handoff_conversation", {"agent": "billing"})),
         Reply.calls(ToolCall("ledger", {"invoice": 42}, id="c1")),
     )
-    runs.apply(
-        {
-            "kind": "FlowRun",
-            "metadata": {"name": "desk-1"},
-            "spec": {"flow": "helpdesk", "input": {"message": "Was invoice 42 paid?"}},
-        }
-    )
+    runs.apply(desk_run("desk-1"))
     status = waiting_on(runs, "desk-1", "agent")
     assert status["requests"]["agent"]["message"] == "Agent billing wants to call ledger."
     wait_for(
@@ -173,3 +180,30 @@ def test_a_swarm_run_paused_after_a_handoff_resumes_in_a_new_pod_with_the_recipi
     resumed = model_server.requests[2].messages
     assert (resumed[0]["content"], resumed[-1]["content"]) == ("You handle billing.", "paid")
     assert [p.metadata.name for p in runs.pods("desk-1")] == ["desk-1-1", "desk-1-2"]
+
+
+def test_a_runner_pod_killed_after_a_handoff_is_followed_by_one_that_asks_the_recipient(
+    control_plane: Cluster, runs: FlowRuns, model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    apply_swarm(control_plane, runs, model_server, tmp_path)
+    model_server.script(
+        Reply.calls(ToolCall("handoff_conversation", {"agent": "billing"})),
+        Reply.text("never received: its pod is deleted first", delay=60),
+        Reply.text("Invoice 42 was paid on May 2."),
+    )
+    runs.apply(desk_run("desk-2"))
+    wait_for(lambda: len(model_server.requests) == 2, 180, "billing asked in the first pod")
+
+    def kept() -> dict[str, Any] | None:
+        record = (runs.status("desk-2").get("nodes") or {}).get("agent") or {}
+        return (record.get("detail") or {}).get("progress")
+
+    assert wait_for(kept, 30, "the handoff kept in the run's status")["agent"] == "billing"
+
+    control_plane.core().delete_namespaced_pod("desk-2-1", runs.namespace)
+    status = runs.wait_phase("desk-2", "Succeeded", "Failed")
+    assert status["phase"] == "Succeeded", status.get("message")
+    assert status["output"] == "Invoice 42 was paid on May 2."
+    systems = [r.messages[0]["content"] for r in model_server.requests]
+    assert systems == ["You are the front desk.", "You handle billing.", "You handle billing."]
+    assert [p.metadata.name for p in runs.pods("desk-2")] == ["desk-2-2"]
