@@ -74,7 +74,9 @@ def http_tool(
         out.append(
             errors.problem(
                 f"{path}.sensitive_headers",
-                "secret header values in the document are refused; not supported yet",
+                "secret header values in the document are refused (they would be kept in the "
+                "resources); leave them out and give the imported tool secretHeaders from a "
+                "Secret",
             )
         )
     url = _args_template(tool.url)
@@ -116,7 +118,13 @@ def mcp(
     timeout = transport.session_parameters.read_timeout_seconds
     if isinstance(transport, model.StdioTransport):
         if transport.cwd:
-            out.append(errors.problem(f"{path}.cwd", "a working directory is not supported"))
+            out.append(
+                errors.problem(
+                    f"{path}.cwd",
+                    "a working directory is not supported; leave cwd out (the server starts "
+                    "where the runner runs)",
+                )
+            )
         return agent_api.McpTool(
             command=transport.command,
             args=transport.args,
@@ -130,7 +138,8 @@ def mcp(
                 errors.problem(
                     f"{path}.{name}",
                     "MCP headers and auth are not supported yet (agentflows takes header "
-                    "values from Secrets only)",
+                    "values from Secrets only); leave them out and give the imported mcp tool "
+                    "headers from a Secret",
                 )
             )
     sse = transport.component_type == "SSETransport"
@@ -187,19 +196,20 @@ def toolbox(
 def agent_spec(agent: model.Agent, path: str, out: list[documents.Problem]) -> agent_api.AgentSpec:
     """Our Agent spec: placeholders of the system prompt read ``<name>``, given in the prompt."""
     names: set[str] = set()
+    at = f"{path}." if path else ""
     tools = [
-        tool(t, mapping.identifier(t.name, names), f"{path}.tools[{i}]", out)
+        tool(t, mapping.identifier(t.name, names), f"{at}tools[{i}]", out)
         for i, t in enumerate(agent.tools)
     ]
     tools += [
-        toolbox(b, mapping.identifier(b.name, names), f"{path}.toolboxes[{i}]", out)
+        toolbox(b, mapping.identifier(b.name, names), f"{at}toolboxes[{i}]", out)
         for i, b in enumerate(agent.toolboxes)
     ]
     system = mapping.substitute(
         agent.system_prompt, {n: n for n in checks.placeholders(agent.system_prompt)}, "<%s>"
     )
     return agent_api.AgentSpec(
-        model=mapping.model_spec(agent.llm_config, f"{path}.llm_config", out),
+        model=mapping.model_spec(agent.llm_config, f"{at}llm_config", out),
         system_prompt=system,
         tools=tools,
     )

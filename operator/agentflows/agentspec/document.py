@@ -57,18 +57,23 @@ SUPPORTED = frozenset(
 #: Component types of Agent Spec this runtime refuses, each with the reason shown to the user.
 UNSUPPORTED = {
     "RemoteAgent": "RemoteAgent is abstract; use A2AAgent",
-    "OciAgent": "OCI agents are not supported",
-    "BuiltinTool": "builtin tools are not supported",
-    "OciGenAiConfig": "OCI Generative AI models are not mapped yet",
-    "GeminiConfig": "Gemini models are not mapped yet",
-    "DbmsVectorChainLlmConfig": "DBMS vector-chain models are not supported",
-    "SSEmTLSTransport": "MCP with mTLS is not supported",
-    "StreamableHTTPmTLSTransport": "MCP with mTLS is not supported",
-    "MessageSummarizationTransform": "message transforms are not supported",
-    "ConversationSummarizationTransform": "message transforms are not supported",
-    "InMemoryCollectionDatastore": "datastores are not supported",
-    "OracleDatabaseDatastore": "datastores are not supported",
-    "PostgresDatabaseDatastore": "datastores are not supported",
+    "OciAgent": "OCI agents are not supported; use an Agent, or an A2AAgent for a remote one",
+    "BuiltinTool": "builtin tools are not supported; use a ServerTool, a RemoteTool or an MCPTool",
+    "OciGenAiConfig": "OCI Generative AI models are not mapped yet; use an "
+    "OpenAiCompatibleConfig with an OpenAI-compatible endpoint",
+    "GeminiConfig": "Gemini models are not mapped yet; use an OpenAiCompatibleConfig with "
+    "Gemini's OpenAI-compatible endpoint",
+    "DbmsVectorChainLlmConfig": "DBMS vector-chain models are not supported; use an "
+    "OpenAiCompatibleConfig, a VllmConfig or an OllamaConfig",
+    "SSEmTLSTransport": "MCP with mTLS is not supported; use an SSETransport",
+    "StreamableHTTPmTLSTransport": "MCP with mTLS is not supported; use a StreamableHTTPTransport",
+    "MessageSummarizationTransform": "message transforms are not supported; leave the Agent's "
+    "transforms empty (agentflows compresses a long conversation itself)",
+    "ConversationSummarizationTransform": "message transforms are not supported; leave the "
+    "Agent's transforms empty (agentflows compresses a long conversation itself)",
+    "InMemoryCollectionDatastore": "datastores are not supported; reach the data through a tool",
+    "OracleDatabaseDatastore": "datastores are not supported; reach the data through a tool",
+    "PostgresDatabaseDatastore": "datastores are not supported; reach the data through a tool",
 }
 _TITLE_FORBIDDEN = set(".,{} \n'\"")
 

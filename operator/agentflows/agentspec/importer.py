@@ -68,7 +68,7 @@ class _Translator:
             self.done[done_key] = name
             spec = components.agent_spec(agent, path, self.problems)
             workers = [
-                self.agent(w, f"{path}.workers[{i}]")
+                self.agent(w, f"{path}.workers[{i}]" if path else f"workers[{i}]")
                 for i, w in enumerate(checks.workers_of(component))
             ]
             if workers:
@@ -357,10 +357,11 @@ class _FlowBuilder:
 
     def llm(self, key: str, node: model.LlmNode, bound: dict[str, str]) -> None:
         if "{%" in node.prompt_template:
-            self.problem(
-                key,
-                "prompt_template: Jinja statements ({% ... %}) are not supported; "
-                "use {{name}} placeholders",
+            self.tr.problems.append(
+                errors.problem(
+                    f"{self.where(key)}.prompt_template",
+                    "Jinja statements ({% ... %}) are not supported; use {{name}} placeholders",
+                )
             )
         structured = not mapping.is_text_output(node.outputs)
         call = flow_api.LlmCall(

@@ -239,25 +239,6 @@ def test_an_unknown_component_type_is_refused(tmp_path: Path) -> None:
     assert "$referenced_components.ask.component_type: unknown component type 'LLMNode'" in out
 
 
-@pytest.mark.parametrize(
-    ("kind", "reason"),
-    [
-        ("GeminiConfig", "Gemini models are not mapped yet"),
-        ("OciAgent", "OCI agents are not supported"),
-        ("BuiltinTool", "builtin tools are not supported"),
-    ],
-)
-def test_a_known_but_unsupported_component_is_refused_naming_it(
-    tmp_path: Path, kind: str, reason: str
-) -> None:
-    doc = base()
-    doc["$referenced_components"]["ask"]["component_type"] = kind
-    out = problems(doc, tmp_path)
-    assert (
-        f"$referenced_components.ask.component_type: {kind} 'ask' is not supported: {reason}" in out
-    )
-
-
 @pytest.mark.parametrize("version", ["25.3.0", "26.3.1", "27.0.0"])
 def test_an_unsupported_version_is_refused_with_the_versions_read(
     tmp_path: Path, version: str
