@@ -301,6 +301,16 @@ class AgentNode(_Node):
             )
         return value
 
+    @pydantic.field_validator("branches")
+    @classmethod
+    def _no_agent_branches(cls, value: list[str] | None) -> list[str] | None:
+        if value and set(value) != {NEXT}:
+            raise ValueError(
+                "an agent choosing the next branch is not supported; branch on its answer "
+                "with a BranchingNode"
+            )
+        return value
+
 
 class ToolNode(_Node):
     """One tool call."""

@@ -26,6 +26,7 @@ BOX = {
     "component_type": "MCPToolBox", "name": "b", "client_transport": STDIO,
     "tool_filter": [{"component_type": "MCPToolSpec", "name": "e", "requires_confirmation": True}],
 }  # fmt: skip
+NODE_AGENT = {"component_type": "Agent", "name": "a", "system_prompt": "x", "llm_config": MODEL}
 A2A = {"component_type": "A2AAgent", "name": "reviewer", "agent_url": "http://127.0.0.1:1"}
 SECRET_HEADERS = (
     "MCP headers and auth are not supported yet (agentflows takes header values from Secrets "
@@ -63,6 +64,11 @@ REFUSED: dict[str, tuple[dict[str, Any], str]] = {
         flow_where(prompt_template="{% if q %}{{q}}{% endif %}"),
         "nodes[1].prompt_template: Jinja statements ({% ... %}) are not supported; "
         "use {{name}} placeholders",
+    ),
+    "agent_node_branches": (
+        flow_where(component_type="AgentNode", branches=["YES"], agent=NODE_AGENT),
+        "$referenced_components.ask.branches: an agent choosing the next branch is not "
+        "supported; branch on its answer with a BranchingNode",
     ),
     "sensitive_headers": (
         agent(tools=[REMOTE | {"sensitive_headers": {"Authorization": "Bearer x"}}]),
