@@ -1,0 +1,107 @@
+"""Supported matrix rows no other test runs: each LLM config, a RemoteTool, MCP over HTTP.
+
+Each runs with ``agentflows run`` against the scripted model server (real HTTP on loopback).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support import mcp_servers
+from tests.support.endpoint import LoopbackEndpoint
+from tests.support.model_server import Reply, ScriptedModelServer, ToolCall
+from tests.unit.agentspec.conftest import invoke, output_of
+
+
+def root_agent(llm_config: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    return {
+        "agentspec_version": "26.1.0", "component_type": "Agent", "name": "helper",
+        "system_prompt": "Help.", "llm_config": llm_config, **fields,
+    }  # fmt: skip
+
+
+def run(tmp_path: Path, doc: dict[str, Any], message: str) -> tuple[int, str, str]:
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(doc))
+    return invoke(
+        "run", str(path), "--state-dir", str(tmp_path / "runs"), "--input", f"message={message}"
+    )
+
+
+@pytest.mark.parametrize(
+    "kind", ["OpenAiConfig", "OpenAiCompatibleConfig", "VllmConfig", "OllamaConfig"]
+)
+def test_each_llm_config_runs_with_its_generation_parameters(
+    model_server: ScriptedModelServer,
+    tmp_path: Path,
+    kind: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-from-the-environment")
+    config = {
+        "component_type": kind, "name": "m", "model_id": "scripted-model",
+        "url": model_server.url,
+        "default_generation_parameters": {"temperature": 0.2, "top_p": 0.9, "max_tokens": 64},
+        "retry_policy": {"request_timeout": 30},
+    }  # fmt: skip
+    model_server.script(Reply.text("Hello."))
+    code, out, err = run(tmp_path, root_agent(config), "Hi")
+    assert code == 0, err
+    assert output_of(out) == "Hello."
+    sent = model_server.requests[0].body
+    assert (sent["model"], sent["temperature"], sent["top_p"], sent["max_tokens"]) == (
+        "scripted-model", 0.2, 0.9, 64,
+    )  # fmt: skip
+
+
+def test_an_agent_calls_a_remote_tool_with_its_url_template_and_headers(
+    model_server: ScriptedModelServer, endpoint: LoopbackEndpoint, tmp_path: Path
+) -> None:
+    config = {
+        "component_type": "OpenAiCompatibleConfig", "name": "m", "model_id": "scripted-model",
+        "url": model_server.url,
+    }  # fmt: skip
+    tool = {
+        "component_type": "RemoteTool", "name": "forecast",
+        "url": f"{endpoint.url}/weather/{{{{city}}}}", "http_method": "GET",
+        "headers": {"X-Team": "ops"}, "url_allow_list": [endpoint.url],
+        "inputs": [{"title": "city", "type": "string"}],
+    }  # fmt: skip
+    model_server.script(
+        Reply.calls(ToolCall("forecast", {"city": "oslo"})), Reply.text("Sunny in Oslo.")
+    )
+    code, out, err = run(tmp_path, root_agent(config, tools=[tool]), "Weather in Oslo?")
+    assert code == 0, err
+    assert output_of(out) == "Sunny in Oslo."
+    assert (endpoint.requests[0]["path"], endpoint.requests[0]["headers"]["x-team"]) == (
+        "/weather/oslo", "ops",
+    )  # fmt: skip
+    result = json.loads(model_server.requests[1].messages[-1]["content"])
+    assert result == {"city": "oslo", "forecast": "sunny"}
+
+
+def test_an_agent_calls_an_mcp_tool_over_streamable_http(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    server = mcp_servers.HttpMcpServer().start()
+    config = {
+        "component_type": "OpenAiCompatibleConfig", "name": "m", "model_id": "scripted-model",
+        "url": model_server.url,
+    }  # fmt: skip
+    transport = {
+        "component_type": "StreamableHTTPTransport", "name": "t", "url": server.url,
+        "session_parameters": {"read_timeout_seconds": 20},
+    }  # fmt: skip
+    tool = {"component_type": "MCPTool", "name": "add", "client_transport": transport}
+    model_server.script(Reply.calls(ToolCall("add_add", {"a": 40, "b": 2})), Reply.text("42"))
+    try:
+        code, out, err = run(tmp_path, root_agent(config, tools=[tool]), "40 + 2?")
+    finally:
+        server.stop()
+    assert code == 0, err
+    assert output_of(out) == "42"
+    assert model_server.requests[1].messages[-1]["content"] == "42"
