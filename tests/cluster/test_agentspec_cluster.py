@@ -207,3 +207,32 @@ def test_a_runner_pod_killed_after_a_handoff_is_followed_by_one_that_asks_the_re
     systems = [r.messages[0]["content"] for r in model_server.requests]
     assert systems == ["You are the front desk.", "You handle billing.", "You handle billing."]
     assert [p.metadata.name for p in runs.pods("desk-2")] == ["desk-2-2"]
+
+
+def test_llm_nodes_a_map_a_parallel_map_and_a_sub_flow_run_as_imported_flows(
+    control_plane: Cluster, runs: FlowRuns, model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    path = tmp_path / "digest.yaml"
+    text = (SPEC.parent / "digest.yaml").read_text()
+    path.write_text(text.replace("http://127.0.0.1:8000/v1", model_server.url))
+    imported = cli(control_plane, "import", str(path))
+    assert imported.returncode == 0, imported.stderr
+    documents = list(yaml.safe_load_all(imported.stdout))
+    assert sorted(d["kind"] for d in documents).count("Flow") > 1, "sub-flows are Flows"
+    runs.apply(*documents)
+    model_server.script(
+        Reply.text("Kopf runs operators."),
+        Reply.text("jq filters JSON."),
+        Reply.text('{"headline": "Two tools", "count": 2}'),
+    )
+    root = yaml.safe_load(text)["name"]
+    runs.apply(
+        {
+            "kind": "FlowRun",
+            "metadata": {"name": "digest-1"},
+            "spec": {"flow": root, "input": {"topics": ["kopf", "jq"]}},
+        }
+    )
+    status = runs.wait_phase("digest-1", "Succeeded", "Failed")
+    assert status["phase"] == "Succeeded", status.get("message")
+    assert status["output"] == {"headline": "Two tools", "count": 2, "topics": ["kopf", "jq"]}
