@@ -1,4 +1,4 @@
-"""Supported matrix rows no other test runs: each LLM config, a RemoteTool, MCP over HTTP.
+"""Supported matrix rows no other test runs with `agentflows run`: configs, tools, a crew.
 
 Each runs with ``agentflows run`` against the scripted model server (real HTTP on loopback).
 """
@@ -14,7 +14,7 @@ import pytest
 from tests.support import mcp_servers
 from tests.support.endpoint import LoopbackEndpoint
 from tests.support.model_server import Reply, ScriptedModelServer, ToolCall
-from tests.unit.agentspec.conftest import invoke, output_of
+from tests.unit.agentspec.conftest import invoke, output_of, served
 
 
 def root_agent(llm_config: dict[str, Any], **fields: Any) -> dict[str, Any]:
@@ -105,3 +105,57 @@ def test_an_agent_calls_an_mcp_tool_over_streamable_http(
     assert code == 0, err
     assert output_of(out) == "42"
     assert model_server.requests[1].messages[-1]["content"] == "42"
+
+
+def test_agentflows_run_gives_a_manager_s_task_to_a_specialised_worker(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    spec = served("crew.yaml", tmp_path, model_server)
+    model_server.script(
+        Reply.calls(ToolCall("call_sub_agent", {"agent": "writer", "prompt": "haiku: rain"})),
+        Reply.calls(ToolCall("syllables", {"line": "soft rain on the roof"})),
+        Reply.text("soft rain on the roof"),
+        Reply.text("Here it is: soft rain on the roof"),
+    )
+    args = ("--state-dir", str(tmp_path / "runs"), "--input", "message=A haiku about rain.")
+    code, out, err = invoke("run", str(spec), *args)
+    assert code == 0, err
+    assert output_of(out) == "Here it is: soft rain on the roof"
+    writer = model_server.requests[1].messages
+    assert writer[0]["content"] == (
+        "You write clear prose.\n\nWrite haiku only; count syllables with the tool."
+    )
+    assert model_server.requests[2].messages[-1]["content"] == "5"
+
+
+def test_a_tool_node_calls_a_remote_tool(endpoint: LoopbackEndpoint, tmp_path: Path) -> None:
+    tool = {
+        "component_type": "RemoteTool", "name": "forecast",
+        "url": f"{endpoint.url}/weather/{{{{city}}}}", "http_method": "GET",
+        "inputs": [{"title": "city", "type": "string"}],
+        "outputs": [{"title": "forecast", "type": "string"}],
+    }  # fmt: skip
+    edges = [("start", "fetch"), ("fetch", "end")]
+    doc = {
+        "agentspec_version": "25.4.1", "component_type": "Flow", "name": "weather",
+        "start_node": {"$component_ref": "start"},
+        "nodes": [{"$component_ref": n} for n in ("start", "fetch", "end")],
+        "control_flow_connections": [
+            {"component_type": "ControlFlowEdge", "name": f"{a}-{b}",
+             "from_node": {"$component_ref": a}, "to_node": {"$component_ref": b}}
+            for a, b in edges
+        ],
+        "$referenced_components": {
+            "start": {"component_type": "StartNode", "name": "start",
+                      "outputs": [{"title": "city", "type": "string"}]},
+            "fetch": {"component_type": "ToolNode", "name": "fetch", "tool": tool},
+            "end": {"component_type": "EndNode", "name": "end",
+                    "outputs": [{"title": "forecast", "type": "string"}]},
+        },
+    }  # fmt: skip
+    path = tmp_path / "weather.json"
+    path.write_text(json.dumps(doc))
+    code, out, err = invoke("run", str(path), "--state-dir", str(tmp_path), "--input", "city=oslo")
+    assert code == 0, err
+    assert output_of(out) == {"forecast": {"city": "oslo", "forecast": "sunny"}}
+    assert endpoint.requests[0]["path"] == "/weather/oslo"
