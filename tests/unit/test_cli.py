@@ -95,6 +95,7 @@ INPUTS = {
     "triage": ["--input", "title=API latency above SLO"],
     "cluster-doctor": ["--input", "pod=web-1", "--input", "namespace=default"],
     "agents": ["--input", "topic=kopf operators"],
+    "helpdesk": ["--input", "message=Was invoice 42 paid?"],
 }
 
 
