@@ -128,9 +128,16 @@ def test_a_client_tool_waits_as_a_request_and_respond_gives_its_result(
     assert status["output"] == {"signature": "sig-9"}
 
 
-def apply_swarm(cluster: Cluster, runs: FlowRuns, server: ScriptedModelServer, tmp: Path) -> None:
+def apply_swarm(
+    cluster: Cluster,
+    runs: FlowRuns,
+    server: ScriptedModelServer,
+    tmp: Path,
+    handoff: str = "optional",
+) -> None:
     """Import and apply the helpdesk Swarm, its billing agent with a client tool ``ledger``."""
     doc = yaml.safe_load((SPEC.parent / "swarm.yaml").read_text())
+    doc["handoff"] = handoff
     doc["$referenced_components"]["model"]["url"] = server.url
     doc["$referenced_components"]["billing"]["tools"] = [
         {"component_type": "ClientTool", "name": "ledger",
@@ -185,14 +192,19 @@ def test_a_swarm_run_paused_after_a_handoff_resumes_in_a_new_pod_with_the_recipi
 def test_a_runner_pod_killed_after_a_handoff_is_followed_by_one_that_asks_the_recipient(
     control_plane: Cluster, runs: FlowRuns, model_server: ScriptedModelServer, tmp_path: Path
 ) -> None:
-    apply_swarm(control_plane, runs, model_server, tmp_path)
+    # handoff: always, so billing is reached only through front's handoffs (no sub-agents):
+    # the run's snapshot holds it all the same
+    apply_swarm(control_plane, runs, model_server, tmp_path, handoff="always")
     model_server.script(
         Reply.calls(ToolCall("handoff_conversation", {"agent": "billing"})),
         Reply.text("never received: its pod is deleted first", delay=60),
         Reply.text("Invoice 42 was paid on May 2."),
     )
     runs.apply(desk_run("desk-2"))
-    wait_for(lambda: len(model_server.requests) == 2, 180, "billing asked in the first pod")
+    try:
+        wait_for(lambda: len(model_server.requests) == 2, 180, "billing asked in the first pod")
+    except pytest.fail.Exception:
+        pytest.fail(f"billing never asked: {runs.status('desk-2')}, {model_server.requests}")
 
     def kept() -> dict[str, Any] | None:
         record = (runs.status("desk-2").get("nodes") or {}).get("agent") or {}

@@ -79,7 +79,7 @@ def build_snapshot(flow_name: str, lookup: Lookup) -> dict[str, Any]:
     """Collect Flow ``flow_name`` and every Agent and sub-flow reachable from it.
 
     Reachable: agents of agent, tool and map nodes; sub-flows of flow and map nodes; an
-    Agent's ``subAgents`` and ``subFlows``; and so on transitively. Raises
+    Agent's ``subAgents``, ``handoffs`` and ``subFlows``; and so on transitively. Raises
     :class:`SnapshotError` when the Flow itself does not exist.
     """
     root = lookup("Flow", flow_name)
@@ -106,6 +106,7 @@ def build_snapshot(flow_name: str, lookup: Lookup) -> dict[str, Any]:
             continue
         agents[name] = _spec_of(found)
         pending_agents += list(agents[name].get("subAgents") or [])
+        pending_agents += list(agents[name].get("handoffs") or [])
         pending_flows += list(agents[name].get("subFlows") or [])
     return {"flow": flow_name, "flows": flows, "agents": agents}
 
