@@ -13,7 +13,10 @@ reported to the model as an error result and the turn goes on. Under ``autonomy:
 reply calling a tool that is not read-only pauses the turn for a human
 (:mod:`agentflows.agents.approval`), and so does a call to ``request_human_review``
 (:mod:`agentflows.agents.review`); the conversation is saved in the pause's state and the turn
-continues from it when called again with the decision. Before each model call the turn checks
+continues from it when called again with the decision. A reply calling ``handoff_conversation``
+ends the turn's part for this Agent once its calls have run: :func:`run_turn` returns a
+:class:`Handoff` and the host goes on with the recipient (:mod:`agentflows.agents.handoff`).
+Before each model call the turn checks
 the run's remaining token and cost budget and compresses the conversation when it nears the
 context window (:mod:`agentflows.agents.compression`).
 
