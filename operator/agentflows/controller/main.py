@@ -89,6 +89,7 @@ async def run(
         dispatch(ctl),
         workers=config.workers,
         on_error=lambda key, _exc: metrics.reconcile_errors.labels(key.kind).inc(),
+        on_timing=metrics.queue_timing,
     )
     ctl.cache = cache.Cache(api, config.namespaces, config.owns, ctl.enqueue)
     ctl.snapshots = snapshots.Snapshots(ctl.cache)
