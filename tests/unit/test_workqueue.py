@@ -103,3 +103,30 @@ def test_queue_timings_are_exported_as_histograms_by_kind() -> None:
     assert sample("agentflows_workqueue_wait_seconds_sum", "FlowRun") == 0.003
     assert sample("agentflows_reconcile_seconds_sum", "FlowRun") == 0.012
     assert sample("agentflows_reconcile_seconds_sum", "Flow") == 0.1
+
+
+def test_a_key_added_while_its_reconcile_runs_counts_the_rest_of_that_reconcile_as_wait() -> None:
+    waits: list[float] = []
+    added = asyncio.Event()
+    held = 0.2
+
+    async def reconcile(key: workqueue.Key) -> float | None:
+        if not waits and not added.is_set():
+            await added.wait()
+            await asyncio.sleep(held)  # the new add waits this long behind the running reconcile
+        return None
+
+    async def main() -> None:
+        queue = workqueue.WorkQueue(
+            reconcile, workers=1, on_timing=lambda _key, waited, _took: waits.append(waited)
+        )
+        queue.add(A)
+        worker = asyncio.create_task(queue.run())
+        await until(lambda: queue.pending() == 1 and not queue._queued)
+        queue.add(A)
+        added.set()
+        await until(lambda: len(waits) == 2)
+        worker.cancel()
+
+    asyncio.run(main())
+    assert waits[1] >= held

@@ -41,8 +41,9 @@ class Key:
 
 Reconciler = Callable[[Key], Awaitable[float | None]]
 ErrorHook = Callable[[Key, BaseException], None]
-#: Called after each reconcile with the seconds the key waited in the queue and the seconds the
-#: reconcile took (the operator's ``agentflows_workqueue_*`` histograms).
+#: Called after each reconcile with the seconds the key waited (from the first add since its last
+#: reconcile began: while that reconcile still ran, then in the queue) and the seconds the
+#: reconcile took (the operator's ``agentflows_workqueue_wait_seconds``/``reconcile_seconds``).
 TimingHook = Callable[[Key, float, float], None]
 
 
@@ -78,10 +79,12 @@ class WorkQueue:
             self._add_later(key, delay)
             return
         if key in self._active:
-            self._dirty.add(key)
+            if key not in self._dirty:
+                self._dirty.add(key)
+                self._added_at[key] = asyncio.get_running_loop().time()
         elif key not in self._queued:
             self._queued.add(key)
-            self._added_at[key] = asyncio.get_running_loop().time()
+            self._added_at.setdefault(key, asyncio.get_running_loop().time())
             self._queue.put_nowait(key)
 
     def _add_later(self, key: Key, delay: float) -> None:
