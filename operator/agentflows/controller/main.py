@@ -84,6 +84,7 @@ async def run(
     quiet_libraries()
     api = kube.Client.from_env(kubeconfig, kube_context)
     metrics = metrics_mod.Metrics()
+    api.on_response = metrics.api_answered
     ctl = context.Controller(api=api, config=config, metrics=metrics)
     ctl.queue = workqueue.WorkQueue(
         dispatch(ctl),

@@ -120,6 +120,14 @@ class Metrics:
             buckets=_QUEUE_BUCKETS,
             registry=r,
         )
+        self.api_request = prometheus_client.Histogram(
+            "agentflows_api_request_seconds",
+            "Time the API server took to answer the operator's requests (watches not counted),"
+            " by HTTP method.",
+            ["method"],
+            buckets=_QUEUE_BUCKETS,
+            registry=r,
+        )
         self.leader = prometheus_client.Gauge(
             "agentflows_leader",
             "1 while this replica holds the operator's Lease and works, 0 while it stands by.",
@@ -146,6 +154,10 @@ class Metrics:
         """Observe one reconcile's wait in the queue and its own time."""
         self.queue_wait.labels(key.kind).observe(waited)
         self.reconcile_time.labels(key.kind).observe(took)
+
+    def api_answered(self, method: str, seconds: float) -> None:
+        """Observe one answered API request."""
+        self.api_request.labels(method).observe(seconds)
 
     def watch_queue(self, depth: Callable[[], int]) -> None:
         """Export ``agentflows_reconcile_queue_depth`` (keys waiting or in work) per scrape."""
