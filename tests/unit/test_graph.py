@@ -15,10 +15,12 @@ from typing import Any
 
 import pytest
 import yaml
+from click.testing import CliRunner
 
 from agentflows import diagram
 from agentflows.api import flow as flow_api
 from agentflows.api import flowrun as flowrun_api
+from agentflows.cli import main as cli
 from agentflows.diagram import mermaid_text, palette
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -284,3 +286,144 @@ def test_every_node_phase_has_colours() -> None:
 
 def test_mermaid_text_escapes_every_character_outside_the_safe_set() -> None:
     assert mermaid_text.text('a"b<c>#%`{') == "a#34;b#60;c#62;#35;#37;#96;#123;"
+
+
+SUB_FLOWS = """
+apiVersion: agentflows.io/v1alpha1
+kind: Flow
+metadata: {name: outer}
+spec:
+  nodes:
+    - {id: start, transform: "=[1, 2]"}
+    - id: each
+      map: {items: "=.nodes.start.json", flow: {name: inner, input: "=.item"}}
+    - id: once
+      flow: {name: inner, input: "=3"}
+    - {id: finish, transform: "=1"}
+---
+apiVersion: agentflows.io/v1alpha1
+kind: Flow
+metadata: {name: inner}
+spec:
+  nodes:
+    - {id: double, transform: "=.run.input * 2"}
+    - {id: again, flow: {name: inner, input: "=1"}}
+"""
+
+
+def sub_flows(tmp_path: Path) -> Path:
+    path = tmp_path / "flows.yaml"
+    path.write_text(SUB_FLOWS)
+    return path
+
+
+def test_sub_flows_are_drawn_inside_their_flow_and_map_nodes_with_item_phases(
+    tmp_path: Path,
+) -> None:
+    flows = flows_in(sub_flows(tmp_path))
+    status = {
+        "once": {"phase": "Running"},
+        "once/double": {"phase": "Succeeded"},
+        "each": {"phase": "Succeeded"},
+        "each[0]/double": {"phase": "Succeeded"},
+        "each[1]/double": {"phase": "Failed"},
+    }
+    text = diagram.mermaid(flows["outer"], status, flows=flows)
+    parsed = ParsedMermaid("\n".join(line for line in text.splitlines() if "class" not in line))
+    classes = classes_of(text)
+    each, once = parsed.key("each"), parsed.key("once")
+    assert parsed.labels[each] == ["each · map flow inner · Succeeded"]
+    assert parsed.labels[once] == ["once · flow inner · Running"]
+    in_each = {parsed.labels[k][0]: k for k in parsed.groups[each]}
+    in_once = {parsed.labels[k][0]: k for k in parsed.groups[once]}
+    assert set(in_each) == set(in_once) == {"double", "again"}
+    assert classes[in_each["double"]] == "failed"
+    assert classes[in_once["double"]] == "succeeded"
+    assert classes[in_once["again"]] == "pending"
+    # inner calls itself: drawn once, then as a box that names the call
+    assert parsed.labels[in_once["again"]][:2] == ["again", "flow inner"]
+    assert ("start", "each", None) in parsed.edge_pairs()
+    assert ("double", "again", None) in parsed.edge_pairs()
+
+
+def test_dot_links_to_a_sub_flow_end_at_its_frame(tmp_path: Path) -> None:
+    flows = flows_in(sub_flows(tmp_path))
+    text = diagram.dot(flows["outer"], flows=flows)
+    clusters = re.findall(r"subgraph (cluster_n\d+)", text)
+    assert len(clusters) == 2
+    assert len(re.findall(r"lhead=cluster_n\d+", text)) == 2
+    assert len(re.findall(r"ltail=cluster_n\d+", text)) == 2
+    texts = labels_in_svg(diagram.svg(flows["outer"], flows=flows))
+    assert texts.count("double") == 2 and "each · map flow inner" in texts
+
+
+def invoke(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli.main, list(args), env=env)
+    if result.exception and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_graph_command_prints_the_mermaid_of_a_flow_file() -> None:
+    path = ROOT / "examples" / "research.yaml"
+    code, out, err = invoke("graph", str(path))
+    assert (code, err) == (0, "")
+    assert out == diagram.mermaid(flows_in(path)["research"])
+    code, out, _ = invoke("graph", str(path), "-o", "dot")
+    assert code == 0 and out.startswith("digraph flow {")
+    code, out, _ = invoke("graph", str(path), "-o", "svg")
+    assert code == 0 and "research · map" in labels_in_svg(out)
+
+
+def test_graph_command_picks_a_flow_of_several_and_draws_its_sub_flows(tmp_path: Path) -> None:
+    path = tmp_path / "valid.yaml"  # validation refuses the sub-flow that calls itself
+    path.write_text(SUB_FLOWS.replace('flow: {name: inner, input: "=1"}', 'transform: "=1"'))
+    code, _, err = invoke("graph", str(path))
+    assert code == 2
+    assert err == ("error: the files hold 2 Flows; choose one with --flow (have: inner, outer)\n")
+    code, out, _ = invoke("graph", str(path), "--flow", "outer")
+    assert code == 0
+    assert len(ParsedMermaid(out).groups) == 2
+
+
+def test_graph_svg_without_graphviz_exits_2_saying_to_install_it(tmp_path: Path) -> None:
+    code, out, err = invoke(
+        "graph", str(ROOT / "examples" / "hello.yaml"), "-o", "svg", env={"PATH": str(tmp_path)}
+    )
+    assert (code, out) == (2, "")
+    assert len(err.splitlines()) == 1
+    assert err.startswith("error: -o svg needs Graphviz's dot program")
+    assert "install Graphviz" in err
+
+
+def test_graph_of_a_missing_file_or_an_invalid_flow_exits_2(tmp_path: Path) -> None:
+    code, _, err = invoke("graph", str(tmp_path / "nope.yaml"))
+    assert code == 2
+    assert (
+        err == f"error: no such file: {tmp_path / 'nope.yaml'} (graph takes FILE... or one RUN)\n"
+    )
+    code, _, err = invoke("graph", str(ROOT / "examples" / "agents" / "flow.yaml"))
+    assert code == 2
+    assert 'spec.nodes[0].agent.name: no Agent "editor"' in err
+    assert "give the files of its Agents and sub-flows too" in err
+    code, _, err = invoke("graph", str(ROOT / "examples" / "hello.yaml"), "-n", "default")
+    assert code == 2 and "is a file; -n" in err
+
+
+def test_graph_of_a_local_run_shows_where_it_waits(tmp_path: Path) -> None:
+    state = str(tmp_path / "runs")
+    path = str(ROOT / "examples" / "research.yaml")
+    code, _, _ = invoke(
+        "run", path, "--dry-run", "--input", "topic=ada", "--name", "r1", "--state-dir", state, "-q"
+    )
+    assert code == 3  # waits for the review
+    code, out, err = invoke("graph", "r1", "--state-dir", state)
+    assert (code, err) == (0, "")
+    classes = classes_of(out)
+    parsed = ParsedMermaid("\n".join(line for line in out.splitlines() if "class" not in line))
+    assert parsed.labels[parsed.key("review")] == ["review", "approval", "Waiting"]
+    assert classes[parsed.key("review")] == "waiting"
+    assert parsed.labels[parsed.key("plan")][2].startswith("Succeeded ")
+    (body,) = parsed.groups[parsed.key("research")]
+    assert parsed.labels[body][1].endswith(" Succeeded")
+    assert classes[parsed.key("publish")] == "pending"
