@@ -22,6 +22,7 @@ from agentflows.api import flow as flow_api
 from agentflows.api import flowrun as flowrun_api
 from agentflows.cli import main as cli
 from agentflows.diagram import mermaid_text, palette
+from tests.support.mermaid import ParsedMermaid
 
 ROOT = Path(__file__).resolve().parents[2]
 SVG = "{http://www.w3.org/2000/svg}"
@@ -39,56 +40,6 @@ def flows_in(path: Path) -> dict[str, flow_api.FlowSpec]:
 EXAMPLE_FLOWS = sorted(
     (path, name) for path in ROOT.joinpath("examples").rglob("*.yaml") for name in flows_in(path)
 )
-
-
-class ParsedMermaid:
-    """A Mermaid flowchart read back: labels by key, edges, subgraphs and their members."""
-
-    BOX = re.compile(r'^\s*(n\d+)\["(.*)"\]$')
-    SUBGRAPH = re.compile(r'^\s*subgraph (n\d+)\["(.*)"\]$')
-    EDGE = re.compile(r'^\s*(n\d+) -->(?:\|"(.*)"\|)? (n\d+)$')
-
-    def __init__(self, text: str) -> None:
-        lines = text.splitlines()
-        assert lines[0] == "flowchart TD"
-        self.labels: dict[str, list[str]] = {}
-        self.groups: dict[str, list[str]] = {}
-        self.edges: list[tuple[str, str, str | None]] = []
-        self.other: list[str] = []
-        open_groups: list[str] = []
-        for line in lines[1:]:
-            if m := self.SUBGRAPH.match(line):
-                self.labels[m[1]] = [decode(m[2])]
-                self.groups[m[1]] = []
-                open_groups.append(m[1])
-            elif line.strip() == "end":
-                open_groups.pop()
-            elif m := self.BOX.match(line):
-                self.labels[m[1]] = [decode(part) for part in m[2].split("<br>")]
-                if open_groups:
-                    self.groups[open_groups[-1]].append(m[1])
-            elif m := self.EDGE.match(line):
-                self.edges.append((m[1], m[3], decode(m[2]) if m[2] else None))
-            else:
-                self.other.append(line.strip())
-        assert not open_groups
-
-    def key(self, first_line: str) -> str:
-        (found,) = [k for k, lines in self.labels.items() if lines[0].split(" · ")[0] == first_line]
-        return found
-
-    def edge_pairs(self) -> set[tuple[str, str, str | None]]:
-        return {
-            (self.labels[a][0].split(" · ")[0], self.labels[b][0].split(" · ")[0], label)
-            for a, b, label in self.edges
-        }
-
-
-def decode(text: str) -> str:
-    """Mermaid entity codes (#60;) back to characters; anything else must be a safe character."""
-    plain = re.sub(r"#(\d+);", "", text)
-    assert all(c.isalnum() or c in " -_.,:/()" for c in plain), text
-    return re.sub(r"#(\d+);", lambda m: chr(int(m[1])), text)
 
 
 def expected_edges(spec: flow_api.FlowSpec) -> set[tuple[str, str, str | None]]:
@@ -243,20 +194,11 @@ def run_status() -> dict[str, Any]:
     }
 
 
-def classes_of(text: str) -> dict[str, str]:
-    """Mermaid key -> the classDef name its ``class`` line gives it."""
-    found = {}
-    for line in text.splitlines():
-        if m := re.match(r"^\s*class ([\w,]+) (\w+)$", line):
-            found.update(dict.fromkeys(m[1].split(","), m[2]))
-    return found
-
-
 def test_a_run_colours_each_node_by_its_phase_with_its_duration() -> None:
     spec = flows_in(ROOT / "examples" / "research.yaml")["research"]
     text = diagram.mermaid(spec, run_status())
-    parsed = ParsedMermaid("\n".join(line for line in text.splitlines() if "class" not in line))
-    classes = classes_of(text)
+    parsed = ParsedMermaid(text)
+    classes = parsed.classes
     plan = parsed.key("plan")
     assert parsed.labels[plan] == ["plan", "llm openai/gpt-4o-mini", "Succeeded 1.25s"]
     assert classes[plan] == "succeeded"
@@ -329,8 +271,8 @@ def test_sub_flows_are_drawn_inside_their_flow_and_map_nodes_with_item_phases(
         "each[1]/double": {"phase": "Failed"},
     }
     text = diagram.mermaid(flows["outer"], status, flows=flows)
-    parsed = ParsedMermaid("\n".join(line for line in text.splitlines() if "class" not in line))
-    classes = classes_of(text)
+    parsed = ParsedMermaid(text)
+    classes = parsed.classes
     each, once = parsed.key("each"), parsed.key("once")
     assert parsed.labels[each] == ["each · map flow inner · Succeeded"]
     assert parsed.labels[once] == ["once · flow inner · Running"]
@@ -419,8 +361,8 @@ def test_graph_of_a_local_run_shows_where_it_waits(tmp_path: Path) -> None:
     assert code == 3  # waits for the review
     code, out, err = invoke("graph", "r1", "--state-dir", state)
     assert (code, err) == (0, "")
-    classes = classes_of(out)
-    parsed = ParsedMermaid("\n".join(line for line in out.splitlines() if "class" not in line))
+    parsed = ParsedMermaid(out)
+    classes = parsed.classes
     assert parsed.labels[parsed.key("review")] == ["review", "approval", "Waiting"]
     assert classes[parsed.key("review")] == "waiting"
     assert parsed.labels[parsed.key("plan")][2].startswith("Succeeded ")
