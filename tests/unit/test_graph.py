@@ -369,3 +369,12 @@ def test_graph_of_a_local_run_shows_where_it_waits(tmp_path: Path) -> None:
     (body,) = parsed.groups[parsed.key("research")]
     assert parsed.labels[body][1].endswith(" Succeeded")
     assert classes[parsed.key("publish")] == "pending"
+
+
+def test_readme_shows_what_graph_prints_for_the_research_example() -> None:
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Picture a flow", 1)[1].split("\n## ", 1)[0]
+    (block,) = re.findall(r"```mermaid\n(.*?)```", section, re.S)
+    code, out, _ = invoke("graph", str(ROOT / "examples" / "research.yaml"))
+    assert code == 0
+    assert block == out
