@@ -204,7 +204,8 @@ def test_a_run_colours_each_node_by_its_phase_with_its_duration() -> None:
     assert classes[plan] == "succeeded"
     assert "classDef succeeded fill:#d4edda,stroke:#2e7d32" in text
     research = parsed.key("research")
-    assert parsed.labels[research] == ["research · map · Running"]
+    (title,) = parsed.labels[research]
+    assert re.fullmatch(r"research · map · Running for \d+h\d+m\d+s", title), title
     assert f"style {research} fill:#cce5ff,stroke:#1565c0" in text
     (body,) = parsed.groups[research]
     assert parsed.labels[body][1] == "3 items: 1 Succeeded, 1 Failed, 1 Running"
@@ -220,6 +221,18 @@ def test_a_run_colours_dot_nodes_and_accepts_typed_records() -> None:
     (plan,) = [line for line in text.splitlines() if 'label="plan' in line]
     assert 'Succeeded 1.25s", fillcolor="#d4edda", color="#2e7d32"' in plan
     assert text == diagram.dot(spec, run_status())
+
+
+def test_records_of_a_newer_runner_draw_and_unreadable_ones_show_pending() -> None:
+    spec = flows_in(ROOT / "examples" / "research.yaml")["research"]
+    status = {
+        "plan": {**run_status()["plan"], "fieldOfANewerRunner": {"x": 1}},
+        "review": {"phase": "Exploded"},
+    }
+    parsed = ParsedMermaid(diagram.mermaid(spec, status))
+    assert parsed.labels[parsed.key("plan")][2] == "Succeeded 1.25s"
+    assert parsed.labels[parsed.key("review")][2] == "Pending"
+    assert parsed.classes[parsed.key("review")] == "pending"
 
 
 def test_every_node_phase_has_colours() -> None:
@@ -363,7 +376,9 @@ def test_graph_of_a_local_run_shows_where_it_waits(tmp_path: Path) -> None:
     assert (code, err) == (0, "")
     parsed = ParsedMermaid(out)
     classes = parsed.classes
-    assert parsed.labels[parsed.key("review")] == ["review", "approval", "Waiting"]
+    review = parsed.labels[parsed.key("review")]
+    assert review[:2] == ["review", "approval"]
+    assert re.fullmatch(r"Waiting for \d+\.\d\ds", review[2]), review
     assert classes[parsed.key("review")] == "waiting"
     assert parsed.labels[parsed.key("plan")][2].startswith("Succeeded ")
     (body,) = parsed.groups[parsed.key("research")]
@@ -378,3 +393,23 @@ def test_readme_shows_what_graph_prints_for_the_research_example() -> None:
     code, out, _ = invoke("graph", str(ROOT / "examples" / "research.yaml"))
     assert code == 0
     assert block == out
+
+
+def test_a_link_out_of_a_sub_flow_leaves_from_its_last_node_that_nothing_follows() -> None:
+    outer = flow_api.FlowSpec.model_validate(
+        {"nodes": [{"id": "call", "flow": {"name": "inner"}}, {"id": "after", "transform": "=1"}]}
+    )
+    inner = flow_api.FlowSpec.model_validate(
+        {
+            "nodes": [
+                {"id": "first", "transform": "=1"},
+                {"id": "last", "transform": "=1"},
+                {"id": "middle", "transform": "=1"},
+            ],
+            "edges": [{"from": "first", "to": "middle"}, {"from": "middle", "to": "last"}],
+        }
+    )
+    text = diagram.dot(outer, flows={"inner": inner})
+    keys = dict(re.findall(r'(n\d+) \[label="(\w+)', text))
+    (leaving,) = re.findall(r"(n\d+) -> n\d+ \[ltail=", text)
+    assert keys[leaving] == "last"
