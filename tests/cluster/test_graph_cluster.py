@@ -91,6 +91,16 @@ def test_graph_of_a_flowrun_draws_its_snapshot_with_each_node_phase(
     texts = {"".join(t.itertext()) for t in ET.fromstring(svg.stdout).iter()}
     assert {"greet", "pick", "shout", "keep"} <= texts
 
+    # without its snapshot, the run is drawn from its Flow as it is now, and says so
+    control_plane.core().delete_namespaced_config_map("route-1-snapshot", runs.namespace)
+    now = run_cli(control_plane, runs.namespace, "graph", "route-1")
+    assert now.returncode == 0, now.stderr
+    assert now.stderr.startswith("note: no snapshot of run route-1 (ConfigMap ")
+    assert now.stderr.endswith("drawing Flow route as it is now\n")
+    current = ParsedMermaid(now.stdout)
+    assert current.labels[current.key("added-later")] == ["added-later", "transform", "Pending"]
+    assert current.classes[current.key("shout")] == "succeeded"
+
     missing = run_cli(control_plane, runs.namespace, "graph", "no-such-run")
     assert missing.returncode == 2
     assert missing.stderr.startswith("error: ") and "no-such-run" in missing.stderr

@@ -211,7 +211,7 @@ class _Builder:
             call is not None
             and sub is not None
             and call.name not in chain
-            and len(chain) <= MAX_DEPTH
+            and len(chain) < MAX_DEPTH
             and self.count < MAX_BOXES
         )
         if node.map is None and not expand:
