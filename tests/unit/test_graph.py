@@ -413,3 +413,14 @@ def test_a_link_out_of_a_sub_flow_leaves_from_its_last_node_that_nothing_follows
     keys = dict(re.findall(r'(n\d+) \[label="(\w+)', text))
     (leaving,) = re.findall(r"(n\d+) -> n\d+ \[ltail=", text)
     assert keys[leaving] == "last"
+
+
+def test_graph_draws_an_agent_spec_flow_as_run_would_import_it() -> None:
+    code, out, err = invoke("graph", str(ROOT / "tests" / "data" / "agentspec" / "branching.yaml"))
+    assert (code, err) == (0, "")
+    parsed = ParsedMermaid(out)
+    assert [parsed.labels[k][0] for k in parsed.labels] == [
+        "start", "classify", "route", "billing", "engineering"
+    ]  # fmt: skip
+    assert ("route", "billing", "billing | BILLING") in parsed.edge_pairs()
+    assert ("route", "engineering", "default") in parsed.edge_pairs()
