@@ -191,15 +191,15 @@ def graph_command(
     """
     params = click.get_current_context().params
     paths = [Path(t) for t in targets]
+    run_options = local_only or state_dir or namespace or kubeconfig or kube_context
     if all(p.exists() for p in paths):
-        if local_only or state_dir or namespace or kubeconfig or kube_context:
+        if run_options:
             _usage(
                 f"{targets[0]} is a file; -n, --kubeconfig, --context, --local and --state-dir "
                 "choose where a RUN is read"
             )
         _from_files(paths, flow_name, output)
         return
-    run_options = local_only or state_dir or namespace or kubeconfig or kube_context
     if len(targets) != 1 or (not run_options and _looks_like_a_file(targets[0])):
         missing = ", ".join(t for t, p in zip(targets, paths, strict=True) if not p.exists())
         _usage(f"no such file: {missing} (graph takes FILE... or one RUN)")
