@@ -24,6 +24,7 @@ from agentflows.api import flowrun as flowrun_api
 from agentflows.cli import (
     commands_agentspec,
     commands_cluster,
+    commands_graph,
     commands_runs,
     completion,
     group,
@@ -100,6 +101,7 @@ for _command in [
     *commands_cluster.COMMANDS,
     *commands_runs.COMMANDS,
     *commands_agentspec.COMMANDS,
+    *commands_graph.COMMANDS,
     runner_command.runner,
 ]:
     main.add_command(_command)
