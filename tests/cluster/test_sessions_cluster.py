@@ -9,6 +9,8 @@ on loopback, which runner pods (local processes) reach directly.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -107,6 +109,21 @@ def test_a_session_continues_over_three_flowruns_one_after_its_runner_pod_was_ki
     assert row.split()[1:4] == ["support", "T-42", "3"]
     size = len(json.dumps(session["spec"]).encode())
     print(f"stored session after 3 turns: {size} bytes")
+    cli = [sys.executable, "-m", "agentflows.cli.main", "sessions"]
+    where = ["-n", runs.namespace, "--kubeconfig", str(control_plane.kubeconfig())]
+    listed = subprocess.run([*cli, "list", *where], capture_output=True, text=True, check=True)
+    print(listed.stdout)
+    assert listed.stdout.splitlines()[1].split()[:4] == ["support", "T-42", "3", str(size)]
+    deleted = subprocess.run(
+        [*cli, "delete", "support", "T-42", *where], capture_output=True, text=True, check=True
+    )
+    assert deleted.stdout == "deleted session 'T-42' of memory 'support'\n"
+    assert (
+        runs.custom.list_namespaced_custom_object(
+            "agentflows.io", "v1alpha1", runs.namespace, "agentsessions"
+        )["items"]
+        == []
+    )
 
 
 def test_fifty_parallel_map_items_write_one_agentsession_without_losing_a_turn(

@@ -209,7 +209,7 @@ def test_every_field_has_a_description_for_kubectl_explain():
     assert not undescribed
 
 
-@pytest.mark.parametrize("kind", ["Agent", "Flow", "FlowRun"])
+@pytest.mark.parametrize("kind", ["Agent", "Flow", "FlowRun", "AgentSession"])
 def test_metadata_is_left_to_the_api_server(kind: str):
     properties = schema_of(kind)["properties"]
     assert properties["metadata"] == {"type": "object"}

@@ -244,3 +244,36 @@ async def test_a_session_over_its_bound_is_compacted_through_compression(
     assert conversation.compactions > 0
     assert conversation.messages[1]["content"].startswith(compression.SUMMARY_PREFIX)
     print(f"stored session after 100 turns: {sizes[-1]} bytes (largest {max(sizes)})")
+
+
+async def test_retention_keeps_the_most_recently_written_sessions_up_to_max_sessions(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    sessions = session_files.FileStore(tmp_path)
+    agents = {"helper": _agent(model_server, memory={"maxSessions": 2})}
+    for ticket in ("T-1", "T-2", "T-3"):
+        model_server.script(Reply.text("ok"))
+        await _run([TICKET_NODE], agents, sessions, model_server, {"ticket": ticket, "text": "hi"})
+    assert [info.session for info in await sessions.list("helper")] == ["T-2", "T-3"]
+
+
+async def test_a_bad_session_expression_on_the_agent_fails_the_node_naming_the_field(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    spec = flow_api.FlowSpec.model_validate(
+        {"nodes": [{"id": "a", "agent": {"name": "helper", "prompt": "hi"}}]}
+    )
+    resolver = graph.StaticResolver({"helper": _agent(model_server, session="=.[")})
+    outcome = await run.run_flow(
+        graph.compile_flow(spec, resolver),
+        run_name="r",
+        input_value=None,
+        store_=store.MemoryStore(),
+        caps=host.LiveCapabilities(
+            resolver, env=model_server.env, session_store=session_files.FileStore(tmp_path)
+        ),
+        resolver=resolver,
+    )
+    assert outcome.phase == flowrun_api.RunPhase.FAILED
+    assert 'Agent "helper" spec.session: ' in (outcome.message or "")
+    assert model_server.requests == []
