@@ -56,7 +56,9 @@ def _where(command: Callable[..., None]) -> Callable[..., None]:
     return command
 
 
-def _with_store(params: dict[str, Any], use: Callable[[sessions.Store], Coroutine[Any, Any, T]]) -> T:
+def _with_store(
+    params: dict[str, Any], use: Callable[[sessions.Store], Coroutine[Any, Any, T]]
+) -> T:
     """Run ``use`` with the store the options name; bad input exits 2 with one line."""
     from agentflows.agents import sessions
 
@@ -73,7 +75,9 @@ def _with_store(params: dict[str, Any], use: Callable[[sessions.Store], Coroutin
         _usage(f"a stored session is unreadable: {exc}")
 
 
-async def _on_cluster(params: dict[str, Any], use: Callable[[sessions.Store], Coroutine[Any, Any, T]]) -> T:
+async def _on_cluster(
+    params: dict[str, Any], use: Callable[[sessions.Store], Coroutine[Any, Any, T]]
+) -> T:
     from agentflows.kube import session_store
 
     api = commands_cluster._client(params["kubeconfig"], params["kube_context"])
