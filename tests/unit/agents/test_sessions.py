@@ -7,6 +7,8 @@ what the model was sent is read back from the server's recorded requests.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +16,8 @@ from agentflows.agents import compression, host, session_files
 from agentflows.api import agent as agent_api
 from agentflows.api import flow as flow_api
 from agentflows.api import flowrun as flowrun_api
-from agentflows.engine import graph, run, store
-from tests.support.model_server import API_KEY, Reply, ScriptedModelServer
+from agentflows.engine import capabilities, graph, run, store
+from tests.support.model_server import API_KEY, Reply, ScriptedModelServer, ToolCall
 
 
 def _agent(server: ScriptedModelServer, **fields: Any) -> agent_api.AgentSpec:
@@ -277,3 +279,47 @@ async def test_a_bad_session_expression_on_the_agent_fails_the_node_naming_the_f
     assert outcome.phase == flowrun_api.RunPhase.FAILED
     assert 'Agent "helper" spec.session: ' in (outcome.message or "")
     assert model_server.requests == []
+
+
+async def test_a_turn_resumed_after_approval_in_a_new_host_keeps_a_turn_saved_while_it_waited(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    sessions = session_files.FileStore(tmp_path)
+    script = "import json, sys\nprint(json.dumps({'done': json.load(sys.stdin)}))"
+    spec = _agent(
+        model_server,
+        systemPrompt="",
+        tools=[{"name": "delete", "python": {"script": script}}],
+        humanReview={"approvers": {"groups": ["ops"]}},
+    )
+    task = capabilities.AgentTask("janitor", spec, "Clean /tmp", session="box-1")
+    supervised = capabilities.NodeContext(
+        run_name="r", node_key="fix", depth=0, autonomy=flow_api.Autonomy.SUPERVISED
+    )
+    model_server.script(
+        Reply.calls(ToolCall("delete", {"path": "/tmp/x"}, id="d1")), Reply.text("Disk is fine.")
+    )
+    first = host.LiveCapabilities(env=model_server.env, session_store=sessions)
+    pause = await first.run_agent(task, supervised)
+    assert isinstance(pause, capabilities.Pause)
+    other = dataclasses.replace(task, prompt="Check the disk")
+    await first.run_agent(other, dataclasses.replace(supervised, node_key="disk"))
+
+    model_server.script(Reply.text("Cleaned."))
+    request = pause.request.model_copy(update={"decision": "approve"})
+    resume = capabilities.Resume(state=json.loads(json.dumps(pause.state)), request=request)
+    second = host.LiveCapabilities(env=model_server.env, session_store=sessions)
+    await second.run_agent(task, dataclasses.replace(supervised, resume=resume))
+
+    stored = await sessions.read("janitor", "box-1")
+    assert stored is not None
+    (conversation,) = stored.conversations
+    assert conversation.turns == 2
+    assert [(m["role"], m.get("content")) for m in conversation.messages] == [
+        ("user", "Check the disk"),
+        ("assistant", "Disk is fine."),
+        ("user", "Clean /tmp"),
+        ("assistant", None),
+        ("tool", json.dumps({"done": {"path": "/tmp/x"}})),
+        ("assistant", "Cleaned."),
+    ]
