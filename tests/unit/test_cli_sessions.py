@@ -94,3 +94,16 @@ def test_a_bad_session_expression_on_an_agent_node_is_named_by_its_path(tmp_path
     path.write_text(yaml.safe_dump(flow))
     code, out, _ = _invoke("validate", str(path))
     assert code == 2 and "spec.nodes[0].agent.session" in out
+
+
+def test_a_bad_session_expression_on_an_agent_is_reported_by_validate(tmp_path: Path) -> None:
+    agent = {
+        "apiVersion": "agentflows.io/v1alpha1",
+        "kind": "Agent",
+        "metadata": {"name": "helper"},
+        "spec": {"model": {"name": "openai/x"}, "session": "=.["},
+    }
+    path = tmp_path / "a.yaml"
+    path.write_text(yaml.safe_dump(agent))
+    code, out, _ = _invoke("validate", str(path))
+    assert code == 2 and "spec.session" in out

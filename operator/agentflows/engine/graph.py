@@ -492,10 +492,19 @@ def names(items: Iterable[str]) -> str:
 
 
 def validate_agent(spec: agent_api.AgentSpec) -> list[documents.Problem]:
-    """Every problem of an Agent the models alone cannot see: its tools' argument schemas."""
+    """Every problem of an Agent the models alone cannot see.
+
+    Its tools' argument schemas, and its ``session`` and ``request`` expressions.
+    """
     out = _Collector("")
     for index, tool in enumerate(spec.tools):
         _check_schema(tool.parameters, f"spec.tools[{index}].parameters", out)
     for index, skill in enumerate(spec.skills):
         _check_schema(skill.parameters, f"spec.skills[{index}].parameters", out)
+    for name, value in (("session", spec.session), ("request", spec.request)):
+        if value is not None:
+            try:
+                memory_template(value)
+            except expressions.ExpressionError as exc:
+                out.add(f"spec.{name}", str(exc))
     return out.problems
