@@ -184,17 +184,26 @@ class Memory:
             return [], 0
         return [dict(m) for m in conversation.messages if isinstance(m, dict)], conversation.turns
 
-    async def save(self, messages: Sequence[dict[str, Any]], base_turns: int) -> dict[str, Any]:
-        """Store the conversation after a turn (see module docstring); return a detail record."""
+    async def save(
+        self, messages: Sequence[dict[str, Any]], base_turns: int
+    ) -> tuple[dict[str, Any], compression.Compression | None]:
+        """Store the conversation after a turn (see module docstring).
+
+        Returns a record for the node's detail, and the compaction when there was one (its
+        summary is a model call: the turn counts it).
+        """
         record = {"memory": self.memory, "session": self.redactor(self.session)}
         if self.request is not None:
             record["request"] = self.redactor(self.request)
         if self.read_only:
-            return {**record, "saved": False, "reason": "access is ReadOnly"}
+            return {**record, "saved": False, "reason": "access is ReadOnly"}, None
         limit = min(MAX_BODY_CHARS, self.agent.memory.max_bytes // 4)
         kept = [_bounded(self.redactor.value(m), limit) for m in _without_system(messages)]
-        kept, compacted = await self._compacted(kept)
-        turn = _Turn(self.request, kept, base_turns, compacted, now())
+        compacted = await self._compacted(kept)
+        if compacted is not None:
+            kept = compacted.messages
+        done = compacted is not None and (compacted.record or {}).get("status") == "compressed"
+        turn = _Turn(self.request, kept, base_turns, int(done), now())
         max_bytes = self.agent.memory.max_bytes
 
         def change(
@@ -222,7 +231,8 @@ class Memory:
             retired = await enforce_retention(self.store, self.memory, self.agent.memory)
         except StoreError as exc:
             raise self._failed("save", exc) from None
-        return {**record, "saved": True, "compacted": compacted, "retired": len(retired)}
+        saved = {**record, "saved": True, "compacted": done, "retired": len(retired)}
+        return saved, compacted
 
     def _failed(self, action: str, exc: StoreError) -> capabilities.CapabilityError:
         return capabilities.CapabilityError(
@@ -230,21 +240,19 @@ class Memory:
             retryable=exc.retryable,
         )
 
-    async def _compacted(self, messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
-        """``messages``, compacted through compression when over their share of maxBytes."""
+    async def _compacted(self, messages: list[dict[str, Any]]) -> compression.Compression | None:
+        """The compaction of ``messages`` when they are over their share of maxBytes."""
         budget = self.agent.memory.max_bytes * _COMPACT_SHARE
         if _json_bytes(messages) <= budget:
-            return messages, 0
+            return None
         # Aim at half the share, so the next turns do not compact again at once.
-        result = await compression.compress_over(
+        return await compression.compress_over(
             self.agent,
             messages,
             budget / _BYTES_PER_TOKEN / 2,
             env=self.env,
             redactor=self.redactor,
         )
-        done = result.record is not None and result.record.get("status") == "compressed"
-        return result.messages, int(done)
 
 
 @dataclasses.dataclass

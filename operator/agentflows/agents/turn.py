@@ -247,10 +247,13 @@ async def run_turn(
         )
         log.add_reply(reply, spec.model.name)
         if not reply.tool_calls:
-            detail = log.detail()
+            saved = None
             if memory is not None:
                 final = [*state.messages, {"role": "assistant", "content": reply.content}]
-                detail["memory"] = await memory.save(final, state.base_turns)
+                saved = await _save(spec, memory, final, state, log)
+            detail = log.detail()
+            if saved is not None:
+                detail["memory"] = saved
             return capabilities.NodeResult(
                 output=envelope.from_text(reply.content, raw=reply.raw),
                 usage=log.usage,
@@ -286,6 +289,22 @@ async def _compress(
     if result.record is not None:
         log.add_compression(result.record)
     state.messages = result.messages
+
+
+async def _save(
+    spec: agent_api.AgentSpec,
+    memory: sessions.Memory,
+    messages: list[dict[str, Any]],
+    state: TurnState,
+    log: TurnLog,
+) -> dict[str, Any]:
+    """Save the finished conversation to the turn's memory; its compaction counts in the log."""
+    saved, compacted = await memory.save(messages, state.base_turns)
+    if compacted is not None and compacted.reply is not None:
+        log.add_reply(compacted.reply, spec.model.name)
+    if compacted is not None and compacted.record is not None:
+        log.add_compression({**compacted.record, "of": "memory"})
+    return saved
 
 
 def _pause_for_approval(

@@ -234,12 +234,17 @@ async def test_a_session_over_its_bound_is_compacted_through_compression(
     sessions = session_files.FileStore(tmp_path)
     agents = {"helper": _agent(model_server, memory={"maxBytes": 8192})}
     reply = Reply.text("summary so far: " + "x" * 200)  # an answer, or a summary when compacting
-    sizes = []
+    sizes, compacting = [], []
     for turn in range(100):
         model_server.script(reply, reply)
         value = {"ticket": "T", "text": f"question {turn} " + "y" * 200}
-        await _run([TICKET_NODE], agents, sessions, model_server, value)
+        node = (await _run([TICKET_NODE], agents, sessions, model_server, value)).nodes["answer"]
         sizes.append(sum(p.stat().st_size for p in tmp_path.rglob("*.json")))
+        if node.detail["memory"]["compacted"]:
+            compacting.append(node)
+    # the summary is a model call of the turn that compacted: counted in its usage and detail
+    assert compacting and all(n.usage.llm_calls == 2 for n in compacting)
+    assert all(n.detail["compressions"][-1]["of"] == "memory" for n in compacting)
     stored = await sessions.read("helper", "T")
     assert stored is not None and stored.turns == 100 and max(sizes) <= 8192
     (conversation,) = stored.conversations
