@@ -24,6 +24,11 @@ model calls; its usage sums the model calls, tool calls and sub-agent turns made
 started or last resumed (the engine has already counted what came before a pause). Secret values
 never appear in results, details or errors: every text that leaves passes through the host's
 :class:`~agentflows.agents.secrets.Redactor`.
+
+A turn with a memory (a ``session``, :mod:`agentflows.agents.sessions`) starts from its stored
+conversation instead of the scripted history, and saves the conversation once it has its final
+answer (a paused turn saves nothing until it finishes); the detail's ``memory`` says what was
+saved, and a compaction's summary call counts like any model call.
 """
 
 from __future__ import annotations
