@@ -192,11 +192,12 @@ def test_without_credentials_the_run_uses_the_mock_and_says_so(
     assert "using the embedded mock model" in err
 
 
-def test_crds_prints_three_custom_resource_definitions() -> None:
+def test_crds_prints_the_custom_resource_definition_of_every_kind() -> None:
     code, out, _ = invoke("crds")
     assert code == 0
     docs = list(yaml.safe_load_all(out))
-    assert sorted(d["spec"]["names"]["kind"] for d in docs) == ["Agent", "Flow", "FlowRun"]
+    kinds = sorted(d["spec"]["names"]["kind"] for d in docs)
+    assert kinds == ["Agent", "Budget", "Flow", "FlowRun"]
 
 
 def test_console_script_runs_the_readme_command(tmp_path: Path) -> None:
