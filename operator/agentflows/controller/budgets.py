@@ -16,8 +16,9 @@
   side by side each get what is left then: together they may pass the limit by what they use
   at once.
 - Budget keys (:func:`reconcile`): windows rolled over at UTC midnight (the status written),
-  the gauges ``agentflows_budget_{used,limit}_{usd,tokens}{namespace,budget,window}`` set, and
-  the namespace's runs that have not started looked at again (a raised Budget releases them).
+  the gauges ``agentflows_budget_{used,limit}_{usd,tokens}{namespace,budget,window}`` set, and,
+  when the Budget changed, is gone or rolled over, the namespace's runs that have not started
+  looked at again (a raised Budget releases them at once).
 """
 
 from __future__ import annotations
@@ -154,15 +155,21 @@ async def _write(
 
 
 async def reconcile(ctl: context.Controller, key: workqueue.Key) -> float | None:
-    """Roll the Budget's windows over, export its gauges, and look at held runs again."""
+    """Roll the Budget's windows over, export its gauges, and look at held runs again.
+
+    Held runs are looked at when the Budget is gone, its spec changed (a new generation) or a
+    window rolled over: what can release them. A charge's own write changes none of these, so
+    it costs no walk over the namespace's runs.
+    """
     budget = ctl.cache.budget(key.namespace, key.name)
-    _wake_new_runs(ctl, key.namespace)
     if budget is None:
         ctl.metrics.forget_budget(key.namespace, key.name)
+        _wake_new_runs(ctl, key.namespace)
         return None
     now = conditions.now()
     status = windows.status_at(budget.spec, budget.status, now, None, budget.metadata.generation)
     if status != budget.status:
+        _wake_new_runs(ctl, key.namespace)
         try:
             await _write(ctl, budget, status)
         except kube.ApiError as exc:
