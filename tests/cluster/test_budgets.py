@@ -126,6 +126,9 @@ def test_a_namespace_over_its_budget_holds_new_runs_until_it_is_raised_or_refuse
     assert runs.pods("spend-4") == []
     warnings = [e for e in runs.events("spend-4") if e.reason == "BudgetExceeded"]
     assert [e.type for e in warnings] == ["Warning"]
+    # held on purpose: not a run whose pod cannot be created (AgentflowsRunsStuckPending)
+    oldest = f'agentflows_oldest_pending_run_timestamp_seconds{{flow="spend",namespace="{runs.namespace}"}}'
+    assert oldest not in operator.metrics()
 
     listed = control_plane.kubectl("get", "budgets", "-n", runs.namespace).stdout
     print(listed)

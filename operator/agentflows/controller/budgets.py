@@ -80,6 +80,7 @@ async def hold(
     run.set_phase(RunPhase.PENDING, RunReason.BUDGET_EXCEEDED, message)
     run.set_condition(HELD, "True", RunReason.BUDGET_EXCEEDED, message)
     await run.save(ctl)
+    ctl.metrics.held_on_purpose(run.namespace, run.name)
     until = min(e.until for e in found)
     return max((until - conditions.now()).total_seconds(), 0.0) + 1.0
 

@@ -244,6 +244,14 @@ class Metrics:
         if since:
             self._waiting_since[key] = since
 
+    def held_on_purpose(self, namespace: str, name: str) -> None:
+        """Take a Pending run that a Budget holds out of the oldest-Pending gauge.
+
+        That gauge (and the alert AgentflowsRunsStuckPending) speaks of runs whose pod cannot be
+        created; a held run waits on purpose and says why in its condition.
+        """
+        self._pending_since.pop((namespace, name), None)
+
     def forget_run(self, namespace: str, name: str) -> None:
         """A run was deleted: take it out of the gauges."""
         old = self._phase_of.pop((namespace, name), None)
