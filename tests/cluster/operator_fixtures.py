@@ -131,6 +131,7 @@ def _crds_established(cluster: Cluster) -> bool:
         "flows.agentflows.io",
         "flowruns.agentflows.io",
         "agentsessions.agentflows.io",
+        "budgets.agentflows.io",
     ):
         crd = api.read_custom_resource_definition(name)
         if not any(

@@ -199,7 +199,7 @@ def test_crds_prints_every_custom_resource_definition() -> None:
     assert code == 0
     docs = list(yaml.safe_load_all(out))
     kinds = sorted(d["spec"]["names"]["kind"] for d in docs)
-    assert kinds == ["Agent", "AgentSession", "Flow", "FlowRun"]
+    assert kinds == ["Agent", "AgentSession", "Budget", "Flow", "FlowRun"]
 
 
 def test_console_script_runs_the_readme_command(tmp_path: Path) -> None:

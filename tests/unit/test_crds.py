@@ -94,6 +94,7 @@ def test_write_puts_one_file_per_kind_and_a_kustomization_listing_them(tmp_path:
     assert names == [
         "agentflows.io_agents.yaml",
         "agentflows.io_agentsessions.yaml",
+        "agentflows.io_budgets.yaml",
         "agentflows.io_flowruns.yaml",
         "agentflows.io_flows.yaml",
         "kustomization.yaml",

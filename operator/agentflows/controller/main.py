@@ -21,6 +21,7 @@ from typing import Any
 
 from agentflows.controller import (
     agents,
+    budgets,
     cache,
     context,
     events,
@@ -49,6 +50,7 @@ def dispatch(ctl: context.Controller) -> workqueue.Reconciler:
         workqueue.FLOWRUN: flowruns.reconcile,
         workqueue.HISTORY: finishing.enforce_history,
         workqueue.SUMMARY: flows.summarize,
+        workqueue.BUDGET: budgets.reconcile,
     }
 
     async def reconcile(key: workqueue.Key) -> float | None:

@@ -38,6 +38,7 @@ OPERATOR_FIELDS = (
     "pod_created",
     "message",
     "reason",
+    "budget_charged",
 )
 
 
@@ -48,6 +49,8 @@ def _wire(status: FlowRunStatus, field: str) -> Any:
     value = getattr(status, field)
     if isinstance(value, list):
         return [item.model_dump(mode="json", exclude_none=True) for item in value]
+    if isinstance(value, common.Usage):
+        return value.to_wire()
     return value.value if isinstance(value, RunPhase) else value
 
 

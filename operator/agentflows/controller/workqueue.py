@@ -25,6 +25,8 @@ FLOWRUN = "FlowRun"
 HISTORY = "History"
 #: A Flow's run summary (``activeRuns``, ``lastRun``), written at most once a second.
 SUMMARY = "Summary"
+#: A namespace's Budget: windows rolled over, gauges, held runs looked at again.
+BUDGET = "Budget"
 
 
 @dataclasses.dataclass(frozen=True, order=True)

@@ -44,6 +44,7 @@ from typing import TextIO
 
 import pydantic
 
+from agentflows.api import budget as budget_api
 from agentflows.api import documents
 from agentflows.api import flowrun as flowrun_api
 from agentflows.engine import clock, errors, graph, state, store
@@ -134,11 +135,16 @@ def _compile(snap: snapshot_mod.RunSnapshot) -> tuple[graph.CompiledFlow, graph.
 
 
 async def run_attempt(
-    client: kube_client.Client, namespace: str, name: str, attempt: int | None = None
+    client: kube_client.Client,
+    namespace: str,
+    name: str,
+    attempt: int | None = None,
+    ceilings: tuple[state.Cap, ...] = (),
 ) -> int:
     """Run attempt ``attempt`` of FlowRun ``namespace/name`` and return the exit status.
 
-    ``attempt`` is what the operator told the pod (None: the FlowRun's ``status.attempt``).
+    ``attempt`` is what the operator told the pod (None: the FlowRun's ``status.attempt``);
+    ``ceilings`` what the namespace's Budgets allow the run (:func:`told_budget`).
     The FlowRun and the snapshot are read once, side by side; the outcome is written without
     reading the FlowRun again.
     """
@@ -183,6 +189,7 @@ async def run_attempt(
             resolver=resolver,
             trigger=spec.get("trigger"),
             observer=progress,
+            ceilings=ceilings,
         )
     except errors.PermanentError as exc:  # the stored state is unusable: no retry can help
         return await _fail(checkpoints, flowrun_api.RunReason.STATE_LOST, str(exc))
@@ -223,10 +230,35 @@ def told_attempt(environ: Mapping[str, str]) -> int | None:
     return int(value)
 
 
-async def _main(namespace: str, name: str, told: int | None) -> int:
+def told_budget(environ: Mapping[str, str]) -> tuple[state.Cap, ...]:
+    """The cap the operator gave the pod in ``$AGENTFLOWS_BUDGET`` (none: no Budget applies).
+
+    Raises :class:`ValueError` with a one-line message when the value is not a RunBudget.
+    """
+    value = environ.get(budget_api.RUN_BUDGET_ENV)
+    if not value:
+        return ()
+    try:
+        told = budget_api.RunBudget.model_validate_json(value)
+    except pydantic.ValidationError as exc:
+        problems = "; ".join(str(p) for p in documents.validation_problems(exc, prefix=""))
+        raise ValueError(f"{budget_api.RUN_BUDGET_ENV}: {problems}") from exc
+    cap = state.Cap(
+        told.max_tokens,
+        told.max_cost_usd,
+        f"Budget {told.tokens_by} ({told.max_tokens} tokens left for this run)",
+        f"Budget {told.cost_by} (${told.max_cost_usd} left for this run)",
+        reason=flowrun_api.RunReason.BUDGET_EXCEEDED,
+    )
+    return (cap,)
+
+
+async def _main(
+    namespace: str, name: str, told: int | None, ceilings: tuple[state.Cap, ...]
+) -> int:
     loop = asyncio.get_running_loop()
     async with kube_client.Client.from_env() as client:
-        attempt = asyncio.ensure_future(run_attempt(client, namespace, name, told))
+        attempt = asyncio.ensure_future(run_attempt(client, namespace, name, told, ceilings))
         terminated = False
 
         def terminate() -> None:
@@ -258,11 +290,12 @@ def main(namespace: str, flowrun: str) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request drowns the nodes
     try:
         told = told_attempt(os.environ)
+        ceilings = told_budget(os.environ)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return EXIT_LOST
     try:
-        return asyncio.run(_main(namespace, flowrun, told))
+        return asyncio.run(_main(namespace, flowrun, told, ceilings))
     except Exception:
         log.exception("attempt lost: unexpected error")
         return EXIT_LOST
