@@ -124,7 +124,12 @@ def test_a_namespace_over_its_budget_holds_new_runs_until_it_is_raised_or_refuse
         held["message"],
     )
     assert runs.pods("spend-4") == []
-    warnings = [e for e in runs.events("spend-4") if e.reason == "BudgetExceeded"]
+    # the Event is posted after the status write that holds the run
+    warnings = wait_for(
+        lambda: [e for e in runs.events("spend-4") if e.reason == "BudgetExceeded"],
+        30,
+        "the BudgetExceeded Event",
+    )
     assert [e.type for e in warnings] == ["Warning"]
     # held on purpose: not a run whose pod cannot be created (AgentflowsRunsStuckPending)
     oldest = f'agentflows_oldest_pending_run_timestamp_seconds{{flow="spend",namespace="{runs.namespace}"}}'

@@ -28,6 +28,7 @@ import pytest
 import yaml
 from kubernetes import client
 
+from agentflows.api import crd
 from tests.cluster.harness import REPO, Cluster, adopt_into_helm_release, wait_for
 
 sys.path.insert(0, str(REPO / "hack"))
@@ -272,7 +273,7 @@ def _uninstall_leaves_only_the_crds(
     }
     assert left == {
         f"CustomResourceDefinition {plural}.agentflows.io"
-        for plural in ("agents", "flows", "flowruns")
+        for plural in (resource.plural for resource in crd.RESOURCES)
     }
     wait_for(
         lambda: not cluster.core().list_namespaced_pod(system).items,
