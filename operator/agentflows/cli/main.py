@@ -26,6 +26,7 @@ from agentflows.cli import (
     commands_cluster,
     commands_runs,
     completion,
+    console_command,
     group,
     hints,
     local,
@@ -101,6 +102,7 @@ for _command in [
     *commands_runs.COMMANDS,
     *commands_agentspec.COMMANDS,
     runner_command.runner,
+    console_command.console,
 ]:
     main.add_command(_command)
 
