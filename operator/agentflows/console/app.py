@@ -35,11 +35,17 @@ async def _home(request: web.Request) -> web.StreamResponse:
     raise web.HTTPFound("/runs")
 
 
+async def _healthz(request: web.Request) -> web.StreamResponse:
+    """The probes' answer: serving (no identity needed, nothing about the cluster said)."""
+    return web.Response(text="ok")
+
+
 def _base(console: site.Console) -> web.Application:
     app = web.Application(middlewares=[security.origin_middleware, site.api_errors])
     app[site.KEY] = console
     app.on_response_prepare.append(security.add_headers)
     app.router.add_get("/", _home)
+    app.router.add_get("/healthz", _healthz)
     app.router.add_static("/static", STATIC, append_version=False)
     return app
 
