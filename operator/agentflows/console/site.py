@@ -32,7 +32,7 @@ class Console:
 
 
 KEY = web.AppKey("console", Console)
-_CALLER = "agentflows.caller"
+_CALLER = web.RequestKey("caller", identity.Identity)
 
 
 def of(request: web.Request) -> Console:
@@ -45,8 +45,7 @@ def caller(request: web.Request) -> identity.Identity:
     if _CALLER not in request:
         gate = of(request).gate
         request[_CALLER] = gate.identify(request) if gate else identity.Identity()
-    who: identity.Identity = request[_CALLER]
-    return who
+    return request[_CALLER]
 
 
 def api(request: web.Request) -> contextlib.AbstractAsyncContextManager[kube.Client]:
