@@ -24,6 +24,7 @@ from agentflows.api import flowrun as flowrun_api
 from agentflows.cli import (
     commands_agentspec,
     commands_cluster,
+    commands_graph,
     commands_runs,
     completion,
     console_command,
@@ -101,6 +102,7 @@ for _command in [
     *commands_cluster.COMMANDS,
     *commands_runs.COMMANDS,
     *commands_agentspec.COMMANDS,
+    *commands_graph.COMMANDS,
     runner_command.runner,
     console_command.console,
 ]:

@@ -269,6 +269,19 @@ def _edges(spec: flow_api.FlowSpec, out: _Collector, ids: dict[str, int]) -> lis
     return edges
 
 
+def edges(spec: flow_api.FlowSpec) -> list[CompiledEdge]:
+    """The edges the engine runs a flow by: explicit edges, branch cases and defaults, list order.
+
+    For pictures of a flow (:mod:`agentflows.diagram`), which draw a flow whether or not its
+    references resolve: an edge that :func:`validate` would refuse (an unknown node, a branch
+    label that contradicts its case) is left out here, and reported there.
+    """
+    ids: dict[str, int] = {}
+    for index, node in enumerate(spec.nodes):
+        ids.setdefault(node.id, index)
+    return _edges(spec, _Collector(""), ids)
+
+
 def _check_shape(spec: flow_api.FlowSpec, nodes: dict[str, CompiledNode], out: _Collector) -> None:
     start = spec.nodes[0].id
     reachable: set[str] = set()
