@@ -9,7 +9,8 @@ test_operator.py, the approvers' admission policy of config/policies is on, and 
 as local processes, so every decision on the page goes through RBAC and the policy for real:
 alice (group editors) approves, bob (group viewers) is refused with the API server's words.
 
-With ``AGENTFLOWS_CONSOLE_SCREENSHOTS=DIR`` the tests also save the screenshots the README
+The run's picture is drawn by Graphviz's ``dot`` (Debian's ``graphviz``). With
+``AGENTFLOWS_CONSOLE_SCREENSHOTS=DIR`` the tests also save the screenshots the README
 shows (runs list, a run's page, the inbox) into DIR.
 """
 
@@ -329,6 +330,8 @@ def test_a_live_runs_node_phases_change_on_the_page_without_reload(
     alice.execute_script("window.notReloaded = true")
     assert node_phase(alice, "review") == "Waiting"
     assert node_phase(alice, "done") == "Pending"
+    drawn = alice.find_element(By.ID, "picture")
+    assert alice.execute_script("return arguments[0].naturalWidth", drawn) > 0
     screenshot(alice, "run")
     approved = subprocess.run(
         [sys.executable, "-m", "agentflows.cli.main", "approve", "gate-4", "-n", gate.namespace],
@@ -339,4 +342,10 @@ def test_a_live_runs_node_phases_change_on_the_page_without_reload(
     shown(alice, '#graph [data-node="done"] [data-field="phase"]', "Succeeded")
     shown(alice, '[data-field="run-phase"]', "Succeeded")
     assert node_phase(alice, "review") == "Succeeded"
+    WebDriverWait(alice, 30).until(
+        lambda d: "?at=" in str(d.find_element(By.ID, "picture").get_attribute("src"))
+        and d.execute_script("return arguments[0].complete && arguments[0].naturalWidth > 0",
+                             d.find_element(By.ID, "picture")),
+        "the run's picture was never drawn again",
+    )  # fmt: skip
     assert alice.execute_script("return window.notReloaded") is True

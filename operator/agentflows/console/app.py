@@ -60,6 +60,7 @@ def cluster_app(gate: identity.Gate, namespace: str) -> web.Application:
     routes.add_post("/runs/{namespace}/{name}/cancel", pages_runs.cancel)
     routes.add_post("/runs/{namespace}/{name}/rerun", pages_runs.rerun)
     routes.add_get("/runs/{namespace}/{name}/nodes/{node}/output", pages_runs.node_output)
+    routes.add_get("/runs/{namespace}/{name}/graph.svg", pages_runs.graph_svg)
     routes.add_get("/events/runs", pages_runs.runs_events)
     routes.add_get("/events/run/{namespace}/{name}", pages_runs.run_events)
     routes.add_get("/requests", pages_requests.inbox)

@@ -10,8 +10,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pydantic
 from aiohttp import web
 
+from agentflows import diagram
+from agentflows.api import flow as flow_api
 from agentflows.console import live, markup, pages_requests, run_detail, runs_view, site
 from agentflows.kube import actions, snapshot, status_store
 from agentflows.kube import client as kube
@@ -108,26 +111,24 @@ async def run_events(request: web.Request) -> web.StreamResponse:
         return await live.stream(request, changes, message)
 
 
-async def _flow_spec(
-    api: kube.Client, namespace: str, run: dict[str, Any]
-) -> dict[str, Any] | None:
-    """The Flow as the run started it (its snapshot), else as it is now, else None."""
+async def _flows(api: kube.Client, namespace: str, run: dict[str, Any]) -> dict[str, Any]:
+    """Flow specs by name as the run started them (its snapshot), else the run's Flow now."""
     flow = str((run.get("spec") or {}).get("flow") or "")
     try:
         found = await api.get(
             kube.path_of("configmaps", namespace, snapshot.snapshot_name(run["metadata"]["name"]))
         )
         taken = json.loads((found.get("data") or {}).get(snapshot.SNAPSHOT_KEY) or "{}")
-        spec = (taken.get("flows") or {}).get(flow)
-        if isinstance(spec, dict):
-            return spec
+        flows = taken.get("flows") or {}
+        if isinstance(flows.get(flow), dict):
+            return dict(flows)
     except (kube.ApiError, ValueError):
-        pass
+        pass  # a user may not read ConfigMaps: the Flow as it is now is the next best
     try:
         spec = (await api.get(kube.path_of("flows", namespace, flow))).get("spec")
     except kube.ApiError:
-        return None
-    return spec if isinstance(spec, dict) else None
+        return {}
+    return {flow: spec} if isinstance(spec, dict) else {}
 
 
 async def _log(api: kube.Client, namespace: str, run: dict[str, Any]) -> markup.Html:
@@ -165,7 +166,7 @@ async def run_page(request: web.Request) -> web.Response:
     namespace, name = request.match_info["namespace"], request.match_info["name"]
     async with site.api(request) as api:
         run = await api.get(kube.path_of("flowruns", namespace, name))
-        flow_spec = await _flow_spec(api, namespace, run)
+        flows = await _flows(api, namespace, run)
         log = await _log(api, namespace, run)
         events = await _events(api, namespace, name)
     token = site.csrf(request)
@@ -176,13 +177,26 @@ async def run_page(request: web.Request) -> web.Response:
         ]
     )
 
+    flow_spec = flows.get(str((run.get("spec") or {}).get("flow")))
+    picture = markup.void(
+        "img",
+        src=markup.path("runs", namespace, name, "graph.svg"),
+        alt=f"graph of {name}",
+        id="picture",
+        class_="picture",
+    )
+
     def output_href(node: str) -> str:
         return markup.path("runs", namespace, name, "nodes", node, "output")
 
     body = markup.join(
         [
             markup.tag("div", buttons, class_="actions"),
-            run_detail.summary(run),
+            markup.tag(
+                "div",
+                markup.join([picture if flow_spec else "", run_detail.summary(run)]),
+                class_="overview",
+            ),
             markup.tag("h2", "Graph"),
             run_detail.graph(run, flow_spec),
             markup.tag("h2", "Requests"),
@@ -234,3 +248,24 @@ async def node_output(request: web.Request) -> web.Response:
         ]
     )
     return site.page(request, f"{name} · {node} output", body)
+
+
+async def graph_svg(request: web.Request) -> web.Response:
+    """GET /runs/NS/NAME/graph.svg: the run drawn by Graphviz, nodes coloured by phase.
+
+    Shown in an ``<img>`` (an SVG there never runs anything), fetched again by the script
+    when a node's phase changes.
+    """
+    namespace, name = request.match_info["namespace"], request.match_info["name"]
+    async with site.api(request) as api:
+        run = await api.get(kube.path_of("flowruns", namespace, name))
+        flows = await _flows(api, namespace, run)
+    try:
+        specs = {n: flow_api.FlowSpec.model_validate(s) for n, s in flows.items()}
+        spec = specs[str((run.get("spec") or {}).get("flow"))]
+        drawn = diagram.svg(spec, (run.get("status") or {}).get("nodes") or {}, flows=specs)
+    except (KeyError, pydantic.ValidationError):
+        raise web.HTTPNotFound(text=f"no Flow to draw {name} with") from None
+    except diagram.GraphvizMissing as exc:
+        raise web.HTTPServiceUnavailable(text=str(exc)) from None
+    return web.Response(text=drawn, content_type="image/svg+xml")

@@ -25,8 +25,18 @@ function safeHref(href) {
   return typeof href === "string" && href.startsWith("/") && !href.startsWith("//") ? href : "#";
 }
 
+let rowsByKey = null;
+
+function rowOf(table, key) {
+  // an index of the rows, so a thousand updates on connect cost a thousand look-ups
+  if (rowsByKey === null) {
+    rowsByKey = new Map(Array.from(table.tBodies[0].rows, (r) => [r.dataset.key, r]));
+  }
+  return rowsByKey.get(key);
+}
+
 function upsertRow(table, row) {
-  let tr = Array.from(table.tBodies[0].rows).find((r) => r.dataset.key === row.key);
+  let tr = rowOf(table, row.key);
   if (!tr) {
     tr = document.createElement("tr");
     tr.dataset.key = row.key;
@@ -36,6 +46,7 @@ function upsertRow(table, row) {
       tr.appendChild(td);
     }
     table.tBodies[0].prepend(tr);
+    rowsByKey.set(row.key, tr);
   }
   for (const field of COLUMNS) {
     const td = tr.querySelector('td[data-field="' + field + '"]');
@@ -63,14 +74,33 @@ function onRuns(message) {
   if (message.type === "upsert") {
     upsertRow(table, message.row);
   } else if (message.type === "delete") {
-    const tr = Array.from(table.tBodies[0].rows).find((r) => r.dataset.key === message.key);
-    if (tr) tr.remove();
+    const tr = rowOf(table, message.key);
+    if (tr) {
+      tr.remove();
+      rowsByKey.delete(message.key);
+    }
   }
   updateCount(table);
 }
 
+function phasesShown() {
+  const shown = {};
+  for (const item of document.querySelectorAll("#graph [data-node]")) {
+    const badge = item.querySelector('[data-field="phase"]');
+    shown[item.dataset.node] = badge ? badge.textContent : "";
+  }
+  return shown;
+}
+
+function redrawPicture() {
+  // the server draws the run again (Graphviz); an SVG in <img> never runs anything
+  const picture = document.getElementById("picture");
+  if (picture) picture.src = picture.src.split("?")[0] + "?at=" + Date.now();
+}
+
 function onRun(message) {
   if (message.type !== "run") return;
+  const before = JSON.stringify(phasesShown());
   setPhase(document.querySelector('[data-field="run-phase"]'), message.phase);
   for (const [node, state] of Object.entries(message.nodes)) {
     for (const element of document.querySelectorAll("[data-node]")) {
@@ -80,6 +110,7 @@ function onRun(message) {
       if (duration) duration.textContent = state.duration;
     }
   }
+  if (JSON.stringify(phasesShown()) !== before) redrawPicture();
 }
 
 function showError(main, text) {
