@@ -16,10 +16,13 @@ shows (runs list, a run's page, the inbox) into DIR.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import tempfile
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -129,22 +132,30 @@ def _grant_users(cluster: Cluster) -> None:
 
 
 @pytest.fixture(scope="module")
-def console_url(
+def console_kubeconfig(
     control_plane: Cluster, operator: OperatorProcess, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[str]:
-    """``agentflows console --trust-proxy-from 127.0.0.1/32`` with the console's own account."""
-    directory = tmp_path_factory.mktemp("console")
+) -> Iterator[Path]:
+    """The chart's console account (impersonation only) and users' RBAC; its kubeconfig."""
     for document in _console_documents():
         control_plane.apply(document)
     _grant_users(control_plane)
-    kubeconfig = _console_kubeconfig(control_plane, directory / "kubeconfig")
+    try:
+        yield _console_kubeconfig(control_plane, tmp_path_factory.mktemp("console") / "config")
+    finally:
+        control_plane.kubectl(
+            "delete", "clusterrolebinding/test-console-users", "clusterrole/test-console-users"
+        )
+
+
+@contextlib.contextmanager
+def serving_console(kubeconfig: Path, *args: str) -> Iterator[str]:
+    """``agentflows console ARGS`` with ``kubeconfig``, as a child process; its URL."""
     port = _free_port()
-    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
-    with (directory / "console.log").open("ab") as log:
+    log_path = kubeconfig.parent / f"console-{port}.log"
+    with log_path.open("ab") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "agentflows.cli.main", "console", "--port", str(port),
-             "--trust-proxy-from", "127.0.0.1/32"],
-            stdout=log, stderr=log, env=env,
+            [sys.executable, "-m", "agentflows.cli.main", "console", "--port", str(port), *args],
+            stdout=log, stderr=log, env={**os.environ, "KUBECONFIG": str(kubeconfig)},
         )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
@@ -153,15 +164,17 @@ def console_url(
     finally:
         process.terminate()
         process.wait(timeout=30)
-        control_plane.kubectl(
-            "delete", "clusterrolebinding/test-console-users", "clusterrole/test-console-users"
-        )
-        print(f"console log: {directory / 'console.log'}")
+        print(f"console log: {log_path}")
+
+
+@pytest.fixture(scope="module")
+def console_url(console_kubeconfig: Path) -> Iterator[str]:
+    """The console behind a proxy at 127.0.0.1, as the chart runs it."""
+    with serving_console(console_kubeconfig, "--trust-proxy-from", "127.0.0.1/32") as url:
+        yield url
 
 
 def _serving(url: str) -> bool:
-    import urllib.request
-
     try:
         with urllib.request.urlopen(f"{url}/healthz", timeout=2) as answer:
             return bool(answer.status == 200)
@@ -349,3 +362,42 @@ def test_a_live_runs_node_phases_change_on_the_page_without_reload(
         "the run's picture was never drawn again",
     )  # fmt: skip
     assert alice.execute_script("return window.notReloaded") is True
+
+
+def test_events_log_cancel_and_rerun_from_the_run_page(
+    gate: FlowRuns, console_url: str, browser: Callable[..., WebDriver]
+) -> None:
+    start_waiting(gate, "gate", "gate-5")
+    alice = browser("alice", ("editors",))
+    alice.get(f"{console_url}/runs/{gate.namespace}/gate-5")
+    assert "RequestCreated" in alice.find_element(By.CSS_SELECTOR, "table.events").text
+    alice.find_element(By.XPATH, "//form[contains(@action, '/rerun')]/button").click()
+    WebDriverWait(alice, 30).until(lambda d: "/gate-5" not in d.current_url)
+    again = alice.current_url.rsplit("/", 1)[1]
+    assert gate.run(again)["spec"]["input"] == {"count": 1}
+    alice.get(f"{console_url}/runs/{gate.namespace}/gate-5")
+    alice.find_element(By.XPATH, "//form[contains(@action, '/cancel')]/button").click()
+    assert gate.wait_phase("gate-5", "Cancelled")["phase"] == "Cancelled"
+    shown(alice, '[data-field="run-phase"]', "Cancelled")
+
+
+def _get(url: str, token: str) -> tuple[int, str]:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_with_pass_tokens_the_users_token_decides_and_never_the_consoles_account(
+    gate: FlowRuns, console_kubeconfig: Path, control_plane: Cluster
+) -> None:
+    start_waiting(gate, "gate", "gate-6")
+    alice = yaml.safe_load(control_plane.kubeconfig("alice").read_text())["users"][0]["user"]
+    with serving_console(console_kubeconfig, "--pass-tokens") as url:
+        status, page = _get(f"{url}/runs?namespace={gate.namespace}", alice["token"])
+        assert status == 200 and 'href="/runs/' in page and ">gate-6<" in page
+        status, page = _get(f"{url}/runs?namespace={gate.namespace}", "not-a-token")
+        assert status == 401, page
+        assert "The API server refused: Unauthorized" in page
