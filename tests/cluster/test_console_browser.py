@@ -118,6 +118,7 @@ def _grant_users(cluster: Cluster) -> None:
         {"apiGroups": ["agentflows.io"], "resources": ["flows"], "verbs": ["get", "list"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["list"]},
         {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]},
     ]
     meta = {"name": "test-console-users"}
     cluster.apply({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
@@ -401,3 +402,24 @@ def test_with_pass_tokens_the_users_token_decides_and_never_the_consoles_account
         status, page = _get(f"{url}/runs?namespace={gate.namespace}", "not-a-token")
         assert status == 401, page
         assert "The API server refused: Unauthorized" in page
+
+
+def test_an_offloaded_output_is_fetched_on_demand_and_shown_as_text(
+    runs: FlowRuns, console_url: str, browser: Callable[..., WebDriver]
+) -> None:
+    lines = '[range(0; 3000) | "line <b>\\(.)</b>"] | join("\\n")'
+    runs.apply(
+        {
+            "kind": "Flow",
+            "metadata": {"name": "big"},
+            "spec": {"nodes": [{"id": "write", "transform": f"={{text: ({lines})}}"}]},
+        }
+    )
+    runs.apply({"kind": "FlowRun", "metadata": {"name": "big-1"}, "spec": {"flow": "big"}})
+    status = runs.wait_phase("big-1", "Succeeded", "Failed")
+    assert status["nodes"]["write"].get("outputRef"), status["nodes"]["write"]
+    alice = browser("alice", ("editors",))
+    alice.get(f"{console_url}/runs/{runs.namespace}/big-1")
+    alice.find_element(By.LINK_TEXT, "Fetch the whole output").click()
+    shown(alice, "main pre", "line <b>2999</b>", timeout=30)
+    assert alice.find_elements(By.CSS_SELECTOR, "main b") == []

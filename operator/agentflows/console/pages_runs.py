@@ -240,7 +240,12 @@ async def node_output(request: web.Request) -> web.Response:
         run = await api.get(kube.path_of("flowruns", namespace, name))
         record = ((run.get("status") or {}).get("nodes") or {}).get(node) or {}
         ref = record.get("outputRef")
-        value = await status_store.read_output(api, namespace, ref) if ref else record.get("output")
+        try:
+            value = await status_store.read_output(api, namespace, ref) if ref else None
+        except status_store.OffloadError as exc:
+            body = markup.notice(f"the output of {node} cannot be read: {exc}", error=True)
+            return site.page(request, f"{name} · {node} output", body, status=404)
+        value = value if ref else record.get("output")
     body = markup.join(
         [
             markup.link(markup.path("runs", namespace, name), "Back to the run"),
