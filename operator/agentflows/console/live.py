@@ -68,7 +68,12 @@ class Feed:
                     listed = await api.get(path, **params)
                     self._replace(listed.get("items") or [])
                     version = (listed.get("metadata") or {}).get("resourceVersion")
-                version = await self._watch(api, path, params, version)
+                try:
+                    version = await self._watch(api, path, params, version)
+                except kube.ApiError as exc:
+                    if exc.status != 410:
+                        raise
+                    version = None  # too old to resume from: list again
         except kube.ApiError as exc:
             self.error = exc.message or str(exc)
             self.publish(("error", self.error))

@@ -27,6 +27,51 @@ def _approvers(request: flowrun_api.HumanRequest) -> str:
     return ", ".join(names) or "anyone who may patch the run's status"
 
 
+def _facts(run: dict[str, Any], request: flowrun_api.HumanRequest) -> markup.Html:
+    meta = run["metadata"]
+    facts = [
+        ("Run", markup.link(runs_view.href(run), f"{meta.get('namespace') or ''}/{meta['name']}")),
+        ("Node", request.node),
+        ("Kind", request.kind.value),
+        ("Message", request.message),
+        ("Summary", request.summary),
+        ("Approvers", _approvers(request)),
+        ("Requested", request.requested_at or ""),
+        ("Expires", request.expires_at or ""),
+    ]
+    if request.proposal is not None:
+        facts.append(("Proposal", markup.json_block(request.proposal)))
+    items = markup.join(markup.join([markup.tag("dt", k), markup.tag("dd", v)]) for k, v in facts)
+    return markup.tag("dl", items, class_="facts")
+
+
+def _form(
+    request: flowrun_api.HumanRequest, csrf: str, action: str, values: dict[str, str]
+) -> markup.Html:
+    """The decision form: the answer's fields (from the schema), edits, comment, a button each."""
+    allowed = sorted(flowrun_api.DECISIONS.get(request.kind.value, frozenset()))
+    fields = [markup.hidden("csrf", csrf)]
+    if flowrun_api.Decision.RESPOND in allowed:
+        answer = markup.join(
+            [markup.tag("legend", "Answer"), forms.fields(request.schema_, values)]
+        )
+        fields.append(markup.tag("fieldset", answer))
+    if flowrun_api.Decision.EDIT in allowed:
+        area = markup.tag(
+            "textarea", values.get("edits", ""), name="edits", rows="3", spellcheck="false"
+        )
+        fields.append(markup.tag("label", markup.join([markup.tag("span", "Edits (JSON)"), area])))
+    comment = markup.void("input", type="text", name="comment", value=values.get("comment", ""))
+    fields.append(markup.tag("label", markup.join([markup.tag("span", "Comment"), comment])))
+    buttons = [
+        markup.tag("button", d.value, type="submit", name="decision", value=d.value,
+                   class_=f"decide-{d.value}")
+        for d in allowed
+    ]  # fmt: skip
+    fields.append(markup.tag("div", markup.join(buttons), class_="buttons"))
+    return markup.tag("form", markup.join(fields), method="post", action=action, novalidate=True)
+
+
 def card(
     run: dict[str, Any],
     rid: str,
@@ -42,61 +87,15 @@ def card(
     ``action``: where the form posts (default: the cluster inbox's path of the request).
     """
     meta = run["metadata"]
-    values = values or {}
-    allowed = sorted(flowrun_api.DECISIONS.get(request.kind.value, frozenset()))
-    facts = [
-        ("Run", markup.link(runs_view.href(run), f"{meta.get('namespace') or ''}/{meta['name']}")),
-        ("Node", request.node),
-        ("Kind", request.kind.value),
-        ("Message", request.message),
-        ("Summary", request.summary),
-        ("Approvers", _approvers(request)),
-        ("Requested", request.requested_at or ""),
-        ("Expires", request.expires_at or ""),
-    ]
-    if request.proposal is not None:
-        facts.append(("Proposal", markup.json_block(request.proposal)))
-    dl = markup.join(markup.join([markup.tag("dt", k), markup.tag("dd", v)]) for k, v in facts)
-    fields = [markup.hidden("csrf", csrf)]
-    if flowrun_api.Decision.RESPOND in allowed:
-        answer = markup.tag("legend", "Answer")
-        fields.append(
-            markup.tag("fieldset", markup.join([answer, forms.fields(request.schema_, values)]))
-        )
-    if flowrun_api.Decision.EDIT in allowed:
-        shown = values.get("edits", "")
-        area = markup.tag("textarea", shown, name="edits", rows="3", spellcheck="false")
-        fields.append(markup.tag("label", markup.join([markup.tag("span", "Edits (JSON)"), area])))
-    comment = markup.void("input", type="text", name="comment", value=values.get("comment", ""))
-    fields.append(markup.tag("label", markup.join([markup.tag("span", "Comment"), comment])))
-    buttons = [
-        markup.tag(
-            "button",
-            d.value,
-            type="submit",
-            name="decision",
-            value=d.value,
-            class_=f"decide-{d.value}",
-        )
-        for d in allowed
-    ]
-    fields.append(markup.tag("div", markup.join(buttons), class_="buttons"))
     action = action or markup.path("requests", meta.get("namespace") or "", meta["name"], rid)
-    form = markup.tag("form", markup.join(fields), method="post", action=action, novalidate=True)
-    notice = markup.notice(problem, error=True) if problem else ""
-    anchor = f"request-{meta['name']}-{rid}"
+    parts = [
+        markup.tag("h2", f"{meta['name']} · {rid}"),
+        markup.notice(problem, error=True) if problem else "",
+        _facts(run, request),
+        _form(request, csrf, action, values or {}),
+    ]
     return markup.tag(
-        "article",
-        markup.join(
-            [
-                markup.tag("h2", f"{meta['name']} · {rid}"),
-                notice,
-                markup.tag("dl", dl, class_="facts"),
-                form,
-            ]
-        ),
-        class_="request",
-        id=anchor,
+        "article", markup.join(parts), class_="request", id=f"request-{meta['name']}-{rid}"
     )
 
 

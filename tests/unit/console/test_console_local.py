@@ -134,3 +134,66 @@ async def test_approving_from_the_page_resumes_the_local_run_to_its_end(
     assert run["status"]["requests"]["review"]["comment"] == "fine"
     page = await (await console.get("/local/gate-1")).text()
     assert 'class="phase phase-Succeeded">Succeeded<' in page
+
+
+ASK = {
+    "apiVersion": "agentflows.io/v1alpha1",
+    "kind": "Flow",
+    "metadata": {"name": "ask"},
+    "spec": {
+        "nodes": [
+            {
+                "id": "ask",
+                "input": {
+                    "message": "How many?",
+                    "schema": {
+                        "type": "object",
+                        "properties": {"count": {"type": "integer", "minimum": 1}},
+                        "required": ["count"],
+                    },
+                },
+            },
+            {"id": "use", "transform": "={double: (.nodes.ask.json.count * 2)}"},
+        ],
+        "output": "=.nodes.use.json",
+    },
+}
+
+
+@pytest.fixture
+def asking_run(tmp_path: Path) -> Path:
+    """A local run of ASK waiting for its input; the state directory."""
+    (tmp_path / "ask.yaml").write_text(yaml.safe_dump(ASK))
+    state = tmp_path / "runs"
+    done = subprocess.run(
+        [AGENTFLOWS, "run", "ask.yaml", "--name", "ask-1", "--state-dir", str(state), "-q"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 3, done.stderr
+    return state
+
+
+async def test_an_answer_form_is_generated_from_the_schema_and_checked_against_it(
+    asking_run: Path,
+) -> None:
+    state = asking_run
+    runs = console_command._local_runs(str(state))
+    async with test_utils.TestClient(test_utils.TestServer(app.local_app(runs))) as console:
+        page = await (await console.get("/local/ask-1")).text()
+        assert '<input type="number" name="field.count" value="" step="1">' in page
+        form = {"decision": "respond", "field.count": "0", "csrf": _csrf(page)}
+        refused = await console.post("/local/ask-1/requests/ask", data=form)
+        assert refused.status == 400
+        problem = "schema at count: 0 is less than the minimum of 1"
+        assert problem in await refused.text()
+        form["field.count"] = "21"
+        answer = await console.post("/local/ask-1/requests/ask", data=form, allow_redirects=False)
+        assert answer.status == 303
+        for _ in range(600):
+            run = local_runs.read(state, "ask-1")
+            assert run is not None
+            if run["status"]["phase"] not in ("Waiting", "Running", "Pending"):
+                break
+            await asyncio.sleep(0.1)
+    assert run["status"]["phase"] == "Succeeded", run["status"]
+    assert run["status"]["output"] == {"double": 42}
