@@ -13,7 +13,9 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 import pytest
 from aiohttp import test_utils
+from click.testing import CliRunner
 
+from agentflows.cli import main as cli
 from agentflows.console import app, identity
 from agentflows.kube import client as kube
 from agentflows.kube import kubeconfig
@@ -84,3 +86,17 @@ async def test_a_post_from_another_sites_page_is_refused_before_anything_runs(
         )
         assert answer.status == 403
         assert "cross-site request refused" in await answer.text()
+
+
+def test_the_console_acting_as_your_kubeconfig_user_refuses_to_listen_beyond_loopback() -> None:
+    result = CliRunner().invoke(cli.main, ["console", "--host", "0.0.0.0"])
+    assert result.exit_code == 2
+    assert "without --trust-proxy-from or --pass-tokens the console acts as your own user" in (
+        result.stderr
+    )
+
+
+def test_a_trusted_proxy_that_is_not_a_network_is_refused_with_an_example() -> None:
+    result = CliRunner().invoke(cli.main, ["console", "--trust-proxy-from", "proxy"])
+    assert result.exit_code == 2
+    assert "'proxy' is not an address or network (e.g. 10.0.0.5/32" in result.stderr
