@@ -197,3 +197,38 @@ async def test_an_answer_form_is_generated_from_the_schema_and_checked_against_i
             await asyncio.sleep(0.1)
     assert run["status"]["phase"] == "Succeeded", run["status"]
     assert run["status"]["output"] == {"double": 42}
+
+
+@pytest.fixture
+def interrupted_run(tmp_path: Path) -> Path:
+    """A local run stopped part-way (as Ctrl-C leaves it); the state directory."""
+    flow = {**ASK, "spec": {"nodes": [{"id": "use", "transform": "={done: true}"}]}}
+    (tmp_path / "once.yaml").write_text(yaml.safe_dump(flow))
+    state = tmp_path / "runs"
+    done = subprocess.run(
+        [AGENTFLOWS, "run", "once.yaml", "--name", "once-1", "--state-dir", str(state), "-q"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    local_runs.save_interrupted(state, "once-1")
+    return state
+
+
+async def test_a_run_stopped_part_way_is_resumed_from_its_page(interrupted_run: Path) -> None:
+    runs = console_command._local_runs(str(interrupted_run))
+    async with test_utils.TestClient(test_utils.TestServer(app.local_app(runs))) as console:
+        page = await (await console.get("/local/once-1")).text()
+        assert 'class="phase phase-Pending">Pending<' in page
+        assert 'action="/local/once-1/resume"' in page
+        answer = await console.post(
+            "/local/once-1/resume", data={"csrf": _csrf(page)}, allow_redirects=False
+        )
+        assert answer.status == 303
+        for _ in range(600):
+            run = local_runs.read(interrupted_run, "once-1")
+            assert run is not None
+            if run["status"]["phase"] == "Succeeded":
+                break
+            await asyncio.sleep(0.1)
+    assert run["status"]["phase"] == "Succeeded", run["status"]
+    assert run["status"]["output"] == {"done": True}
