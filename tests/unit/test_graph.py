@@ -22,6 +22,7 @@ from agentflows.api import flow as flow_api
 from agentflows.api import flowrun as flowrun_api
 from agentflows.cli import main as cli
 from agentflows.diagram import mermaid_text, palette
+from tests.support.mermaid import ParsedMermaid
 
 ROOT = Path(__file__).resolve().parents[2]
 SVG = "{http://www.w3.org/2000/svg}"
@@ -39,56 +40,6 @@ def flows_in(path: Path) -> dict[str, flow_api.FlowSpec]:
 EXAMPLE_FLOWS = sorted(
     (path, name) for path in ROOT.joinpath("examples").rglob("*.yaml") for name in flows_in(path)
 )
-
-
-class ParsedMermaid:
-    """A Mermaid flowchart read back: labels by key, edges, subgraphs and their members."""
-
-    BOX = re.compile(r'^\s*(n\d+)\["(.*)"\]$')
-    SUBGRAPH = re.compile(r'^\s*subgraph (n\d+)\["(.*)"\]$')
-    EDGE = re.compile(r'^\s*(n\d+) -->(?:\|"(.*)"\|)? (n\d+)$')
-
-    def __init__(self, text: str) -> None:
-        lines = text.splitlines()
-        assert lines[0] == "flowchart TD"
-        self.labels: dict[str, list[str]] = {}
-        self.groups: dict[str, list[str]] = {}
-        self.edges: list[tuple[str, str, str | None]] = []
-        self.other: list[str] = []
-        open_groups: list[str] = []
-        for line in lines[1:]:
-            if m := self.SUBGRAPH.match(line):
-                self.labels[m[1]] = [decode(m[2])]
-                self.groups[m[1]] = []
-                open_groups.append(m[1])
-            elif line.strip() == "end":
-                open_groups.pop()
-            elif m := self.BOX.match(line):
-                self.labels[m[1]] = [decode(part) for part in m[2].split("<br>")]
-                if open_groups:
-                    self.groups[open_groups[-1]].append(m[1])
-            elif m := self.EDGE.match(line):
-                self.edges.append((m[1], m[3], decode(m[2]) if m[2] else None))
-            else:
-                self.other.append(line.strip())
-        assert not open_groups
-
-    def key(self, first_line: str) -> str:
-        (found,) = [k for k, lines in self.labels.items() if lines[0].split(" · ")[0] == first_line]
-        return found
-
-    def edge_pairs(self) -> set[tuple[str, str, str | None]]:
-        return {
-            (self.labels[a][0].split(" · ")[0], self.labels[b][0].split(" · ")[0], label)
-            for a, b, label in self.edges
-        }
-
-
-def decode(text: str) -> str:
-    """Mermaid entity codes (#60;) back to characters; anything else must be a safe character."""
-    plain = re.sub(r"#(\d+);", "", text)
-    assert all(c.isalnum() or c in " -_.,:/()" for c in plain), text
-    return re.sub(r"#(\d+);", lambda m: chr(int(m[1])), text)
 
 
 def expected_edges(spec: flow_api.FlowSpec) -> set[tuple[str, str, str | None]]:
@@ -243,26 +194,18 @@ def run_status() -> dict[str, Any]:
     }
 
 
-def classes_of(text: str) -> dict[str, str]:
-    """Mermaid key -> the classDef name its ``class`` line gives it."""
-    found = {}
-    for line in text.splitlines():
-        if m := re.match(r"^\s*class ([\w,]+) (\w+)$", line):
-            found.update(dict.fromkeys(m[1].split(","), m[2]))
-    return found
-
-
 def test_a_run_colours_each_node_by_its_phase_with_its_duration() -> None:
     spec = flows_in(ROOT / "examples" / "research.yaml")["research"]
     text = diagram.mermaid(spec, run_status())
-    parsed = ParsedMermaid("\n".join(line for line in text.splitlines() if "class" not in line))
-    classes = classes_of(text)
+    parsed = ParsedMermaid(text)
+    classes = parsed.classes
     plan = parsed.key("plan")
     assert parsed.labels[plan] == ["plan", "llm openai/gpt-4o-mini", "Succeeded 1.25s"]
     assert classes[plan] == "succeeded"
     assert "classDef succeeded fill:#d4edda,stroke:#2e7d32" in text
     research = parsed.key("research")
-    assert parsed.labels[research] == ["research · map · Running"]
+    (title,) = parsed.labels[research]
+    assert re.fullmatch(r"research · map · Running for \d+h\d+m\d+s", title), title
     assert f"style {research} fill:#cce5ff,stroke:#1565c0" in text
     (body,) = parsed.groups[research]
     assert parsed.labels[body][1] == "3 items: 1 Succeeded, 1 Failed, 1 Running"
@@ -278,6 +221,18 @@ def test_a_run_colours_dot_nodes_and_accepts_typed_records() -> None:
     (plan,) = [line for line in text.splitlines() if 'label="plan' in line]
     assert 'Succeeded 1.25s", fillcolor="#d4edda", color="#2e7d32"' in plan
     assert text == diagram.dot(spec, run_status())
+
+
+def test_records_of_a_newer_runner_draw_and_unreadable_ones_show_pending() -> None:
+    spec = flows_in(ROOT / "examples" / "research.yaml")["research"]
+    status = {
+        "plan": {**run_status()["plan"], "fieldOfANewerRunner": {"x": 1}},
+        "review": {"phase": "Exploded"},
+    }
+    parsed = ParsedMermaid(diagram.mermaid(spec, status))
+    assert parsed.labels[parsed.key("plan")][2] == "Succeeded 1.25s"
+    assert parsed.labels[parsed.key("review")][2] == "Pending"
+    assert parsed.classes[parsed.key("review")] == "pending"
 
 
 def test_every_node_phase_has_colours() -> None:
@@ -329,8 +284,8 @@ def test_sub_flows_are_drawn_inside_their_flow_and_map_nodes_with_item_phases(
         "each[1]/double": {"phase": "Failed"},
     }
     text = diagram.mermaid(flows["outer"], status, flows=flows)
-    parsed = ParsedMermaid("\n".join(line for line in text.splitlines() if "class" not in line))
-    classes = classes_of(text)
+    parsed = ParsedMermaid(text)
+    classes = parsed.classes
     each, once = parsed.key("each"), parsed.key("once")
     assert parsed.labels[each] == ["each · map flow inner · Succeeded"]
     assert parsed.labels[once] == ["once · flow inner · Running"]
@@ -419,11 +374,53 @@ def test_graph_of_a_local_run_shows_where_it_waits(tmp_path: Path) -> None:
     assert code == 3  # waits for the review
     code, out, err = invoke("graph", "r1", "--state-dir", state)
     assert (code, err) == (0, "")
-    classes = classes_of(out)
-    parsed = ParsedMermaid("\n".join(line for line in out.splitlines() if "class" not in line))
-    assert parsed.labels[parsed.key("review")] == ["review", "approval", "Waiting"]
+    parsed = ParsedMermaid(out)
+    classes = parsed.classes
+    review = parsed.labels[parsed.key("review")]
+    assert review[:2] == ["review", "approval"]
+    assert re.fullmatch(r"Waiting for \d+\.\d\ds", review[2]), review
     assert classes[parsed.key("review")] == "waiting"
     assert parsed.labels[parsed.key("plan")][2].startswith("Succeeded ")
     (body,) = parsed.groups[parsed.key("research")]
     assert parsed.labels[body][1].endswith(" Succeeded")
     assert classes[parsed.key("publish")] == "pending"
+
+
+def test_readme_shows_what_graph_prints_for_the_research_example() -> None:
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Picture a flow", 1)[1].split("\n## ", 1)[0]
+    (block,) = re.findall(r"```mermaid\n(.*?)```", section, re.S)
+    code, out, _ = invoke("graph", str(ROOT / "examples" / "research.yaml"))
+    assert code == 0
+    assert block == out
+
+
+def test_a_link_out_of_a_sub_flow_leaves_from_its_last_node_that_nothing_follows() -> None:
+    outer = flow_api.FlowSpec.model_validate(
+        {"nodes": [{"id": "call", "flow": {"name": "inner"}}, {"id": "after", "transform": "=1"}]}
+    )
+    inner = flow_api.FlowSpec.model_validate(
+        {
+            "nodes": [
+                {"id": "first", "transform": "=1"},
+                {"id": "last", "transform": "=1"},
+                {"id": "middle", "transform": "=1"},
+            ],
+            "edges": [{"from": "first", "to": "middle"}, {"from": "middle", "to": "last"}],
+        }
+    )
+    text = diagram.dot(outer, flows={"inner": inner})
+    keys = dict(re.findall(r'(n\d+) \[label="(\w+)', text))
+    (leaving,) = re.findall(r"(n\d+) -> n\d+ \[ltail=", text)
+    assert keys[leaving] == "last"
+
+
+def test_graph_draws_an_agent_spec_flow_as_run_would_import_it() -> None:
+    code, out, err = invoke("graph", str(ROOT / "tests" / "data" / "agentspec" / "branching.yaml"))
+    assert (code, err) == (0, "")
+    parsed = ParsedMermaid(out)
+    assert [parsed.labels[k][0] for k in parsed.labels] == [
+        "start", "classify", "route", "billing", "engineering"
+    ]  # fmt: skip
+    assert ("route", "billing", "billing | BILLING") in parsed.edge_pairs()
+    assert ("route", "engineering", "default") in parsed.edge_pairs()

@@ -5,8 +5,9 @@
 - ``agentflows graph RUN -n NS`` draws a FlowRun of the cluster: the Flow of its snapshot
   ConfigMap ``<run>-snapshot`` (:mod:`agentflows.kube.snapshot`), so the picture is the Flow as
   the run ran it, not as it was edited since, with each node coloured by its phase in
-  ``status.nodes`` and its duration. A run without a snapshot yet (still Pending) is drawn
-  from its Flow as it is now, with a note saying so.
+  ``status.nodes`` and its duration. A run without a snapshot yet (still Pending), or one the
+  caller may not read (a role without ConfigMaps), is drawn from its Flow as it is now, with a
+  note on stderr saying so.
 - ``agentflows graph RUN`` draws a local run (its ``<run>.snapshot.json``) when the state
   directory holds it, as ``agentflows get`` looks; ``--local``/``--state-dir`` insist on it.
 
@@ -91,7 +92,7 @@ def _from_local_run(directory: Path, name: str, output: str) -> None:
 
 
 async def _read_run(api: Any, namespace: str, name: str) -> tuple[dict[str, Any], Any]:
-    """The FlowRun and its snapshot; a run without one yet gets its Flow as it is now."""
+    """The FlowRun and its snapshot; without one (yet, or readable) the Flow as it is now."""
     from agentflows.cli import cluster
     from agentflows.kube import client as kube
     from agentflows.kube import snapshot
@@ -100,16 +101,21 @@ async def _read_run(api: Any, namespace: str, name: str) -> tuple[dict[str, Any]
     try:
         return run, await snapshot.read_snapshot(api, namespace, name)
     except snapshot.SnapshotError as exc:
-        flow_name = run["spec"]["flow"]
-        try:
-            flow = await api.get(kube.path_of("flows", namespace, flow_name))
-        except kube.ApiError as missing:
-            raise snapshot.SnapshotError(f"{exc}, and {missing}") from missing
-        click.echo(
-            f"note: run {name} has no snapshot yet ({exc}); drawing Flow {flow_name} as it is now",
-            err=True,
-        )
-        return run, snapshot.RunSnapshot(flow_name, {flow_name: flow["spec"]}, {})
+        why = str(exc)
+    except kube.ApiError as exc:
+        if exc.status != 403:
+            raise
+        why = f"cannot read it: {exc}"
+    flow_name = run["spec"]["flow"]
+    try:
+        flow = await api.get(kube.path_of("flows", namespace, flow_name))
+    except kube.ApiError as missing:
+        raise snapshot.SnapshotError(f"run {name}'s snapshot: {why}; its Flow: {missing}") from None
+    click.echo(
+        f"note: no snapshot of run {name} ({why}); drawing Flow {flow_name} as it is now",
+        err=True,
+    )
+    return run, snapshot.RunSnapshot(flow_name, {flow_name: flow["spec"]}, {})
 
 
 def _from_cluster(
@@ -185,15 +191,15 @@ def graph_command(
     """
     params = click.get_current_context().params
     paths = [Path(t) for t in targets]
+    run_options = local_only or state_dir or namespace or kubeconfig or kube_context
     if all(p.exists() for p in paths):
-        if local_only or state_dir or namespace or kubeconfig or kube_context:
+        if run_options:
             _usage(
                 f"{targets[0]} is a file; -n, --kubeconfig, --context, --local and --state-dir "
                 "choose where a RUN is read"
             )
         _from_files(paths, flow_name, output)
         return
-    run_options = local_only or state_dir or namespace or kubeconfig or kube_context
     if len(targets) != 1 or (not run_options and _looks_like_a_file(targets[0])):
         missing = ", ".join(t for t, p in zip(targets, paths, strict=True) if not p.exists())
         _usage(f"no such file: {missing} (graph takes FILE... or one RUN)")

@@ -26,6 +26,7 @@ from agentflows.cli import (
     commands_cluster,
     commands_graph,
     commands_runs,
+    commands_sessions,
     completion,
     console_command,
     group,
@@ -107,6 +108,7 @@ for _command in [
     console_command.console,
 ]:
     main.add_command(_command)
+main.add_command(commands_sessions.sessions_group, "sessions")
 
 
 @main.command()
@@ -138,14 +140,14 @@ def crds() -> None:
     click.echo(crd.render_yaml(crd.build_crds()), nl=False)
 
 
-def _capabilities(mock: bool, resolver: Any) -> Any:
+def _capabilities(mock: bool, resolver: Any, directory: Path) -> Any:
     if mock:
         from agentflows.agents import mock as mock_mod
 
         return mock_mod.MockCapabilities(resolver)
     from agentflows.agents import host
 
-    return host.LiveCapabilities(resolver)
+    return host.LiveCapabilities(resolver, session_store=commands_sessions.file_store(directory))
 
 
 def _resume_command(name: str, state_dir: str | None) -> str:
@@ -178,7 +180,7 @@ def _execute(
                 run_name=name,
                 input_value=input_value,
                 store_=store.FileStore(local.state_path(directory, name)),
-                caps=_capabilities(snapshot.mock, resolver),
+                caps=_capabilities(snapshot.mock, resolver, directory),
                 resolver=resolver,
                 observer=_Progress(quiet),
             )

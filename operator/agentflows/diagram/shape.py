@@ -16,6 +16,7 @@ identifier in the output.
 - For a run, each element has the phase of its status record and its duration. Status keys
   are the engine's: ``id``, ``map[3]`` for a map item, ``sub/id`` inside a sub-flow; the body
   of a map has the phases of all its items, summed up (``3 items: 2 Succeeded, 1 Running``).
+  A node not finished yet shows the time so far (``Waiting for 3m12s``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ import datetime as dt
 import re
 from collections.abc import Mapping
 from typing import Any
+
+import pydantic
 
 from agentflows.api import flow as flow_api
 from agentflows.api import flowrun as flowrun_api
@@ -70,8 +73,9 @@ class Group:
         return first if isinstance(first, Box) else first.entry()
 
     def exit(self) -> Box:
-        """The box an edge out of the group leaves from (its last element's)."""
-        last = self.children[-1]
+        """The box an edge out of the group leaves from: its last element that no link leaves."""
+        leaving = {id(link.source) for link in self.links}
+        last = next(c for c in reversed(self.children) if id(c) not in leaving)
         return last if isinstance(last, Box) else last.exit()
 
 
@@ -98,7 +102,8 @@ class _Record:
     """What is shown of one or several status records."""
 
     phase: str
-    took: float | None
+    #: Seconds taken, and whether it is over (else: so far).
+    span: tuple[float, bool] | None
     counts: dict[str, int]
 
 
@@ -118,23 +123,36 @@ def took(seconds: float) -> str:
     return f"{hours}h{minutes}m{secs}s" if hours else f"{minutes}m{secs}s"
 
 
-def _typed(record: flowrun_api.NodeStatus | Mapping[str, Any]) -> flowrun_api.NodeStatus:
+#: The fields of a status record a picture shows; others (outputs, fields of newer runners)
+#: are not read, so a record a newer agentflows wrote still draws.
+_SHOWN_FIELDS = ("phase", "startedAt", "finishedAt")
+
+
+def _typed(record: flowrun_api.NodeStatus | Mapping[str, Any]) -> flowrun_api.NodeStatus | None:
+    """The record's phase and times, typed; None when they are not a record's (drawn Pending)."""
     if isinstance(record, flowrun_api.NodeStatus):
         return record
-    return flowrun_api.NodeStatus.model_validate(dict(record))
+    try:
+        return flowrun_api.NodeStatus.model_validate(
+            {k: record[k] for k in _SHOWN_FIELDS if k in record}
+        )
+    except pydantic.ValidationError:
+        return None
 
 
-def _span(records: list[flowrun_api.NodeStatus]) -> float | None:
-    """Seconds from the first start to the last finish, when every record has finished."""
+def _span(records: list[flowrun_api.NodeStatus]) -> tuple[float, bool] | None:
+    """Seconds from the first start to the last finish (or to now), and whether all finished."""
     try:
         starts = [clock.parse_time(r.started_at) for r in records if r.started_at]
         ends = [clock.parse_time(r.finished_at) for r in records if r.finished_at]
     except ValueError:
         return None
-    if not starts or len(ends) != len(records):
+    if not starts:
         return None
+    finished = len(ends) == len(records)
     aware = [t if t.tzinfo else t.replace(tzinfo=dt.UTC) for t in (*starts, *ends)]
-    return max(0.0, (max(aware[len(starts) :]) - min(aware[: len(starts)])).total_seconds())
+    end = max(aware[len(starts) :]) if finished else clock.utc_now()
+    return max(0.0, (end - min(aware[: len(starts)])).total_seconds()), finished
 
 
 class _Builder:
@@ -143,7 +161,8 @@ class _Builder:
     def __init__(self, flows: Mapping[str, flow_api.FlowSpec], status: NodesStatus | None):
         self.flows = flows
         self.run = status is not None
-        self.status = {key: _typed(record) for key, record in (status or {}).items()}
+        typed = {key: _typed(record) for key, record in (status or {}).items()}
+        self.status = {key: record for key, record in typed.items() if record is not None}
         self.count = 0
 
     def key(self) -> str:
@@ -192,7 +211,7 @@ class _Builder:
             call is not None
             and sub is not None
             and call.name not in chain
-            and len(chain) <= MAX_DEPTH
+            and len(chain) < MAX_DEPTH
             and self.count < MAX_BOXES
         )
         if node.map is None and not expand:
@@ -216,7 +235,10 @@ def _phase(shown: _Record | None) -> str | None:
 def _phase_lines(shown: _Record | None) -> list[str]:
     if shown is None:
         return []
-    return [shown.phase + (f" {took(shown.took)}" if shown.took is not None else "")]
+    if shown.span is None:
+        return [shown.phase]
+    seconds, finished = shown.span
+    return [f"{shown.phase} {took(seconds)}" if finished else f"{shown.phase} for {took(seconds)}"]
 
 
 def _item_lines(body: _Record | None) -> list[str]:
