@@ -28,6 +28,7 @@ from agentflows.cli import (
     commands_runs,
     commands_sessions,
     completion,
+    console_command,
     group,
     hints,
     local,
@@ -104,6 +105,7 @@ for _command in [
     *commands_agentspec.COMMANDS,
     *commands_graph.COMMANDS,
     runner_command.runner,
+    console_command.console,
 ]:
     main.add_command(_command)
 main.add_command(commands_sessions.sessions_group, "sessions")

@@ -15,13 +15,15 @@ bodies are never logged.
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import logging
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 import aiohttp
+import multidict
 
 from agentflows.kube import kubeconfig
 
@@ -68,6 +70,7 @@ class Client:
         self._timeout = timeout
         self._ssl = kubeconfig.ssl_context(config)
         self._session: aiohttp.ClientSession | None = None
+        self._acting_as: tuple[tuple[str, str], ...] = ()
         #: Called with the method and the seconds of each answered request (the operator's
         #: ``agentflows_api_request_seconds``); watches are not counted.
         self.on_response: Callable[[str, float], None] | None = None
@@ -91,6 +94,19 @@ class Client:
         """
         return cls(kubeconfig.load(path, context), **kwargs)
 
+    def acting_as(self, headers: Iterable[tuple[str, str]]) -> Client:
+        """A client on these connections and credentials whose requests all carry ``headers``.
+
+        The console acts for a user with ``Impersonate-User``/``Impersonate-Group`` headers
+        (a name may repeat: one ``Impersonate-Group`` per group); the API server checks that
+        this client may impersonate, then authorizes the request as that user. Close only this
+        client, not the views it hands out: they share its connection pool.
+        """
+        view = copy.copy(self)
+        view._session = self._http()
+        view._acting_as = tuple(headers)
+        return view
+
     async def close(self) -> None:
         """Close connections."""
         if self._session is not None:
@@ -102,8 +118,8 @@ class Client:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def _headers(self, content_type: str | None) -> dict[str, str]:
-        headers = {"Accept": "application/json"}
+    async def _headers(self, content_type: str | None) -> multidict.CIMultiDict[str]:
+        headers = multidict.CIMultiDict([("Accept", "application/json"), *self._acting_as])
         if self.config.stale():
             await asyncio.to_thread(self.config.renew)
         authorization = self.config.authorization()
