@@ -25,7 +25,17 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from agentflows.agents import approval, delegation, review, secrets, spec_tools, tools, turn
+from agentflows.agents import (
+    approval,
+    delegation,
+    files,
+    flow_nodes,
+    review,
+    secrets,
+    spec_tools,
+    tools,
+    turn,
+)
 from agentflows.agents import model as model_client
 from agentflows.api import agent as agent_api
 from agentflows.api import common, schemas
@@ -63,12 +73,15 @@ class LiveCapabilities:
         self,
         resolver: capabilities.Resolver | Mapping[str, agent_api.AgentSpec] | None = None,
         env: Mapping[str, str] = os.environ,
+        file_access: files.FileAccess = files.NO_FILE_ACCESS,
     ) -> None:
         if resolver is None or isinstance(resolver, Mapping):
             resolver = MappingResolver(resolver or {})
         #: Looks up Agents and Flows named by sub-agent and sub-flow tools.
         self.resolver: capabilities.Resolver = resolver
         self.env = env
+        #: Where reference files may come from (local paths, ConfigMaps).
+        self.file_access = file_access
         self.redactor = secrets.Redactor(
             secrets.env_secrets(env, model_client.PROVIDER_KEY_ENV.values())
         )
@@ -88,7 +101,17 @@ class LiveCapabilities:
                 review.ReviewProvider(spec.human_review),
             ]
             registry = await tools.ToolRegistry.build(providers, ctx.autonomy)
-            return await turn.run_turn(task, ctx, registry, env=self.env, redactor=self.redactor)
+            if task.node_tools:
+                offered = flow_nodes.NodeToolProvider(task.node_tools, registry.names())
+                await registry.add(offered, ctx.autonomy)
+            return await turn.run_turn(
+                task,
+                ctx,
+                registry,
+                env=self.env,
+                redactor=self.redactor,
+                access=self.file_access,
+            )
 
     def _mcp_providers(
         self, declared: list[agent_api.Tool], stack: contextlib.AsyncExitStack

@@ -36,7 +36,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agentflows.agents import approval, compression, review, secrets, tools
+from agentflows.agents import approval, compression, files, review, secrets, tools
 from agentflows.agents import model as model_client
 from agentflows.api import agent as agent_api
 from agentflows.api import common
@@ -53,28 +53,50 @@ SKILL_SEPARATOR = "\n\n---\n\n"
 _NOT_KEY_SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
-def build_messages(spec: agent_api.AgentSpec, prompt: str) -> list[dict[str, Any]]:
-    """Return the conversation an agent turn starts with (see module docstring)."""
+def build_messages(
+    spec: agent_api.AgentSpec, prompt: str, attached: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """Return the conversation an agent turn starts with (see module docstring).
+
+    ``attached`` is the user turn holding the reference files (:func:`files.message`); it opens
+    the pre-history, before the scripted ``history``.
+    """
     system = SKILL_SEPARATOR.join(
         part for part in [*(skill.content for skill in spec.skills), spec.system_prompt] if part
     )
-    turns: list[tuple[str, str]] = []
+    turns: list[tuple[str, Any]] = []
     if system:
         turns.append(("system", system))
+    if attached is not None:
+        turns.append(("user", attached["content"]))
     turns.extend((turn.role, turn.content) for turn in spec.history)
     turns.append(("user", prompt))
     return merge_turns(turns)
 
 
-def merge_turns(turns: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
-    """Messages from (role, content) turns, consecutive same-role turns joined by a blank line."""
+def merge_turns(turns: Sequence[tuple[str, Any]]) -> list[dict[str, Any]]:
+    """Messages from (role, content) turns, consecutive same-role turns joined by a blank line.
+
+    A content may be a list of content parts (attached files): joined with another turn, both
+    become one list of parts.
+    """
     messages: list[dict[str, Any]] = []
     for role, content in turns:
         if messages and messages[-1]["role"] == role:
-            messages[-1]["content"] = f"{messages[-1]['content']}\n\n{content}"
+            messages[-1]["content"] = _joined(messages[-1]["content"], content)
         else:
             messages.append({"role": role, "content": content})
     return messages
+
+
+def _joined(first: Any, second: Any) -> Any:
+    if isinstance(first, str) and isinstance(second, str):
+        return f"{first}\n\n{second}"
+
+    def parts(content: Any) -> list[Any]:
+        return list(content) if isinstance(content, list) else [{"type": "text", "text": content}]
+
+    return [*parts(first), *parts(second)]
 
 
 @dataclasses.dataclass
@@ -94,6 +116,8 @@ class TurnLog:
     #: Models whose cost is unknown to litellm's table (counted as $0).
     unpriced: list[str] = dataclasses.field(default_factory=list)
     compressions: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    #: The reference files the turn started with (name, source, size, sha256; no content).
+    files: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     def add_reply(self, reply: model_client.ModelReply, model_name: str) -> None:
         """Count one model call."""
@@ -130,6 +154,8 @@ class TurnLog:
             )
         if self.compressions:
             detail["compressions"] = self.compressions
+        if self.files:
+            detail["files"] = self.files
         if self.tool_calls_not_recorded:
             detail["toolCallsNotRecorded"] = self.tool_calls_not_recorded
         return detail
@@ -145,6 +171,7 @@ class TurnLog:
             tool_calls_not_recorded=int(detail.get("toolCallsNotRecorded", 0)),
             cost_known=bool(detail.get("costKnown", True)),
             compressions=list(detail.get("compressions", [])),
+            files=list(detail.get("files", [])),
         )
 
 
@@ -200,8 +227,12 @@ async def run_turn(
     *,
     env: Mapping[str, str],
     redactor: secrets.Redactor,
+    access: files.FileAccess = files.NO_FILE_ACCESS,
 ) -> capabilities.NodeResult | capabilities.Pause:
-    """Run the agent's turn to its final answer, or pause it for a human."""
+    """Run the agent's turn to its final answer, or pause it for a human.
+
+    ``access`` says where reference files may come from (:mod:`agentflows.agents.files`).
+    """
     spec = task.agent
     if ctx.resume is not None:
         state, log = TurnState.from_json(ctx.resume.state)
@@ -213,7 +244,10 @@ async def run_turn(
             decided = approval.rulings(ctx.resume.request, state.waiting)
             await _run_round(state, log, registry, ctx, redactor, decided)
     else:
-        state, log = TurnState(build_messages(spec, task.prompt)), TurnLog()
+        loaded = await files.load([*spec.files, *task.files], access, env, redactor)
+        attached = files.message(loaded, spec.model)
+        state = TurnState(build_messages(spec, task.prompt, attached))
+        log = TurnLog(files=[file.record() for file in loaded])
     schemas = registry.schemas()
     while True:
         _check_budget(ctx, log.usage)

@@ -12,7 +12,9 @@ record; a sub-flow re-runs only its unfinished nodes.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
+import functools
 import json
 import re
 from typing import Any
@@ -35,10 +37,17 @@ async def dispatch(
     node: graph.CompiledNode,
     key: str,
     previous: flowrun_api.NodeStatus | None,
+    *,
+    args: dict[str, Any] | None = None,
 ) -> state.Result:
-    """Compute ``node``'s result; ``previous`` is its record from an earlier execution."""
+    """Compute ``node``'s result; ``previous`` is its record from an earlier execution.
+
+    ``args`` are an agent's arguments when the node runs as its tool: merged into a tool's
+    ``args`` or a flow's ``input``, replacing an llm's or agent's ``prompt``/``system``, and
+    visible to every expression of the node as ``.args``. They are values, never expressions.
+    """
     spec = node.spec
-    scope = frame.scope.scope()
+    scope = frame.scope.scope() if args is None else frame.scope.scope(args=args)
     t = node.templates
     if spec.transform is not None:
         return capabilities.NodeResult(
@@ -53,26 +62,76 @@ async def dispatch(
     if spec.map is not None:
         return await _map(frame, node, key, scope)
     if spec.flow is not None:
-        value = await expressions.evaluate_async(t["input"], scope)
+        value = _merged(await expressions.evaluate_async(t["input"], scope), args)
         output = await _subflow(frame, spec.flow, value, f"{key}/")
         return capabilities.NodeResult(envelope.from_value(output))
     resume = _resume_of(frame, previous)
     ctx = frame.run.context(key, frame.depth, resume)
     if spec.agent is not None:
-        return await _agent(
-            frame, spec.agent, await expressions.evaluate_async(t["prompt"], scope), ctx, previous
-        )
+        prompt = await _filled(args, "prompt", t, scope)
+        return await _agent(frame, node, spec.agent, prompt, ctx, previous)
     if spec.llm is not None:
         task = capabilities.LlmTask(
             model=spec.llm.model,
-            system=str(await expressions.evaluate_async(t["system"], scope) or ""),
-            prompt=str(await expressions.evaluate_async(t["prompt"], scope)),
+            system=str(await _filled(args, "system", t, scope) or ""),
+            prompt=str(await _filled(args, "prompt", t, scope)),
             output_schema=spec.llm.output_schema,
         )
         return await frame.run.caps.complete(task, ctx)
     assert spec.tool is not None
-    args = await expressions.evaluate_async(t["args"], scope)
-    return await _tool(frame, spec.tool, args, ctx, previous)
+    tool_args = _merged(await expressions.evaluate_async(t["args"], scope), args)
+    return await _tool(frame, spec.tool, tool_args, ctx, previous)
+
+
+async def _filled(
+    args: dict[str, Any] | None,
+    field: str,
+    templates: dict[str, expressions.Template],
+    scope: expressions.Scope,
+) -> Any:
+    """An agent's argument for ``field`` when it gave one, else the configured template's value."""
+    if args is not None and field in args:
+        return args[field]
+    return await expressions.evaluate_async(templates[field], scope)
+
+
+def _merged(value: Any, args: dict[str, Any] | None) -> Any:
+    """``value`` (a tool's args, a flow's input) with an agent's arguments merged over it."""
+    if not args:
+        return value
+    if value is None:
+        return dict(args)
+    if not isinstance(value, dict):
+        raise state.NodeFailed(
+            f"its configured value is a {type(value).__name__}, so the agent's arguments "
+            f"({', '.join(args)}) cannot be merged into it"
+        )
+    return {**value, **args}
+
+
+async def run_node_tool(
+    frame: state.Frame, node_id: str, args: dict[str, Any], ctx: capabilities.NodeContext
+) -> dict[str, Any]:
+    """Run tool node ``node_id`` once for an agent's call; return its output envelope.
+
+    The node goes through the same lifecycle as any other (its record is stored under the
+    calling tool call's key, ``<agent node>/<call id>/<node>``, with usage and limits counted
+    by the run). A failure is an error for the calling agent; a node that would wait for a
+    human cannot, since only the agent's own turn can be saved and resumed.
+    """
+    node = frame.compiled.tool_nodes[node_id]
+    key = f"{ctx.node_key}/{node_id}"
+    body = functools.partial(dispatch, frame, node, key, args=args)
+    retry = node.spec.retry or frame.compiled.spec.node_retry
+    try:
+        phase = await lifecycle.execute(frame.run, key, node.kind, body, retry)
+    except state.NodeFailed as exc:
+        raise capabilities.CapabilityError(f'node "{node_id}" failed: {exc}') from exc
+    if phase == Phase.WAITING:
+        raise capabilities.CapabilityError(
+            f'node "{node_id}" asked for a human, which a node called as a tool cannot do'
+        )
+    return frame.run.checkpoint.nodes[key].output or {}
 
 
 def _branch(spec: flow_api.Branch, value: Any) -> capabilities.NodeResult:
@@ -241,6 +300,7 @@ def _decided(
 
 async def _agent(
     frame: state.Frame,
+    node: graph.CompiledNode,
     call: flow_api.AgentCall,
     prompt: Any,
     ctx: capabilities.NodeContext,
@@ -249,7 +309,9 @@ async def _agent(
     spec = frame.run.resolver.agent(call.name)
     if spec is None:
         raise state.NodeFailed(f'no Agent "{call.name}"')
-    task = capabilities.AgentTask(call.name, spec, str(prompt))
+    task = capabilities.AgentTask(call.name, spec, str(prompt), node.node_tools, call.files)
+    if node.node_tools:
+        ctx = dataclasses.replace(ctx, run_node=functools.partial(run_node_tool, frame))
     # ``previous``, not the record now in the store: the lifecycle has already saved this
     # execution's Running record, which no longer says Waiting
     pending = _pending_request(frame, previous)
@@ -453,9 +515,8 @@ async def _map_body(
         )
     ctx = frame.run.context(item_key, frame.depth, _resume_of(frame, previous))
     if spec.agent is not None:
-        return await _agent(
-            frame, spec.agent, await expressions.evaluate_async(t["prompt"], scope), ctx, previous
-        )
+        prompt = await expressions.evaluate_async(t["prompt"], scope)
+        return await _agent(frame, node, spec.agent, prompt, ctx, previous)
     assert spec.tool is not None
     args = await expressions.evaluate_async(t["args"], scope)
     return await _tool(frame, spec.tool, args, ctx, previous)
