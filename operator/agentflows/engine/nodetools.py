@@ -86,7 +86,7 @@ def _check_entry(
     if node.kind not in TOOL_KINDS:
         report(
             f"{path}.node",
-            f'node "{entry.node}" is a {node.kind} node; a tool must be one of '
+            f'node "{entry.node}" ({node.kind}) cannot be a tool; a tool is one of '
             + ", ".join(TOOL_KINDS),
         )
         return

@@ -1,0 +1,214 @@
+"""Flow nodes offered to an agent as tools (``agent.nodeTools``), through the real engine.
+
+The model is the scripted server on loopback and the http node calls a loopback endpoint: the
+tests look at what the model was offered and sent back, what the endpoint received, and the
+records the run stored.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from agentflows.agents import host
+from agentflows.api import agent as agent_api
+from agentflows.api import flow as flow_api
+from agentflows.api import flowrun as flowrun_api
+from agentflows.engine import graph, run, store
+from tests.support.endpoint import LoopbackEndpoint
+from tests.support.model_server import Reply, ScriptedModelServer, ToolCall
+
+
+def resolver_for(server: ScriptedModelServer, **agent_fields: Any) -> graph.StaticResolver:
+    return graph.StaticResolver(
+        {"helper": agent_api.AgentSpec(model=server.model_spec(), **agent_fields)}
+    )
+
+
+async def run_spec(
+    server: ScriptedModelServer, spec: dict[str, Any], resolver: graph.StaticResolver
+) -> tuple[store.Outcome, store.Checkpoint]:
+    flow = flow_api.FlowSpec.model_validate(spec)
+    memory = store.MemoryStore()
+    outcome = await run.run_flow(
+        graph.compile_flow(flow, resolver),
+        run_name="r",
+        input_value=None,
+        store_=memory,
+        caps=host.LiveCapabilities(resolver, env=server.env),
+        resolver=resolver,
+    )
+    return outcome, await memory.load()
+
+
+def lookup_flow(endpoint: LoopbackEndpoint) -> dict[str, Any]:
+    """ask (agent) offers lookup (http, units fixed) and echo (transform); then done."""
+    return {
+        "nodes": [
+            {
+                "id": "ask",
+                "agent": {
+                    "name": "helper",
+                    "prompt": "Find the weather.",
+                    "nodeTools": [
+                        {"node": "lookup", "fields": ["city"]},
+                        {"node": "echo", "fields": ["word"], "description": "Repeat a word."},
+                    ],
+                },
+            },
+            {
+                "id": "lookup",
+                "description": "Look a city up.",
+                "tool": {
+                    "http": {"method": "POST", "url": f"{endpoint.url}/echo"},
+                    "args": {"units": "metric", "city": "nowhere"},
+                },
+            },
+            {"id": "echo", "transform": "={said: .args.word, run: .run.name}"},
+            {"id": "done", "transform": "={answer: .nodes.ask.text}"},
+        ]
+    }
+
+
+def tool_results(server: ScriptedModelServer, index: int) -> dict[str, Any]:
+    return {
+        m["tool_call_id"]: json.loads(m["content"])
+        for m in server.requests[index].messages
+        if m["role"] == "tool"
+    }
+
+
+async def test_node_tools_offer_only_their_fields_and_run_the_node_once_per_call(
+    model_server: ScriptedModelServer, endpoint: LoopbackEndpoint
+) -> None:
+    model_server.script(
+        Reply.calls(
+            ToolCall("lookup", {"city": "Oslo"}, id="c1"),
+            ToolCall("echo", {"word": "hi"}, id="c2"),
+        ),
+        Reply.calls(ToolCall("lookup", {"city": "Rome"}, id="c3")),
+        Reply.text("Oslo and Rome looked up"),
+    )
+    outcome, checkpoint = await run_spec(
+        model_server, lookup_flow(endpoint), resolver_for(model_server)
+    )
+
+    assert outcome.phase == flowrun_api.RunPhase.SUCCEEDED, outcome.message
+    offered = {t["function"]["name"]: t["function"] for t in model_server.requests[0].body["tools"]}
+    assert offered["lookup"]["parameters"] == {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+        "additionalProperties": False,
+    }
+    assert offered["lookup"]["description"] == "Look a city up."
+    assert offered["echo"]["description"] == "Repeat a word."
+    assert [r["body"] for r in endpoint.requests] == [
+        {"units": "metric", "city": "Oslo"},
+        {"units": "metric", "city": "Rome"},
+    ], "one request per call, the agent's field merged over the configured args"
+    first = tool_results(model_server, 1)
+    assert first["c1"]["body"] == {"units": "metric", "city": "Oslo"}
+    assert first["c2"] == {"said": "hi", "run": "r"}
+    assert tool_results(model_server, 2)["c3"]["body"]["city"] == "Rome"
+    nodes = checkpoint.nodes
+    for key in ("ask/c1/lookup", "ask/c2/echo", "ask/c3/lookup"):
+        assert nodes[key].phase == flowrun_api.NodePhase.SUCCEEDED
+        assert nodes[key].attempts == 1
+    assert "lookup" not in nodes and "echo" not in nodes, "tool nodes never run on their own"
+    assert nodes["done"].output is not None
+    assert nodes["done"].output["json"] == {"answer": "Oslo and Rome looked up"}
+    calls = nodes["ask"].detail["toolCalls"]
+    assert [(c["id"], c["name"], c["status"]) for c in calls] == [
+        ("c1", "lookup", "success"),
+        ("c2", "echo", "success"),
+        ("c3", "lookup", "success"),
+    ]
+
+
+async def test_a_node_tool_named_like_an_agent_tool_is_suffixed(
+    model_server: ScriptedModelServer, endpoint: LoopbackEndpoint
+) -> None:
+    clash = agent_api.Tool(name="lookup", http=agent_api.HttpTool(url=f"{endpoint.url}/text"))
+    model_server.script(
+        Reply.calls(ToolCall("lookup_2", {"city": "Oslo"}, id="c1")), Reply.text("ok")
+    )
+    outcome, checkpoint = await run_spec(
+        model_server, lookup_flow(endpoint), resolver_for(model_server, tools=[clash])
+    )
+
+    assert outcome.phase == flowrun_api.RunPhase.SUCCEEDED, outcome.message
+    names = [t["function"]["name"] for t in model_server.requests[0].body["tools"]]
+    assert names == ["lookup", "lookup_2", "echo"]
+    assert endpoint.requests[0]["path"] == "/echo", "lookup_2 ran the flow node, not the tool"
+    assert checkpoint.nodes["ask/c1/lookup"].phase == flowrun_api.NodePhase.SUCCEEDED
+
+
+async def test_an_llm_node_tool_takes_its_prompt_from_the_agent(
+    model_server: ScriptedModelServer,
+) -> None:
+    spec = {
+        "nodes": [
+            {
+                "id": "ask",
+                "agent": {
+                    "name": "helper",
+                    "prompt": "Summarise.",
+                    "nodeTools": [{"node": "summarise", "fields": ["prompt"]}],
+                },
+            },
+            {
+                "id": "summarise",
+                "llm": {
+                    "model": model_server.model_spec().to_wire(),
+                    "system": "You summarise.",
+                    "prompt": "configured prompt",
+                },
+            },
+        ]
+    }
+    model_server.script(
+        Reply.calls(ToolCall("summarise", {"prompt": "say it short"}, id="c1")),
+        Reply.text("short"),
+        Reply.text("it was short"),
+    )
+    outcome, checkpoint = await run_spec(model_server, spec, resolver_for(model_server))
+
+    assert outcome.phase == flowrun_api.RunPhase.SUCCEEDED, outcome.message
+    [tool] = model_server.requests[0].body["tools"]
+    assert tool["function"]["parameters"]["properties"] == {"prompt": {"type": "string"}}
+    inner = model_server.requests[1].messages
+    assert inner == [
+        {"role": "system", "content": "You summarise."},
+        {"role": "user", "content": "say it short"},
+    ]
+    assert tool_results_text(model_server, 2) == {"c1": "short"}
+    record = checkpoint.nodes["ask/c1/summarise"]
+    assert record.usage is not None and record.usage.llm_calls == 1
+    assert outcome.usage is not None and outcome.usage.llm_calls == 3
+
+
+def tool_results_text(server: ScriptedModelServer, index: int) -> dict[str, str]:
+    return {
+        m["tool_call_id"]: m["content"]
+        for m in server.requests[index].messages
+        if m["role"] == "tool"
+    }
+
+
+async def test_a_failing_node_tool_is_an_error_result_for_the_model(
+    model_server: ScriptedModelServer, endpoint: LoopbackEndpoint
+) -> None:
+    spec = lookup_flow(endpoint)
+    spec["nodes"][1]["tool"]["http"]["url"] = f"{endpoint.url}/fail"
+    model_server.script(
+        Reply.calls(ToolCall("lookup", {"city": "Oslo"}, id="c1")), Reply.text("gave up")
+    )
+    outcome, checkpoint = await run_spec(model_server, spec, resolver_for(model_server))
+
+    assert outcome.phase == flowrun_api.RunPhase.SUCCEEDED, outcome.message
+    result = tool_results(model_server, 1)["c1"]
+    assert result["status"] == "error"
+    assert 'node "lookup" failed' in result["error"] and "503" in result["error"]
+    assert checkpoint.nodes["ask/c1/lookup"].phase == flowrun_api.NodePhase.FAILED
+    assert checkpoint.nodes["ask"].detail["toolCalls"][0]["status"] == "error"
