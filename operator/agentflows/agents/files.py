@@ -31,6 +31,7 @@ import base64
 import dataclasses
 import hashlib
 import mimetypes
+import os
 import posixpath
 import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -172,10 +173,14 @@ def _read_path(spec: agent_api.ReferenceFile, where: str, access: FileAccess) ->
         )
     try:
         with target.open("rb") as handle:
-            data = handle.read(spec.max_bytes + 1)
+            size = os.fstat(handle.fileno()).st_size
+            if size > spec.max_bytes:
+                raise FileError(
+                    f"{where} (path {spec.path}): {size} bytes, over maxBytes={spec.max_bytes}"
+                )
+            return handle.read(spec.max_bytes + 1)
     except OSError as exc:
         raise FileError(f"{where}.path: cannot read {spec.path!r}: {exc.strerror}") from None
-    return data
 
 
 def _content_type(spec: agent_api.ReferenceFile, name: str, data: bytes) -> str:
