@@ -123,7 +123,7 @@ async def test_a_url_whose_host_is_not_allowed_is_refused(
     spec = spec_with(
         model_server, [{"url": f"{endpoint.url}/text", "allowHosts": ["docs.example.com"]}]
     )
-    with pytest.raises(files.FileError, match="host '127.0.0.1' is not allowed"):
+    with pytest.raises(files.FileError, match=r"host '127\.0\.0\.1' is not allowed"):
         await turn(model_server, spec, ctx)
     assert endpoint.requests == [] and model_server.requests == []
 
