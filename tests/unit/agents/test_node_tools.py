@@ -212,3 +212,53 @@ async def test_a_failing_node_tool_is_an_error_result_for_the_model(
     assert 'node "lookup" failed' in result["error"] and "503" in result["error"]
     assert checkpoint.nodes["ask/c1/lookup"].phase == flowrun_api.NodePhase.FAILED
     assert checkpoint.nodes["ask"].detail["toolCalls"][0]["status"] == "error"
+
+
+async def test_sub_flow_and_agent_nodes_run_as_tools_with_typed_fields(
+    model_server: ScriptedModelServer,
+) -> None:
+    doubler = flow_api.FlowSpec.model_validate(
+        {
+            "input": {"type": "object", "properties": {"n": {"type": "integer"}}},
+            "nodes": [{"id": "double", "transform": "={twice: (.run.input.n * 2)}"}],
+        }
+    )
+    resolver = resolver_for(model_server)
+    resolver.flows["doubler"] = doubler
+    spec = {
+        "nodes": [
+            {
+                "id": "ask",
+                "agent": {
+                    "name": "helper",
+                    "prompt": "Work it out.",
+                    "nodeTools": [
+                        {"node": "double", "fields": ["n"]},
+                        {"node": "expert", "fields": ["prompt"]},
+                    ],
+                },
+            },
+            {"id": "double", "flow": {"name": "doubler", "input": {"n": 0}}},
+            {"id": "expert", "agent": {"name": "helper", "prompt": "configured"}},
+        ]
+    }
+    model_server.script(
+        Reply.calls(
+            ToolCall("double", {"n": 21}, id="c1"),
+            ToolCall("expert", {"prompt": "is 42 even?"}, id="c2"),
+        ),
+        Reply.text("yes"),
+        Reply.text("42, and it is even"),
+    )
+    outcome, checkpoint = await run_spec(model_server, spec, resolver)
+
+    assert outcome.phase == flowrun_api.RunPhase.SUCCEEDED, outcome.message
+    offered = {t["function"]["name"]: t["function"] for t in model_server.requests[0].body["tools"]}
+    assert offered["double"]["parameters"]["properties"] == {"n": {"type": "integer"}}
+    assert offered["expert"]["parameters"]["properties"] == {"prompt": {"type": "string"}}
+    assert model_server.requests[1].messages[-1] == {"role": "user", "content": "is 42 even?"}
+    assert tool_results_text(model_server, 2) == {"c1": '{"twice": 42}', "c2": "yes"}
+    nodes = checkpoint.nodes
+    assert nodes["ask/c1/double/double"].phase == flowrun_api.NodePhase.SUCCEEDED
+    assert nodes["ask/c2/expert"].phase == flowrun_api.NodePhase.SUCCEEDED
+    assert [c["name"] for c in nodes["ask"].detail["toolCalls"]] == ["double", "expert"]

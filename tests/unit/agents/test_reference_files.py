@@ -16,7 +16,9 @@ from click.testing import CliRunner
 
 from agentflows.agents import files, host
 from agentflows.api import agent as agent_api
+from agentflows.api import flow as flow_api
 from agentflows.cli import main as cli
+from agentflows.controller import pods
 from agentflows.engine import capabilities
 from tests.support.endpoint import LoopbackEndpoint
 from tests.support.model_server import Reply, ScriptedModelServer
@@ -233,3 +235,36 @@ spec:
     assert model_server.requests[0].messages[0]["content"] == (
         '<file name="faq.txt">\nOpen 9 to 5.\n</file>\n\nWhen?'
     )
+
+
+def test_the_runner_pod_gets_the_secrets_of_agent_and_node_files_as_env() -> None:
+    agent = agent_api.AgentSpec.model_validate(
+        {
+            "model": {"name": "openai/gpt-4o"},
+            "files": [{"secretKeyRef": {"name": "kb", "key": "terms.txt"}}],
+        }
+    )
+    flow = flow_api.FlowSpec.model_validate(
+        {
+            "nodes": [
+                {
+                    "id": "ask",
+                    "agent": {
+                        "name": "reader",
+                        "prompt": "hi",
+                        "files": [{"secretKeyRef": {"name": "kb", "key": "extra"}}],
+                    },
+                }
+            ]
+        }
+    )
+    assert pods.secret_env({"f": flow}, {"reader": agent}) == [
+        {
+            "name": "AGENTFLOWS_SECRET_KB_EXTRA",
+            "valueFrom": {"secretKeyRef": {"name": "kb", "key": "extra"}},
+        },
+        {
+            "name": "AGENTFLOWS_SECRET_KB_TERMS_TXT",
+            "valueFrom": {"secretKeyRef": {"name": "kb", "key": "terms.txt"}},
+        },
+    ]
