@@ -6,6 +6,7 @@ union: each entry has a ``name`` and exactly one of ``mcp``, ``http`` or ``pytho
 
 from __future__ import annotations
 
+import posixpath
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -318,6 +319,15 @@ class ReferenceFile(common.ApiModel):
         sources = ("config_map_key_ref", "secret_key_ref", "path", "url")
         if sum(getattr(self, s) is not None for s in sources) != 1:
             raise ValueError("set exactly one of configMapKeyRef, secretKeyRef, path or url")
+        if self.path is not None and (
+            self.path.startswith("/") or posixpath.normpath(self.path).split("/")[0] == ".."
+        ):
+            raise ValueError(
+                f"path {self.path!r} must be relative to the files root and stay inside it "
+                "(no leading / and no .. out of it)"
+            )
+        if self.url is not None and not self.url.lower().startswith(("http://", "https://")):
+            raise ValueError(f"url {self.url[:100]!r} must start with http:// or https://")
         return self
 
 

@@ -92,16 +92,33 @@ async def test_a_local_file_is_rendered_into_the_context_with_its_name_and_diges
     ]
 
 
-async def test_a_path_leaving_the_flow_directory_is_refused_before_any_model_call(
+def test_a_path_written_to_leave_its_root_is_refused_at_validation(tmp_path: Path) -> None:
+    for path in ("../secret.txt", "docs/../../secret.txt", "/etc/passwd"):
+        (tmp_path / "agent.yaml").write_text(
+            "apiVersion: agentflows.io/v1alpha1\nkind: Agent\nmetadata: {name: reader}\n"
+            f"spec: {{model: {{name: openai/gpt-4o}}, files: [{{path: {path!r}}}]}}\n"
+        )
+        result = CliRunner().invoke(cli.main, ["validate", str(tmp_path / "agent.yaml")])
+        assert result.exit_code == 2
+        assert (
+            f"spec.files[0]: path {path!r} must be relative to the files root and stay inside "
+            "it (no leading / and no .. out of it)"
+        ) in result.output
+
+
+async def test_a_link_leading_out_of_the_root_is_refused_before_any_model_call(
     model_server: ScriptedModelServer, ctx: capabilities.NodeContext, tmp_path: Path
 ) -> None:
     (tmp_path / "secret.txt").write_text("not yours")
     (tmp_path / "flows").mkdir()
     (tmp_path / "flows" / "link.txt").symlink_to(tmp_path / "secret.txt")
-    for path in ("../secret.txt", "link.txt", str(tmp_path / "secret.txt")):
-        spec = spec_with(model_server, [{"path": path}])
-        with pytest.raises(files.FileError, match=r"files\[0\]\.path: .* leads outside"):
-            await turn(model_server, spec, ctx, tmp_path / "flows")
+    spec = spec_with(model_server, [{"path": "link.txt"}])
+    with pytest.raises(files.FileError) as refused:
+        await turn(model_server, spec, ctx, tmp_path / "flows")
+    assert str(refused.value) == (
+        f"files[0].path: 'link.txt' leads outside {tmp_path / 'flows'}; "
+        "give a path inside that directory"
+    )
     assert model_server.requests == []
 
 
