@@ -4,7 +4,9 @@ Called by :class:`agentflows.agents.host.LiveCapabilities` for ``agent`` nodes (
 running an agent). The conversation sent first is: the system prompt (each skill's content,
 then the Agent's ``systemPrompt``, joined by ``---`` lines), the Agent's scripted ``history`` and
 the rendered prompt as a user turn, with consecutive turns of one role merged into one (joined by
-a blank line) — several providers reject two user turns in a row.
+a blank line) — several providers reject two user turns in a row. Reference files
+(:mod:`agentflows.agents.files`) open the pre-history as a user turn of their own, merged the
+same way.
 
 Then the loop: while the model asks for tools, the calls of one reply run concurrently, their
 results are appended in the order the model asked for them, and the model is called again. A

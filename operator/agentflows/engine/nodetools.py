@@ -92,19 +92,27 @@ def _check_entry(
         return
     if len(set(entry.fields)) != len(entry.fields):
         report(f"{path}.fields", "each field may be listed once")
-    holder = (
-        ("tool.args", node.tool.args)
-        if node.tool is not None
-        else ("flow.input", node.flow.input)
-        if node.flow is not None
-        else None
-    )
-    if entry.fields and holder is not None and not isinstance(holder[1], dict | None):
+    holder = _merge_target(node)
+    if entry.fields and holder is not None and not _may_be_mapping(holder[1]):
         report(
             f"{path}.fields",
             f'node "{entry.node}" has a spec.nodes[{index}].{holder[0]} that is not a mapping, '
             "so no field can be merged into it",
         )
+
+
+def _may_be_mapping(value: Any) -> bool:
+    """A mapping, nothing, or an expression (whose value is checked when the node runs)."""
+    return value is None or isinstance(value, dict) or str(value).startswith("=")
+
+
+def _merge_target(node: flow_api.Node) -> tuple[str, Any] | None:
+    """Where a node merges an agent's fields: a tool's ``args``, a flow's ``input``, else None."""
+    if node.tool is not None:
+        return "tool.args", node.tool.args
+    if node.flow is not None:
+        return "flow.input", node.flow.input
+    return None
 
 
 def _check_edges(spec: flow_api.FlowSpec, tools: dict[str, str], report: Report) -> None:

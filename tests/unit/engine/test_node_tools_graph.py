@@ -100,7 +100,7 @@ nodes:
   - id: ask
     agent: {name: helper, prompt: hi, nodeTools: [{node: call, fields: [q]}]}
   - id: call
-    tool: {http: {url: "http://127.0.0.1:1/x"}, args: "=[1]"}
+    tool: {http: {url: "http://127.0.0.1:1/x"}, args: [1, 2]}
 """
     )
     assert found == [
