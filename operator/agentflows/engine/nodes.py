@@ -69,7 +69,7 @@ async def dispatch(
     ctx = frame.run.context(key, frame.depth, resume)
     if spec.agent is not None:
         prompt = await _filled(args, "prompt", t, scope)
-        return await _agent(frame, node, spec.agent, prompt, ctx, previous)
+        return await _agent(frame, node, spec.agent, prompt, ctx, previous, args is None)
     if spec.llm is not None:
         task = capabilities.LlmTask(
             model=spec.llm.model,
@@ -80,7 +80,7 @@ async def dispatch(
         return await frame.run.caps.complete(task, ctx)
     assert spec.tool is not None
     tool_args = _merged(await expressions.evaluate_async(t["args"], scope), args)
-    return await _tool(frame, spec.tool, tool_args, ctx, previous)
+    return await _tool(frame, spec.tool, tool_args, ctx, previous, args is None)
 
 
 async def _filled(
@@ -305,6 +305,7 @@ async def _agent(
     prompt: Any,
     ctx: capabilities.NodeContext,
     previous: flowrun_api.NodeStatus | None,
+    pausable: bool = True,
 ) -> state.Result:
     spec = frame.run.resolver.agent(call.name)
     if spec is None:
@@ -318,14 +319,25 @@ async def _agent(
     if pending is not None:
         return state.Waiting(pending, _saved_state(previous))
     result = await frame.run.caps.run_agent(task, ctx)
-    return await _from_capability(frame, ctx.node_key, result)
+    return await _from_capability(frame, ctx.node_key, result, pausable)
 
 
 async def _from_capability(
     frame: state.Frame,
     key: str,
     result: capabilities.NodeResult | capabilities.Pause,
+    pausable: bool = True,
 ) -> state.Result:
+    """The node's result; a pause persists its request, unless the node may not pause.
+
+    A node run as an agent's tool may not: only the agent's own turn can be saved and resumed,
+    so no request is left behind that nothing would ever wait for.
+    """
+    if isinstance(result, capabilities.Pause) and not pausable:
+        raise state.NodeFailed(
+            f"it needs a human's decision under autonomy {frame.run.spec.autonomy.value}, "
+            "which a node called as a tool cannot wait for"
+        )
     if isinstance(result, capabilities.Pause):
         request_id = await _persist_request(frame, key, result.request)
         return state.Waiting(request_id, result.state, result.usage, result.detail)
@@ -377,13 +389,14 @@ async def _tool(
     args: Any,
     ctx: capabilities.NodeContext,
     previous: flowrun_api.NodeStatus | None,
+    pausable: bool = True,
 ) -> state.Result:
     pending = _pending_request(frame, previous)
     if pending is not None:
         return state.Waiting(pending, _saved_state(previous))
     task = _tool_task(frame, call, args, ctx.node_key.rsplit("/", 1)[-1])
     result = await frame.run.caps.call_tool(task, ctx)
-    return await _from_capability(frame, ctx.node_key, result)
+    return await _from_capability(frame, ctx.node_key, result, pausable)
 
 
 #: Why a sub-flow stopped that ``catchErrors`` catches: its nodes failed, not the run's limits.

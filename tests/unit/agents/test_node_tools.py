@@ -262,3 +262,22 @@ async def test_sub_flow_and_agent_nodes_run_as_tools_with_typed_fields(
     assert nodes["ask/c1/double/double"].phase == flowrun_api.NodePhase.SUCCEEDED
     assert nodes["ask/c2/expert"].phase == flowrun_api.NodePhase.SUCCEEDED
     assert [c["name"] for c in nodes["ask"].detail["toolCalls"]] == ["double", "expert"]
+
+
+async def test_a_tool_node_needing_approval_is_an_error_result_and_leaves_no_request(
+    model_server: ScriptedModelServer, endpoint: LoopbackEndpoint
+) -> None:
+    spec = lookup_flow(endpoint) | {"autonomy": "supervised"}
+    model_server.script(
+        Reply.calls(ToolCall("lookup", {"city": "Oslo"}, id="c1")), Reply.text("could not")
+    )
+    outcome, checkpoint = await run_spec(model_server, spec, resolver_for(model_server))
+
+    assert outcome.phase == flowrun_api.RunPhase.SUCCEEDED, outcome.message
+    result = tool_results(model_server, 1)["c1"]
+    assert result["error"] == (
+        'node "lookup" failed: it needs a human\'s decision under autonomy supervised, which '
+        "a node called as a tool cannot wait for"
+    )
+    assert endpoint.requests == [], "the endpoint was never called"
+    assert checkpoint.requests == {}, "no request is left that nothing waits for"
