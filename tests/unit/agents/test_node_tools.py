@@ -281,3 +281,44 @@ async def test_a_tool_node_needing_approval_is_an_error_result_and_leaves_no_req
     )
     assert endpoint.requests == [], "the endpoint was never called"
     assert checkpoint.requests == {}, "no request is left that nothing waits for"
+
+
+async def test_each_map_item_agent_calls_node_tools_under_its_own_key(
+    model_server: ScriptedModelServer,
+) -> None:
+    spec = {
+        "nodes": [
+            {
+                "id": "fan",
+                "map": {
+                    "items": '=["a", "b"]',
+                    "concurrency": 1,
+                    "agent": {
+                        "name": "helper",
+                        "prompt": "{{ .item }}",
+                        "nodeTools": [{"node": "echo", "fields": ["word"]}],
+                    },
+                },
+            },
+            {"id": "echo", "transform": "={said: .args.word}"},
+        ]
+    }
+    model_server.script(
+        Reply.calls(ToolCall("echo", {"word": "a"}, id="c1")),
+        Reply.text("did a"),
+        Reply.calls(ToolCall("echo", {"word": "b"}, id="c1")),
+        Reply.text("did b"),
+    )
+    outcome, checkpoint = await run_spec(model_server, spec, resolver_for(model_server))
+
+    assert outcome.phase == flowrun_api.RunPhase.SUCCEEDED, outcome.message
+    assert checkpoint.nodes["fan[0]/c1/echo"].output == {
+        "json": {"said": "a"},
+        "text": '{"said": "a"}',
+        "raw": None,
+    }
+    assert checkpoint.nodes["fan[1]/c1/echo"].output is not None
+    assert checkpoint.nodes["fan[1]/c1/echo"].output["json"] == {"said": "b"}
+    fan = checkpoint.nodes["fan"].output
+    assert fan is not None
+    assert [item["text"] for item in fan["items"]] == ["did a", "did b"]
