@@ -42,6 +42,7 @@ from agentflows.agents import http_tool, secrets
 from agentflows.agents import model as model_client
 from agentflows.api import agent as agent_api
 from agentflows.api import common
+from agentflows.api import flow as flow_api
 from agentflows.engine import capabilities
 
 #: All reference files of one turn together, in bytes.
@@ -92,7 +93,7 @@ class LoadedFile:
 
 
 class FileError(capabilities.CapabilityError):
-    """A reference file could not be used (permanent: the spec or the source must change)."""
+    """A reference file could not be used; only a URL that may answer later is retryable."""
 
 
 async def load(
@@ -155,7 +156,7 @@ async def _read(
     try:
         data = await runner.fetch(spec.url)
     except http_tool.FetchError as exc:
-        raise FileError(str(exc)) from None
+        raise FileError(str(exc), retryable=exc.retryable, source=flow_api.RetryOn.HTTP) from None
     name = posixpath.basename(urllib.parse.urlsplit(spec.url).path) or "file"
     return f"url {spec.url}", name, data
 

@@ -127,6 +127,11 @@ class InvalidUrl(Exception):
 class FetchError(Exception):
     """A file could not be fetched (:meth:`HttpToolRunner.fetch`); the message says why."""
 
+    def __init__(self, message: str, *, retryable: bool) -> None:
+        super().__init__(message)
+        #: A timeout, a lost connection, a 429 or 5xx: fetching again later may work.
+        self.retryable = retryable
+
 
 class HttpToolRunner:
     """One compiled http tool; :meth:`run` makes a call."""
@@ -187,10 +192,14 @@ class HttpToolRunner:
                 self._send(url, {"headers": {}}, set(), raw=True), self.spec.timeout_seconds
             )
         except (TimeoutError, httpx.TimeoutException):
-            message = f"no response within {self.spec.timeout_seconds:g} s"
-        except (HostNotAllowed, InvalidUrl, _ResponseError, httpx.HTTPError) as exc:
-            message = str(exc)
-        raise FetchError(self._redactor(f"{self.name}: {message}"))
+            message, retryable = f"no response within {self.spec.timeout_seconds:g} s", True
+        except _ResponseError as exc:
+            message, retryable = str(exc), exc.retryable
+        except httpx.TransportError as exc:
+            message, retryable = str(exc), True
+        except (HostNotAllowed, InvalidUrl, httpx.HTTPError) as exc:
+            message, retryable = str(exc), False
+        raise FetchError(self._redactor(f"{self.name}: {message}"), retryable=retryable)
 
     async def _request(self, args: Any) -> Any:
         scope = expressions.Scope({"args": args})

@@ -17,9 +17,10 @@ from click.testing import CliRunner
 from agentflows.agents import files, host
 from agentflows.api import agent as agent_api
 from agentflows.api import flow as flow_api
+from agentflows.api import flowrun as flowrun_api
 from agentflows.cli import main as cli
 from agentflows.controller import pods
-from agentflows.engine import capabilities
+from agentflows.engine import capabilities, graph, run, store
 from tests.support.endpoint import LoopbackEndpoint
 from tests.support.model_server import Reply, ScriptedModelServer
 
@@ -285,3 +286,33 @@ def test_the_runner_pod_gets_the_secrets_of_agent_and_node_files_as_env() -> Non
             "valueFrom": {"secretKeyRef": {"name": "kb", "key": "terms.txt"}},
         },
     ]
+
+
+async def test_a_url_file_answering_503_is_retried_by_the_node_retry_policy(
+    model_server: ScriptedModelServer, endpoint: LoopbackEndpoint
+) -> None:
+    resolver = graph.StaticResolver(
+        {"reader": spec_with(model_server, [{"url": f"{endpoint.url}/fail"}])}
+    )
+    flow = flow_api.FlowSpec.model_validate(
+        {
+            "nodeRetry": {"maxAttempts": 2, "backoffSeconds": 0},
+            "nodes": [{"id": "ask", "agent": {"name": "reader", "prompt": "hi"}}],
+        }
+    )
+    memory = store.MemoryStore()
+    outcome = await run.run_flow(
+        graph.compile_flow(flow, resolver),
+        run_name="r",
+        input_value=None,
+        store_=memory,
+        caps=host.LiveCapabilities(resolver, env=model_server.env),
+        resolver=resolver,
+    )
+
+    assert outcome.phase == flowrun_api.RunPhase.FAILED
+    record = (await memory.load()).nodes["ask"]
+    assert record.attempts == 2
+    assert "files[0].url: HTTP 503 from 127.0.0.1: backend down" in (record.error or "")
+    assert [r["path"] for r in endpoint.requests] == ["/fail", "/fail"]
+    assert model_server.requests == []
