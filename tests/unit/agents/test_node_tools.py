@@ -322,3 +322,46 @@ async def test_each_map_item_agent_calls_node_tools_under_its_own_key(
     fan = checkpoint.nodes["fan"].output
     assert fan is not None
     assert [item["text"] for item in fan["items"]] == ["did a", "did b"]
+
+
+async def test_an_agent_tool_node_takes_field_types_from_the_tool_parameters(
+    model_server: ScriptedModelServer, endpoint: LoopbackEndpoint
+) -> None:
+    forecast = agent_api.Tool(
+        name="forecast",
+        http=agent_api.HttpTool(method="POST", url=f"{endpoint.url}/echo"),
+        parameters={
+            "type": "object",
+            "properties": {"days": {"type": "integer", "minimum": 1}, "city": {"type": "string"}},
+        },
+    )
+    resolver = resolver_for(model_server)
+    resolver.agents["toolbox"] = agent_api.AgentSpec(
+        model=model_server.model_spec(), tools=[forecast]
+    )
+    spec = {
+        "nodes": [
+            {
+                "id": "ask",
+                "agent": {
+                    "name": "helper",
+                    "prompt": "Plan the week.",
+                    "nodeTools": [{"node": "week", "fields": ["days"]}],
+                },
+            },
+            {
+                "id": "week",
+                "tool": {"agent": "toolbox", "name": "forecast", "args": {"city": "Oslo"}},
+            },
+        ]
+    }
+    model_server.script(Reply.calls(ToolCall("week", {"days": 7}, id="c1")), Reply.text("planned"))
+    outcome, checkpoint = await run_spec(model_server, spec, resolver)
+
+    assert outcome.phase == flowrun_api.RunPhase.SUCCEEDED, outcome.message
+    [tool] = model_server.requests[0].body["tools"]
+    assert tool["function"]["parameters"]["properties"] == {
+        "days": {"type": "integer", "minimum": 1}
+    }
+    assert endpoint.requests[0]["body"] == {"city": "Oslo", "days": 7}
+    assert checkpoint.nodes["ask/c1/week"].phase == flowrun_api.NodePhase.SUCCEEDED

@@ -316,3 +316,23 @@ async def test_a_url_file_answering_503_is_retried_by_the_node_retry_policy(
     assert "files[0].url: HTTP 503 from 127.0.0.1: backend down" in (record.error or "")
     assert [r["path"] for r in endpoint.requests] == ["/fail", "/fail"]
     assert model_server.requests == []
+
+
+async def test_a_pdf_goes_as_a_file_part_to_a_model_that_reads_pdfs(
+    model_server: ScriptedModelServer, ctx: capabilities.NodeContext, tmp_path: Path
+) -> None:
+    pdf = b"%PDF-1.4\n1 0 obj << >> endobj\ntrailer << >>\n%%EOF\n"
+    (tmp_path / "terms.pdf").write_bytes(pdf)
+    model_server.script(Reply.text("read"))
+    spec = spec_with(model_server, [{"path": "terms.pdf"}], name="openai/gpt-4o")
+    result = await turn(model_server, spec, ctx, tmp_path)
+
+    [_, user] = model_server.requests[0].messages
+    assert user["content"][0] == {
+        "type": "file",
+        "file": {
+            "filename": "terms.pdf",
+            "file_data": "data:application/pdf;base64," + base64.b64encode(pdf).decode(),
+        },
+    }
+    assert result.detail["files"][0]["contentType"] == "application/pdf"
