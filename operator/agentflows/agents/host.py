@@ -32,6 +32,7 @@ from agentflows.agents import (
     flow_nodes,
     review,
     secrets,
+    sessions,
     spec_tools,
     tools,
     turn,
@@ -73,6 +74,7 @@ class LiveCapabilities:
         self,
         resolver: capabilities.Resolver | Mapping[str, agent_api.AgentSpec] | None = None,
         env: Mapping[str, str] = os.environ,
+        session_store: sessions.Store | None = None,
         file_access: files.FileAccess = files.NO_FILE_ACCESS,
     ) -> None:
         if resolver is None or isinstance(resolver, Mapping):
@@ -80,6 +82,8 @@ class LiveCapabilities:
         #: Looks up Agents and Flows named by sub-agent and sub-flow tools.
         self.resolver: capabilities.Resolver = resolver
         self.env = env
+        #: Where conversations with a ``session`` persist (None: nowhere, every turn is new).
+        self.session_store = session_store
         #: Where reference files may come from (local paths, ConfigMaps).
         self.file_access = file_access
         self.redactor = secrets.Redactor(
@@ -91,17 +95,22 @@ class LiveCapabilities:
     ) -> capabilities.NodeResult | capabilities.Pause:
         """Run one agent turn with the Agent's tools and skills, or resume a paused one."""
         spec = task.agent
+        memory = sessions.bind(self.session_store, task, self.env, self.redactor)
         async with contextlib.AsyncExitStack() as stack:
-            providers: list[tools.ToolProvider] = [
-                spec_tools.SpecToolProvider(spec.tools, self.env, self.redactor),
-                spec_tools.SkillToolProvider(spec.skills, self.env, self.redactor),
-                *self._mcp_providers(spec.tools, stack),
-                delegation.SubAgentProvider(spec.sub_agents, self.resolver, self.run_agent),
-                delegation.SubFlowProvider(spec.sub_flows, self.resolver),
-                review.ReviewProvider(spec.human_review),
-            ]
+            providers: list[tools.ToolProvider] = (
+                []
+                if task.skip_tools
+                else [
+                    spec_tools.SpecToolProvider(spec.tools, self.env, self.redactor),
+                    spec_tools.SkillToolProvider(spec.skills, self.env, self.redactor),
+                    *self._mcp_providers(spec.tools, stack),
+                    delegation.SubAgentProvider(spec.sub_agents, self.resolver, self.run_agent),
+                    delegation.SubFlowProvider(spec.sub_flows, self.resolver),
+                    review.ReviewProvider(spec.human_review),
+                ]
+            )
             registry = await tools.ToolRegistry.build(providers, ctx.autonomy)
-            if task.node_tools:
+            if task.node_tools and not task.skip_tools:
                 offered = flow_nodes.NodeToolProvider(task.node_tools, registry.names())
                 await registry.add(offered, ctx.autonomy)
             return await turn.run_turn(
@@ -110,6 +119,7 @@ class LiveCapabilities:
                 registry,
                 env=self.env,
                 redactor=self.redactor,
+                memory=memory,
                 access=self.file_access,
             )
 

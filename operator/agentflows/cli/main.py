@@ -24,7 +24,9 @@ from agentflows.api import flowrun as flowrun_api
 from agentflows.cli import (
     commands_agentspec,
     commands_cluster,
+    commands_graph,
     commands_runs,
+    commands_sessions,
     completion,
     group,
     hints,
@@ -100,9 +102,11 @@ for _command in [
     *commands_cluster.COMMANDS,
     *commands_runs.COMMANDS,
     *commands_agentspec.COMMANDS,
+    *commands_graph.COMMANDS,
     runner_command.runner,
 ]:
     main.add_command(_command)
+main.add_command(commands_sessions.sessions_group, "sessions")
 
 
 @main.command()
@@ -134,7 +138,7 @@ def crds() -> None:
     click.echo(crd.render_yaml(crd.build_crds()), nl=False)
 
 
-def _capabilities(mock: bool, resolver: Any, files_root: str = "") -> Any:
+def _capabilities(mock: bool, resolver: Any, directory: Path, files_root: str = "") -> Any:
     if mock:
         from agentflows.agents import mock as mock_mod
 
@@ -142,7 +146,9 @@ def _capabilities(mock: bool, resolver: Any, files_root: str = "") -> Any:
     from agentflows.agents import files, host
 
     access = files.FileAccess(root=Path(files_root)) if files_root else files.NO_FILE_ACCESS
-    return host.LiveCapabilities(resolver, file_access=access)
+    return host.LiveCapabilities(
+        resolver, session_store=commands_sessions.file_store(directory), file_access=access
+    )
 
 
 def _resume_command(name: str, state_dir: str | None) -> str:
@@ -175,7 +181,7 @@ def _execute(
                 run_name=name,
                 input_value=input_value,
                 store_=store.FileStore(local.state_path(directory, name)),
-                caps=_capabilities(snapshot.mock, resolver, snapshot.files_root),
+                caps=_capabilities(snapshot.mock, resolver, directory, snapshot.files_root),
                 resolver=resolver,
                 observer=_Progress(quiet),
             )

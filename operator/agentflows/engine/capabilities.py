@@ -103,6 +103,14 @@ class AgentTask:
     node_tools: list[NodeToolOffer] = dataclasses.field(default_factory=list)
     #: Reference files of the agent node, added to the Agent's own ``files``.
     files: list[agent_api.ReferenceFile] = dataclasses.field(default_factory=list)
+    #: The conversation to continue, as evaluated from the node's (else the Agent's) session.
+    session: str | None = None
+    #: Separates parallel calls within the session (the node's, else the Agent's, request).
+    request: str | None = None
+    #: The node's memory settings, overriding the Agent's (``agent.memory``) when set.
+    memory: agent_api.Memory | None = None
+    #: Offer the turn no tools at all (``tools: {skip: true}`` on the node).
+    skip_tools: bool = False
 
 
 @dataclasses.dataclass
