@@ -28,6 +28,8 @@ from typing import Any
 from agentflows.agents import (
     approval,
     delegation,
+    files,
+    flow_nodes,
     review,
     secrets,
     sessions,
@@ -73,6 +75,7 @@ class LiveCapabilities:
         resolver: capabilities.Resolver | Mapping[str, agent_api.AgentSpec] | None = None,
         env: Mapping[str, str] = os.environ,
         session_store: sessions.Store | None = None,
+        file_access: files.FileAccess = files.NO_FILE_ACCESS,
     ) -> None:
         if resolver is None or isinstance(resolver, Mapping):
             resolver = MappingResolver(resolver or {})
@@ -81,6 +84,8 @@ class LiveCapabilities:
         self.env = env
         #: Where conversations with a ``session`` persist (None: nowhere, every turn is new).
         self.session_store = session_store
+        #: Where reference files may come from (local paths, ConfigMaps).
+        self.file_access = file_access
         self.redactor = secrets.Redactor(
             secrets.env_secrets(env, model_client.PROVIDER_KEY_ENV.values())
         )
@@ -105,8 +110,17 @@ class LiveCapabilities:
                 ]
             )
             registry = await tools.ToolRegistry.build(providers, ctx.autonomy)
+            if task.node_tools and not task.skip_tools:
+                offered = flow_nodes.NodeToolProvider(task.node_tools, registry.names())
+                await registry.add(offered, ctx.autonomy)
             return await turn.run_turn(
-                task, ctx, registry, env=self.env, redactor=self.redactor, memory=memory
+                task,
+                ctx,
+                registry,
+                env=self.env,
+                redactor=self.redactor,
+                memory=memory,
+                access=self.file_access,
             )
 
     def _mcp_providers(

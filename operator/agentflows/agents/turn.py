@@ -4,7 +4,9 @@ Called by :class:`agentflows.agents.host.LiveCapabilities` for ``agent`` nodes (
 running an agent). The conversation sent first is: the system prompt (each skill's content,
 then the Agent's ``systemPrompt``, joined by ``---`` lines), the Agent's scripted ``history`` and
 the rendered prompt as a user turn, with consecutive turns of one role merged into one (joined by
-a blank line) — several providers reject two user turns in a row.
+a blank line) — several providers reject two user turns in a row. Reference files
+(:mod:`agentflows.agents.files`) open the pre-history as a user turn of their own, merged the
+same way.
 
 Then the loop: while the model asks for tools, the calls of one reply run concurrently, their
 results are appended in the order the model asked for them, and the model is called again. A
@@ -41,7 +43,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agentflows.agents import approval, compression, review, secrets, sessions, tools
+from agentflows.agents import approval, compression, files, review, secrets, sessions, tools
 from agentflows.agents import model as model_client
 from agentflows.api import agent as agent_api
 from agentflows.api import common
@@ -59,20 +61,27 @@ _NOT_KEY_SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
 def build_messages(
-    spec: agent_api.AgentSpec, prompt: str, stored: Sequence[dict[str, Any]] = ()
+    spec: agent_api.AgentSpec,
+    prompt: str,
+    stored: Sequence[dict[str, Any]] = (),
+    attached: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Return the conversation an agent turn starts with (see module docstring).
 
     ``stored`` is the conversation of the turn's session (:mod:`agentflows.agents.sessions`):
     when there is one, it stands where the scripted history would, since it began with it.
+    ``attached`` is the user turn holding the reference files (:func:`files.message`); it opens
+    the pre-history, before the scripted ``history`` (a stored conversation holds it already).
     """
     system = SKILL_SEPARATOR.join(
         part for part in [*(skill.content for skill in spec.skills), spec.system_prompt] if part
     )
-    turns: list[tuple[str, str]] = []
+    turns: list[tuple[str, Any]] = []
     if system:
         turns.append(("system", system))
     if not stored:
+        if attached is not None:
+            turns.append(("user", attached["content"]))
         turns.extend((turn.role, turn.content) for turn in spec.history)
         turns.append(("user", prompt))
         return merge_turns(turns)
@@ -85,15 +94,29 @@ def build_messages(
     return messages
 
 
-def merge_turns(turns: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
-    """Messages from (role, content) turns, consecutive same-role turns joined by a blank line."""
+def merge_turns(turns: Sequence[tuple[str, Any]]) -> list[dict[str, Any]]:
+    """Messages from (role, content) turns, consecutive same-role turns joined by a blank line.
+
+    A content may be a list of content parts (attached files): joined with another turn, both
+    become one list of parts.
+    """
     messages: list[dict[str, Any]] = []
     for role, content in turns:
         if messages and messages[-1]["role"] == role:
-            messages[-1]["content"] = f"{messages[-1]['content']}\n\n{content}"
+            messages[-1]["content"] = _joined(messages[-1]["content"], content)
         else:
             messages.append({"role": role, "content": content})
     return messages
+
+
+def _joined(first: Any, second: Any) -> Any:
+    if isinstance(first, str) and isinstance(second, str):
+        return f"{first}\n\n{second}"
+
+    def parts(content: Any) -> list[Any]:
+        return list(content) if isinstance(content, list) else [{"type": "text", "text": content}]
+
+    return [*parts(first), *parts(second)]
 
 
 @dataclasses.dataclass
@@ -113,6 +136,8 @@ class TurnLog:
     #: Models whose cost is unknown to litellm's table (counted as $0).
     unpriced: list[str] = dataclasses.field(default_factory=list)
     compressions: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    #: The reference files the turn started with (name, source, size, sha256; no content).
+    files: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     def add_reply(self, reply: model_client.ModelReply, model_name: str) -> None:
         """Count one model call."""
@@ -149,6 +174,8 @@ class TurnLog:
             )
         if self.compressions:
             detail["compressions"] = self.compressions
+        if self.files:
+            detail["files"] = self.files
         if self.tool_calls_not_recorded:
             detail["toolCallsNotRecorded"] = self.tool_calls_not_recorded
         return detail
@@ -164,6 +191,7 @@ class TurnLog:
             tool_calls_not_recorded=int(detail.get("toolCallsNotRecorded", 0)),
             cost_known=bool(detail.get("costKnown", True)),
             compressions=list(detail.get("compressions", [])),
+            files=list(detail.get("files", [])),
         )
 
 
@@ -224,10 +252,13 @@ async def run_turn(
     env: Mapping[str, str],
     redactor: secrets.Redactor,
     memory: sessions.Memory | None = None,
+    access: files.FileAccess = files.NO_FILE_ACCESS,
 ) -> capabilities.NodeResult | capabilities.Pause:
     """Run the agent's turn to its final answer, or pause it for a human.
 
     With a ``memory``, the turn continues its stored conversation and saves it at the end.
+    ``access`` says where reference files may come from (:mod:`agentflows.agents.files`); a
+    turn continuing a stored conversation does not attach them again.
     """
     spec = task.agent
     if ctx.resume is not None:
@@ -241,8 +272,13 @@ async def run_turn(
             await _run_round(state, log, registry, ctx, redactor, decided)
     else:
         stored, base_turns = await memory.history() if memory is not None else ([], 0)
-        state = TurnState(build_messages(spec, task.prompt, stored), base_turns=base_turns)
-        log = TurnLog()
+        declared = [] if stored else [*spec.files, *task.files]
+        loaded = await files.load(declared, access, env, redactor)
+        attached = files.message(loaded, spec.model)
+        state = TurnState(
+            build_messages(spec, task.prompt, stored, attached), base_turns=base_turns
+        )
+        log = TurnLog(files=[file.record() for file in loaded])
     schemas = registry.schemas()
     while True:
         _check_budget(ctx, log.usage)

@@ -7,6 +7,7 @@ union: each entry has a ``name`` and exactly one of ``mcp``, ``http`` or ``pytho
 from __future__ import annotations
 
 import enum
+import posixpath
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -243,6 +244,94 @@ class ContextCompression(common.ApiModel):
     )
 
 
+#: Reference files one Agent (or agent node) may attach.
+MAX_FILES = 32
+#: Largest reference file accepted by default, in bytes (``maxBytes`` raises it per file).
+DEFAULT_FILE_MAX_BYTES = 1_048_576
+#: Largest ``maxBytes`` a reference file may set.
+FILE_MAX_BYTES_LIMIT = 16_777_216
+
+
+class ConfigMapKeySelector(common.ApiModel):
+    """One key of a ConfigMap in the resource's namespace (``data`` or ``binaryData``)."""
+
+    name: common.ObjectName = Field(description="Name of the ConfigMap.")
+    key: str = Field(min_length=1, max_length=253, description="Key within the ConfigMap.")
+
+
+class ReferenceFile(common.ApiModel):
+    """A file put before the conversation: text into the context, images and PDFs as attachments.
+
+    Exactly one source: a ConfigMap key, a Secret key, a path, or an http(s) URL. A path is
+    read in the runner pod (a mounted volume) or, locally, relative to the Flow's file, and may
+    not leave that directory. A URL goes through the http tool's guard (``allowHosts``).
+    """
+
+    model_config = common.ApiModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                {
+                    "rule": "[has(self.configMapKeyRef), has(self.secretKeyRef), has(self.path),"
+                    " has(self.url)].filter(x, x).size() == 1",
+                    "message": "set exactly one of configMapKeyRef, secretKeyRef, path or url",
+                }
+            ]
+        }
+    }
+
+    name: str = Field(
+        default="",
+        max_length=253,
+        description="Name the model sees (default: the key, the path's or the URL's file name).",
+    )
+    config_map_key_ref: ConfigMapKeySelector | None = Field(
+        default=None, description="A ConfigMap key (read by the runner in the run's namespace)."
+    )
+    secret_key_ref: common.SecretKeySelector | None = Field(
+        default=None, description="A Secret key (injected into the runner pod like other secrets)."
+    )
+    path: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=4096,
+        description="A file in a volume mounted in the runner; locally, relative to the Flow file.",
+    )
+    url: str | None = Field(
+        default=None, min_length=1, max_length=2048, description="An http(s) URL to fetch."
+    )
+    allow_hosts: list[str] = Field(
+        default_factory=list,
+        description="Hosts the URL may reach, as for an http tool (empty: the URL's own host).",
+    )
+    content_type: str = Field(
+        default="",
+        max_length=256,
+        description="Media type (default: from the name's extension, else text/plain).",
+    )
+    max_bytes: int = Field(
+        default=DEFAULT_FILE_MAX_BYTES,
+        ge=1,
+        le=FILE_MAX_BYTES_LIMIT,
+        description="Largest size accepted for this file.",
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ReferenceFile:
+        sources = ("config_map_key_ref", "secret_key_ref", "path", "url")
+        if sum(getattr(self, s) is not None for s in sources) != 1:
+            raise ValueError("set exactly one of configMapKeyRef, secretKeyRef, path or url")
+        if self.path is not None and (
+            self.path.startswith("/") or posixpath.normpath(self.path).split("/")[0] == ".."
+        ):
+            raise ValueError(
+                f"path {self.path!r} must be relative to the files root and stay inside it "
+                "(no leading / and no .. out of it)"
+            )
+        if self.url is not None and not self.url.lower().startswith(("http://", "https://")):
+            raise ValueError(f"url {self.url[:100]!r} must start with http:// or https://")
+        return self
+
+
 class MemoryAccess(enum.StrEnum):
     """What a turn may do with the conversation it continues."""
 
@@ -320,6 +409,11 @@ class AgentSpec(common.ApiModel):
     )
     human_review: HumanReview | None = Field(
         default=None, description="Enables the request_human_review tool."
+    )
+    files: list[ReferenceFile] = Field(
+        default_factory=list,
+        max_length=MAX_FILES,
+        description="Reference files put before the conversation (text, images, PDFs).",
     )
     max_tool_iterations: int = Field(
         default=10, ge=1, le=200, description="Model turns with tool calls before giving up."

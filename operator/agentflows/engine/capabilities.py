@@ -54,6 +54,9 @@ class Resume:
 
 #: Runs a named Flow inside the current run (for call_sub_flow); returns the sub-run's output.
 SubFlowRunner = Callable[[str, Any, "NodeContext"], Awaitable[Any]]
+#: Runs a node of the caller's Flow once with the agent's arguments (a node tool); returns the
+#: node's output envelope.
+NodeToolRunner = Callable[[str, dict[str, Any], "NodeContext"], Awaitable[dict[str, Any]]]
 
 
 @dataclasses.dataclass
@@ -70,9 +73,23 @@ class NodeContext:
     resume: Resume | None = None
     #: Runs a named Flow inside this run (sub-flows called by agents).
     run_flow: SubFlowRunner | None = None
+    #: Runs a node of the calling agent's Flow (its nodeTools); None when it offers none.
+    run_node: NodeToolRunner | None = None
     #: Remaining budget, for capabilities that can stop early (None: unlimited).
     tokens_left: int | None = None
     cost_left_usd: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeToolOffer:
+    """A node of the Flow offered to an agent as a tool, with the schema of the fields it fills."""
+
+    #: Id of the node (the tool's name before the agent layer makes names unique).
+    node: str
+    kind: str
+    description: str
+    #: JSON Schema of the arguments: an object with exactly the listed fields.
+    parameters: dict[str, Any]
 
 
 @dataclasses.dataclass
@@ -82,6 +99,10 @@ class AgentTask:
     agent_name: str
     agent: agent_api.AgentSpec
     prompt: str
+    #: Nodes of the Flow the agent may call (run through ``NodeContext.run_node``).
+    node_tools: list[NodeToolOffer] = dataclasses.field(default_factory=list)
+    #: Reference files of the agent node, added to the Agent's own ``files``.
+    files: list[agent_api.ReferenceFile] = dataclasses.field(default_factory=list)
     #: The conversation to continue, as evaluated from the node's (else the Agent's) session.
     session: str | None = None
     #: Separates parallel calls within the session (the node's, else the Agent's, request).

@@ -31,7 +31,7 @@ from typing import Any
 from agentflows.api import agent as agent_api
 from agentflows.api import documents, schemas
 from agentflows.api import flow as flow_api
-from agentflows.engine import capabilities, expressions
+from agentflows.engine import capabilities, expressions, nodetools
 
 DEFAULT_CASE = "default"
 
@@ -55,6 +55,8 @@ class CompiledNode:
     templates: dict[str, expressions.Template]
     predecessors: list[str] = dataclasses.field(default_factory=list)
     successors: list[str] = dataclasses.field(default_factory=list)
+    #: The nodes its agent (or map agent) may call as tools.
+    node_tools: list[capabilities.NodeToolOffer] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -66,6 +68,8 @@ class CompiledFlow:
     start: str
     output: expressions.Template | None
     sinks: list[str]
+    #: Nodes offered to agents as tools: run only when called, never scheduled.
+    tool_nodes: dict[str, CompiledNode] = dataclasses.field(default_factory=dict)
 
 
 class FlowInvalid(Exception):
@@ -229,7 +233,9 @@ def _check_references(
             out.add(where, f'no Flow "{flow_call.name}"')
 
 
-def _edges(spec: flow_api.FlowSpec, out: _Collector, ids: dict[str, int]) -> list[CompiledEdge]:
+def _edges(
+    spec: flow_api.FlowSpec, out: _Collector, ids: dict[str, int], tools: Iterable[str] = ()
+) -> list[CompiledEdge]:
     edges: list[CompiledEdge] = []
     seen: set[tuple[str, str]] = set()
 
@@ -289,7 +295,7 @@ def _edges(spec: flow_api.FlowSpec, out: _Collector, ids: dict[str, int]) -> lis
             else:
                 add(node.id, node.branch.default)
     if not spec.edges:
-        unique = [n for i, n in enumerate(spec.nodes) if ids.get(n.id) == i]
+        unique = [n for i, n in enumerate(spec.nodes) if ids.get(n.id) == i and n.id not in tools]
         for current, following in itertools.pairwise(unique):
             if current.branch is None:
                 add(current.id, following.id)
@@ -453,15 +459,24 @@ def compile_flow(
     _check_triggers(spec, out)
     if name is not None:
         _check_call_cycles(name, spec, resolver, out)
-    for edge in _edges(spec, out, ids):
-        nodes[edge.source].successors.append(edge.target)
-        nodes[edge.target].predecessors.append(edge.source)
-    _check_shape(spec, nodes, out)
+    tools = nodetools.tool_nodes(spec)
+    nodetools.check(spec, tools, out.add)
+    tool_nodes = {node_id: nodes.pop(node_id) for node_id in tools if node_id in nodes}
+    for edge in _edges(spec, out, ids, tools):
+        if edge.source in nodes and edge.target in nodes:
+            nodes[edge.source].successors.append(edge.target)
+            nodes[edge.target].predecessors.append(edge.source)
+    if spec.nodes[0].id in nodes:
+        _check_shape(spec, nodes, out)
     output = out.template("spec.output", spec.output, expression=True) if spec.output else None
     if out.problems:
         raise FlowInvalid(out.problems)
+    for compiled in [*nodes.values(), *tool_nodes.values()]:
+        call = compiled.spec.agent or (compiled.spec.map.agent if compiled.spec.map else None)
+        if call is not None and call.node_tools:
+            compiled.node_tools = nodetools.offers(call, spec, resolver)
     sinks = [n.id for n in nodes.values() if not n.successors]
-    return CompiledFlow(spec, nodes, spec.nodes[0].id, output, sinks)
+    return CompiledFlow(spec, nodes, spec.nodes[0].id, output, sinks, tool_nodes)
 
 
 def validate(

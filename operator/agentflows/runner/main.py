@@ -33,14 +33,16 @@ if the node still runs, so quick nodes cost nothing for it.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import logging
 import os
+import pathlib
 import signal
 import sys
 import time
 from collections.abc import Mapping
-from typing import TextIO
+from typing import Any, TextIO
 
 import pydantic
 
@@ -184,7 +186,9 @@ async def run_attempt(
             input_value=spec.get("input"),
             store_=checkpoints,
             caps=host.LiveCapabilities(
-                resolver, session_store=session_store.SessionStore(client, namespace)
+                resolver,
+                session_store=session_store.SessionStore(client, namespace),
+                file_access=_file_access(client, namespace),
             ),
             resolver=resolver,
             trigger=spec.get("trigger"),
@@ -206,6 +210,31 @@ async def run_attempt(
         text += f": {outcome.message}"
     progress.line(text)
     return _EXIT_OF_PHASE.get(outcome.phase, EXIT_FAILED)
+
+
+def _file_access(client: kube_client.Client, namespace: str) -> Any:
+    """Reference files in the pod: ConfigMaps of the run's namespace, paths under the files root.
+
+    The root is AGENTFLOWS_FILES_ROOT (set it with the Flow's runner.env), else the default
+    where a volume of files is expected to be mounted.
+    """
+    from agentflows.agents import files
+
+    async def read(name: str, key: str) -> bytes:
+        try:
+            found = await client.get(kube_client.path_of("configmaps", namespace, name))
+        except kube_client.ApiError as exc:
+            raise files.FileError(f"configmap {name}: {exc}") from None
+        data, binary = found.get("data") or {}, found.get("binaryData") or {}
+        if key in data:
+            return str(data[key]).encode()
+        if key in binary:
+            return base64.b64decode(binary[key])
+        keys = ", ".join(sorted([*data, *binary])) or "none"
+        raise files.FileError(f"configmap {name} has no key {key!r} (has: {keys})")
+
+    root = os.environ.get(files.FILES_ROOT_ENV) or files.POD_FILES_ROOT
+    return files.FileAccess(root=pathlib.Path(root), config_map=read)
 
 
 async def _flush_when_stopped(checkpoints: status_store.StatusStore) -> None:

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agentflows.agents import compression, host, session_files
+from agentflows.agents import compression, files, host, session_files
 from agentflows.api import agent as agent_api
 from agentflows.api import flow as flow_api
 from agentflows.api import flowrun as flowrun_api
@@ -328,3 +328,37 @@ async def test_a_turn_resumed_after_approval_in_a_new_host_keeps_a_turn_saved_wh
         ("tool", json.dumps({"done": {"path": "/tmp/x"}})),
         ("assistant", "Cleaned."),
     ]
+
+
+async def test_reference_files_open_a_session_once_and_are_not_attached_again(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    (tmp_path / "faq.txt").write_text("Restart first.")
+    sessions = session_files.FileStore(tmp_path / "sessions")
+    resolver = graph.StaticResolver({"helper": _agent(model_server, files=[{"path": "faq.txt"}])})
+    access = files.FileAccess(root=tmp_path)
+    model_server.script(Reply.text("Restart it."), Reply.text("Then reinstall."))
+    details = []
+    for text in ("My app crashes.", "Restarting did not help."):
+        checkpoints = store.MemoryStore()
+        outcome = await run.run_flow(
+            graph.compile_flow(
+                flow_api.FlowSpec.model_validate({"nodes": [TICKET_NODE]}), resolver
+            ),
+            run_name="r",
+            input_value={"ticket": "T-9", "text": text},
+            store_=checkpoints,
+            caps=host.LiveCapabilities(
+                resolver, env=model_server.env, session_store=sessions, file_access=access
+            ),
+            resolver=resolver,
+        )
+        assert outcome.phase == flowrun_api.RunPhase.SUCCEEDED, outcome.message
+        details.append(checkpoints.checkpoint.nodes["answer"].detail)
+    assert _texts(model_server.requests[1].messages) == [
+        ("system", "You help with tickets."),
+        ("user", '<file name="faq.txt">\nRestart first.\n</file>\n\nMy app crashes.'),
+        ("assistant", "Restart it."),
+        ("user", "Restarting did not help."),
+    ]
+    assert [len(d.get("files", [])) for d in details] == [1, 0]
