@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -28,6 +29,7 @@ import pytest
 import yaml
 from kubernetes import client
 
+from agentflows.api import crd
 from tests.cluster.harness import REPO, Cluster, adopt_into_helm_release, wait_for
 
 sys.path.insert(0, str(REPO / "hack"))
@@ -272,7 +274,7 @@ def _uninstall_leaves_only_the_crds(
     }
     assert left == {
         f"CustomResourceDefinition {plural}.agentflows.io"
-        for plural in ("agents", "flows", "flowruns")
+        for plural in (resource.plural for resource in crd.RESOURCES)
     }
     wait_for(
         lambda: not cluster.core().list_namespaced_pod(system).items,
@@ -281,11 +283,24 @@ def _uninstall_leaves_only_the_crds(
     )
 
 
+def _console_acts_as_the_proxys_user(port: int, team: str) -> None:
+    """The chart's console answers only for a user the proxy names, and sees what they may."""
+    wait_for(lambda: _get(port, "/healthz") is not None, 60, "the console's probe")
+    url = f"http://127.0.0.1:{port}/runs?namespace={team}"
+    with pytest.raises(urllib.error.HTTPError) as anonymous:
+        urllib.request.urlopen(url, timeout=30)
+    assert anonymous.value.code == 401
+    request = urllib.request.Request(url, headers={"X-Forwarded-User": EDITOR})
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        page = answer.read().decode()
+    assert ">hello-1<" in page and f'<span class="user">{EDITOR}</span>' in page
+
+
 def test_helm_install_upgrade_and_uninstall_with_editors_running_flows_and_approvers_deciding(
     control_plane: Cluster, helm: Helm, namespaces: tuple[str, str]
 ) -> None:
     system, team = namespaces
-    metrics_port, webhook_port = _free_port(), _free_port()
+    metrics_port, webhook_port, console_port = _free_port(), _free_port(), _free_port()
     # One replica: the process kubelet's pods share this machine's network, where a second
     # replica could not bind the same metrics port (tests/cluster/test_operator_leader.py runs
     # two). It still elects itself, with the chart's Lease RBAC and POD_NAME.
@@ -295,6 +310,9 @@ def test_helm_install_upgrade_and_uninstall_with_editors_running_flows_and_appro
         "--set", f"operator.metricsPort={metrics_port}",
         "--set", "webhook.enabled=true",
         "--set", f"webhook.port={webhook_port}",
+        "--set", "console.enabled=true",
+        "--set", "console.trustProxyFrom=127.0.0.1/32",
+        "--set", f"console.port={console_port}",
     ]  # fmt: skip
     _check_before_install(helm, control_plane, system, values)
     # what kustomize installed for earlier test modules is handed to the release first
@@ -318,6 +336,7 @@ def test_helm_install_upgrade_and_uninstall_with_editors_running_flows_and_appro
     print(f"helm install -> first FlowRun Succeeded: {time.monotonic() - started:.1f}s")
     assert status["phase"] == "Succeeded", status.get("message")
     assert status["output"] == {"greeting": "hello helm"}
+    _console_acts_as_the_proxys_user(console_port, team)
     assert control_plane.pod(team, "hello-1-1").spec.service_account_name == "agentflows-runner"
     assert _lease_holder(control_plane, system) in _operator_pods(control_plane, system)
 

@@ -244,6 +244,8 @@ def set_up(control_plane: Cluster, runs: FlowRuns, model_server: ScriptedModelSe
         flow("priced", [{"id": "ask", "agent": {"name": "greeter", "prompt": "Greet me"}}]),
         flow("broken", [{"id": "give-up", "tool": python_tool(FAIL, {})}]),
         flow("gate", [{"id": "review", "approval": {"message": "Ship it?"}}]),
+        # the Budget gauges (AgentflowsBudgetNearlyUsed); far above what the rounds use
+        {"kind": "Budget", "metadata": {"name": "team"}, "spec": {"day": {"costUSD": 100}}},
         flow(
             "hooked",
             [{"id": "echo", "transform": "=.run.input"}],

@@ -46,6 +46,7 @@ COMBINATIONS = {
         "monitoring.rules.failedRunRatio=0.5",
         "monitoring.dashboard.enabled=true",
     ],
+    "console": ["console.enabled=true", "console.trustProxyFrom=10.0.0.0/24"],
 }
 #: What a cluster with the Prometheus Operator serves (helm lint cannot be told; template can).
 PROMETHEUS_OPERATOR = "monitoring.coreos.com/v1"
@@ -337,3 +338,61 @@ def test_a_threshold_that_is_not_a_positive_number_fails_with_its_path(helm: Pat
     )
     assert done.returncode != 0
     assert "at '/monitoring/rules/costBudgetUSDPerDay'" in done.stderr, done.stderr
+
+
+CONSOLE = ("console.enabled=true", "console.trustProxyFrom=10.1.2.3/32")
+
+
+def test_the_console_account_may_impersonate_and_nothing_else(helm: Path) -> None:
+    documents = render(helm, *CONSOLE)
+    role = one(documents, "ClusterRole", "agentflows-console")
+    assert role["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["users", "groups", "serviceaccounts"],
+            "verbs": ["impersonate"],
+        }
+    ]
+    binding = one(documents, "ClusterRoleBinding", "agentflows-console")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "agentflows-console", "namespace": "agentflows-system"}
+    ]
+    bound = [
+        doc
+        for doc in documents
+        if doc["kind"] in ("RoleBinding", "ClusterRoleBinding")
+        and any(s.get("name") == "agentflows-console" for s in doc.get("subjects", []))
+    ]
+    assert bound == [binding]
+
+
+def test_the_console_trusts_only_the_configured_proxy_and_runs_restricted(helm: Path) -> None:
+    deployment = one(
+        render(helm, *CONSOLE), "Deployment", "agentflows-console", "agentflows-system"
+    )
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "agentflows-console"
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    (container,) = pod["containers"]
+    assert container["command"][:2] == ["agentflows", "console"]
+    assert "--trust-proxy-from=10.1.2.3/32" in container["command"]
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    assert container["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    service = one(render(helm, *CONSOLE), "Service", "agentflows-console", "agentflows-system")
+    assert service["spec"]["ports"][0]["targetPort"] == "http"
+
+
+def test_the_console_without_a_trusted_proxy_is_refused_saying_what_to_set(helm: Path) -> None:
+    done = run_helm(helm, "template", str(CHART), "--set", "console.enabled=true")
+    assert done.returncode != 0
+    assert "console.trustProxyFrom: the authenticating proxy's address" in done.stderr
+
+
+def test_the_console_is_off_by_default(helm: Path) -> None:
+    names = {doc["metadata"]["name"] for doc in render(helm)}
+    assert "agentflows-console" not in names

@@ -134,6 +134,7 @@ def test_thresholds_set_in_values_reach_the_alert_expressions(helm: Path) -> Non
             "monitoring.rules.pendingMinutes=30",
             "monitoring.rules.requestWaitMinutes=240",
             "monitoring.rules.costBudgetUSDPerDay=500",
+            "monitoring.rules.budgetUsedRatio=0.9",
             "monitoring.rules.signatureFailuresPerMinute=20",
             "monitoring.rules.reconcileErrorsPerMinute=3",
             "monitoring.rules.runbookURL=https://wiki.example/agentflows",
@@ -144,6 +145,7 @@ def test_thresholds_set_in_values_reach_the_alert_expressions(helm: Path) -> Non
     assert found["AgentflowsRunsStuckPending"]["expr"].rstrip().endswith("> 1800")
     assert found["AgentflowsApprovalWaitingTooLong"]["expr"].rstrip().endswith("> 14400")
     assert found["AgentflowsCostBudgetBurn"]["expr"].rstrip().endswith("> 500")
+    assert found["AgentflowsBudgetNearlyUsed"]["expr"].rstrip().endswith("> 0.9")
     assert found["AgentflowsWebhookSignatureFailures"]["expr"].rstrip().endswith("> 20")
     assert found["AgentflowsReconcileErrors"]["expr"].rstrip().endswith("> 3")
     runbook = found["AgentflowsOperatorDown"]["annotations"]["runbook_url"]

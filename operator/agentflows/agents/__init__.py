@@ -19,8 +19,10 @@ Modules, by who calls them:
   :mod:`~agentflows.agents.tools` (the registry and its provider protocol) and the providers:
   :mod:`~agentflows.agents.spec_tools` (``http``, ``python``, skill scripts),
   :mod:`~agentflows.agents.mcp`, :mod:`~agentflows.agents.delegation` (sub-agents, sub-flows),
-  :mod:`~agentflows.agents.review` (``request_human_review``), with
-  :mod:`~agentflows.agents.approval` for supervised autonomy.
+  :mod:`~agentflows.agents.review` (``request_human_review``),
+  :mod:`~agentflows.agents.flow_nodes` (other nodes of the Flow, ``nodeTools``), with
+  :mod:`~agentflows.agents.approval` for supervised autonomy; :mod:`~agentflows.agents.files`
+  (reference files before the conversation).
 
 Invariants:
 - importing any module here does not import litellm (it takes seconds), and an agent whose

@@ -29,9 +29,12 @@ from typing import Any
 from agentflows.agents import (
     approval,
     delegation,
+    files,
+    flow_nodes,
     handoff,
     review,
     secrets,
+    sessions,
     spec_tools,
     tools,
     turn,
@@ -73,12 +76,18 @@ class LiveCapabilities:
         self,
         resolver: capabilities.Resolver | Mapping[str, agent_api.AgentSpec] | None = None,
         env: Mapping[str, str] = os.environ,
+        session_store: sessions.Store | None = None,
+        file_access: files.FileAccess = files.NO_FILE_ACCESS,
     ) -> None:
         if resolver is None or isinstance(resolver, Mapping):
             resolver = MappingResolver(resolver or {})
         #: Looks up Agents and Flows named by sub-agent and sub-flow tools.
         self.resolver: capabilities.Resolver = resolver
         self.env = env
+        #: Where conversations with a ``session`` persist (None: nowhere, every turn is new).
+        self.session_store = session_store
+        #: Where reference files may come from (local paths, ConfigMaps).
+        self.file_access = file_access
         self.redactor = secrets.Redactor(
             secrets.env_secrets(env, model_client.PROVIDER_KEY_ENV.values())
         )
@@ -93,13 +102,13 @@ class LiveCapabilities:
         """
         saved = ctx.resume.state if ctx.resume is not None else ctx.progress
         if isinstance(saved, dict) and saved.get("agent"):
-            task = self._task_of(str(saved["agent"]), task.prompt)
+            task = self._task_of(str(saved["agent"]), task)
         handed_over = turn.TurnState.from_json(ctx.progress) if ctx.progress else None
         for _ in range(handoff.MAX_HANDOFFS + 1):
             result = await self._turn(task, ctx, handed_over, handoffs=True)
             if not isinstance(result, turn.Handoff):
                 return result
-            task = self._task_of(result.agent, task.prompt)
+            task = self._task_of(result.agent, task)
             messages = handoff.carried_messages(task.agent, result.messages)
             handed_over = (turn.TurnState(messages, agent=result.agent), result.log)
             ctx = dataclasses.replace(ctx, resume=None, progress=None)
@@ -110,12 +119,12 @@ class LiveCapabilities:
             "in one turn without answering"
         )
 
-    def _task_of(self, name: str, prompt: str) -> capabilities.AgentTask:
-        """The turn of Agent ``name`` (a handoff's recipient) on the node's prompt."""
+    def _task_of(self, name: str, task: capabilities.AgentTask) -> capabilities.AgentTask:
+        """The node's turn ``task`` given to Agent ``name`` (a handoff's recipient)."""
         spec = self.resolver.agent(name)
         if spec is None:
             raise capabilities.CapabilityError(f'no Agent "{name}" to hand the conversation to')
-        return capabilities.AgentTask(name, spec, prompt)
+        return dataclasses.replace(task, agent_name=name, agent=spec)
 
     async def _run_sub_agent(
         self, task: capabilities.AgentTask, ctx: capabilities.NodeContext
@@ -135,19 +144,36 @@ class LiveCapabilities:
     ) -> capabilities.NodeResult | capabilities.Pause | turn.Handoff:
         """One Agent's part of a turn, with its tools (MCP servers closed when it ends)."""
         spec = task.agent
+        memory = sessions.bind(self.session_store, task, self.env, self.redactor)
         async with contextlib.AsyncExitStack() as stack:
-            providers: list[tools.ToolProvider] = [
-                spec_tools.SpecToolProvider(spec.tools, self.env, self.redactor),
-                spec_tools.SkillToolProvider(spec.skills, self.env, self.redactor),
-                *self._mcp_providers(spec.tools, stack),
-                delegation.SubAgentProvider(spec.sub_agents, self.resolver, self._run_sub_agent),
-                delegation.SubFlowProvider(spec.sub_flows, self.resolver),
-                review.ReviewProvider(spec.human_review),
-                handoff.HandoffProvider(spec.handoffs if handoffs else []),
-            ]
+            providers: list[tools.ToolProvider] = (
+                []
+                if task.skip_tools
+                else [
+                    spec_tools.SpecToolProvider(spec.tools, self.env, self.redactor),
+                    spec_tools.SkillToolProvider(spec.skills, self.env, self.redactor),
+                    *self._mcp_providers(spec.tools, stack),
+                    delegation.SubAgentProvider(
+                        spec.sub_agents, self.resolver, self._run_sub_agent
+                    ),
+                    delegation.SubFlowProvider(spec.sub_flows, self.resolver),
+                    review.ReviewProvider(spec.human_review),
+                    handoff.HandoffProvider(spec.handoffs if handoffs else []),
+                ]
+            )
             registry = await tools.ToolRegistry.build(providers, ctx.autonomy)
+            if task.node_tools and not task.skip_tools:
+                offered = flow_nodes.NodeToolProvider(task.node_tools, registry.names())
+                await registry.add(offered, ctx.autonomy)
             return await turn.run_turn(
-                task, ctx, registry, env=self.env, redactor=self.redactor, handed_over=handed_over
+                task,
+                ctx,
+                registry,
+                env=self.env,
+                redactor=self.redactor,
+                memory=memory,
+                access=self.file_access,
+                handed_over=handed_over,
             )
 
     def _mcp_providers(

@@ -124,6 +124,15 @@ class InvalidUrl(Exception):
     """A URL (a rendered template, a redirect) that names no usable scheme, host or port."""
 
 
+class FetchError(Exception):
+    """A file could not be fetched (:meth:`HttpToolRunner.fetch`); the message says why."""
+
+    def __init__(self, message: str, *, retryable: bool) -> None:
+        super().__init__(message)
+        #: A timeout, a lost connection, a 429 or 5xx: fetching again later may work.
+        self.retryable = retryable
+
+
 class HttpToolRunner:
     """One compiled http tool; :meth:`run` makes a call."""
 
@@ -172,6 +181,26 @@ class HttpToolRunner:
         # A server may echo what it was sent, secret headers included.
         return tools.ToolOutcome.success(self._redactor.value(value))
 
+    async def fetch(self, url: str) -> bytes:
+        """GET ``url`` (no templating) under the same guard and return the body's bytes.
+
+        Used for reference files (:mod:`agentflows.agents.files`); raise :class:`FetchError`.
+        """
+        try:
+            self._check_host(url)
+            return await asyncio.wait_for(
+                self._send(url, {"headers": {}}, set(), raw=True), self.spec.timeout_seconds
+            )
+        except (TimeoutError, httpx.TimeoutException):
+            message, retryable = f"no response within {self.spec.timeout_seconds:g} s", True
+        except _ResponseError as exc:
+            message, retryable = str(exc), exc.retryable
+        except httpx.TransportError as exc:
+            message, retryable = str(exc), True
+        except (HostNotAllowed, InvalidUrl, httpx.HTTPError) as exc:
+            message, retryable = str(exc), False
+        raise FetchError(self._redactor(f"{self.name}: {message}"), retryable=retryable)
+
     async def _request(self, args: Any) -> Any:
         scope = expressions.Scope({"args": args})
         url = self._render_url(scope)
@@ -191,8 +220,14 @@ class HttpToolRunner:
 
         return await self._send(url, request, set(self.spec.secret_headers))
 
-    async def _send(self, url: str, request: dict[str, Any], secret_headers: set[str]) -> Any:
-        """Send to the pinned, checked address; follow redirects one checked hop at a time."""
+    async def _send(
+        self, url: str, request: dict[str, Any], secret_headers: set[str], *, raw: bool = False
+    ) -> Any:
+        """Send to the pinned, checked address; follow redirects one checked hop at a time.
+
+        The result is the parsed body, or with ``raw`` its bytes (a status of 400 or more is
+        an error either way).
+        """
         method = self.spec.method
         origin = parse_url(url)[1]
         async with httpx.AsyncClient(
@@ -223,6 +258,9 @@ class HttpToolRunner:
                             request = {"headers": request.get("headers")}
                         continue
                     body = await self._read_bounded(response)
+                    if raw:
+                        _check_status(response, body, target.host)
+                        return body
                     return _result(response, body, target.host)
                 finally:
                     await response.aclose()
@@ -436,14 +474,21 @@ def _host_matches(host: str, allowed: str) -> bool:
     return host == canonical_host(allowed)
 
 
-def _result(response: httpx.Response, body: bytes, host: str) -> Any:
-    text = body.decode(response.encoding or "utf-8", errors="replace")
+def _check_status(response: httpx.Response, body: bytes, host: str) -> None:
+    """Raise _ResponseError for a status of 400 or more, quoting the start of the body."""
     if response.status_code >= 400:
-        snippet = text[:_MAX_ERROR_BODY_CHARS]
+        text = body[: _MAX_ERROR_BODY_CHARS * 4].decode(
+            response.encoding or "utf-8", errors="replace"
+        )
         raise _ResponseError(
-            f"HTTP {response.status_code} from {host}: {snippet}",
+            f"HTTP {response.status_code} from {host}: {text[:_MAX_ERROR_BODY_CHARS]}",
             retryable=response.status_code == 429 or response.status_code >= 500,
         )
+
+
+def _result(response: httpx.Response, body: bytes, host: str) -> Any:
+    _check_status(response, body, host)
+    text = body.decode(response.encoding or "utf-8", errors="replace")
     try:
         return json.loads(text) if text.strip() else None
     except ValueError:

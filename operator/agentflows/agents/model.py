@@ -40,7 +40,7 @@ import asyncio
 import dataclasses
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from agentflows.agents import costs, secrets
 from agentflows.api import agent as agent_api
@@ -123,6 +123,15 @@ class ModelReply:
                 for call in self.tool_calls
             ]
         return message
+
+
+def supports(capability: Literal["vision", "pdf_input"], model_name: str) -> bool:
+    """Whether litellm's model table says ``model_name`` takes images or PDFs (unknown: no)."""
+    check = getattr(import_litellm(), f"supports_{capability}")
+    try:
+        return bool(check(model=model_name))
+    except Exception:  # litellm raises for models it cannot map to a provider
+        return False
 
 
 def provider_of(model_name: str) -> str:

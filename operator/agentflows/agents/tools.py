@@ -115,17 +115,25 @@ class ToolRegistry:
         Two providers offering the same name is a permanent error: the model could not tell
         them apart.
         """
-        entries: dict[str, tuple[ToolDef, ToolProvider]] = {}
+        registry = cls({})
         for provider in providers:
-            for tool in await provider.list_tools():
-                if tool.name in entries:
-                    raise capabilities.CapabilityError(
-                        f"two tools are named {tool.name!r}; tool names must be unique"
-                    )
-                if autonomy == flow_api.Autonomy.READONLY and not tool.read_only:
-                    continue
-                entries[tool.name] = (tool, provider)
-        return cls(entries)
+            await registry.add(provider, autonomy)
+        return registry
+
+    async def add(self, provider: ToolProvider, autonomy: flow_api.Autonomy) -> None:
+        """Add one provider's tools, by the rules of :meth:`build`."""
+        for tool in await provider.list_tools():
+            if tool.name in self._entries:
+                raise capabilities.CapabilityError(
+                    f"two tools are named {tool.name!r}; tool names must be unique"
+                )
+            if autonomy == flow_api.Autonomy.READONLY and not tool.read_only:
+                continue
+            self._entries[tool.name] = (tool, provider)
+
+    def names(self) -> list[str]:
+        """The names of the tools offered."""
+        return list(self._entries)
 
     def __len__(self) -> int:
         return len(self._entries)

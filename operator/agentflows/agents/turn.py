@@ -4,7 +4,9 @@ Called by :class:`agentflows.agents.host.LiveCapabilities` for ``agent`` nodes (
 running an agent). The conversation sent first is: the system prompt (each skill's content,
 then the Agent's ``systemPrompt``, joined by ``---`` lines), the Agent's scripted ``history`` and
 the rendered prompt as a user turn, with consecutive turns of one role merged into one (joined by
-a blank line) — several providers reject two user turns in a row.
+a blank line) — several providers reject two user turns in a row. Reference files
+(:mod:`agentflows.agents.files`) open the pre-history as a user turn of their own, merged the
+same way.
 
 Then the loop: while the model asks for tools, the calls of one reply run concurrently, their
 results are appended in the order the model asked for them, and the model is called again. A
@@ -27,6 +29,11 @@ model calls; its usage sums the model calls, tool calls and sub-agent turns made
 started or last resumed (the engine has already counted what came before a pause). Secret values
 never appear in results, details or errors: every text that leaves passes through the host's
 :class:`~agentflows.agents.secrets.Redactor`.
+
+A turn with a memory (a ``session``, :mod:`agentflows.agents.sessions`) starts from its stored
+conversation instead of the scripted history, and saves the conversation once it has its final
+answer (a paused turn saves nothing until it finishes); the detail's ``memory`` says what was
+saved, and a compaction's summary call counts like any model call.
 """
 
 from __future__ import annotations
@@ -40,7 +47,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agentflows.agents import approval, compression, review, secrets, tools
+from agentflows.agents import approval, compression, files, review, secrets, sessions, tools
 from agentflows.agents import model as model_client
 from agentflows.api import agent as agent_api
 from agentflows.api import common
@@ -57,32 +64,71 @@ SKILL_SEPARATOR = "\n\n---\n\n"
 _NOT_KEY_SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
-def build_messages(spec: agent_api.AgentSpec, prompt: str) -> list[dict[str, Any]]:
-    """Return the conversation an agent turn starts with (see module docstring)."""
-    return merge_turns([*opening_turns(spec), ("user", prompt)])
+def build_messages(
+    spec: agent_api.AgentSpec,
+    prompt: str,
+    stored: Sequence[dict[str, Any]] = (),
+    attached: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """Return the conversation an agent turn starts with (see module docstring).
+
+    ``stored`` is the conversation of the turn's session (:mod:`agentflows.agents.sessions`):
+    when there is one, it stands where the scripted history would, since it began with it.
+    ``attached`` is the user turn holding the reference files (:func:`files.message`); it opens
+    the pre-history, before the scripted ``history`` (a stored conversation holds it already).
+    """
+    turns = _system_turn(spec)
+    if not stored:
+        if attached is not None:
+            turns.append(("user", attached["content"]))
+        turns.extend((turn.role, turn.content) for turn in spec.history)
+        turns.append(("user", prompt))
+        return merge_turns(turns)
+    messages = [*merge_turns(turns), *stored]
+    last = messages[-1]
+    if last.get("role") == "user" and isinstance(last.get("content"), str):
+        messages[-1] = {**last, "content": f"{last['content']}\n\n{prompt}"}
+    else:
+        messages.append({"role": "user", "content": prompt})
+    return messages
 
 
-def opening_turns(spec: agent_api.AgentSpec) -> list[tuple[str, str]]:
+def opening_turns(spec: agent_api.AgentSpec) -> list[tuple[str, Any]]:
     """The Agent's own turns before any prompt: its system prompt and scripted history."""
+    return [*_system_turn(spec), *((turn.role, turn.content) for turn in spec.history)]
+
+
+def _system_turn(spec: agent_api.AgentSpec) -> list[tuple[str, Any]]:
+    """The system turn: each skill's content, then the system prompt (none when both are empty)."""
     system = SKILL_SEPARATOR.join(
         part for part in [*(skill.content for skill in spec.skills), spec.system_prompt] if part
     )
-    turns: list[tuple[str, str]] = []
-    if system:
-        turns.append(("system", system))
-    turns.extend((turn.role, turn.content) for turn in spec.history)
-    return turns
+    return [("system", system)] if system else []
 
 
-def merge_turns(turns: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
-    """Messages from (role, content) turns, consecutive same-role turns joined by a blank line."""
+def merge_turns(turns: Sequence[tuple[str, Any]]) -> list[dict[str, Any]]:
+    """Messages from (role, content) turns, consecutive same-role turns joined by a blank line.
+
+    A content may be a list of content parts (attached files): joined with another turn, both
+    become one list of parts.
+    """
     messages: list[dict[str, Any]] = []
     for role, content in turns:
         if messages and messages[-1]["role"] == role:
-            messages[-1]["content"] = f"{messages[-1]['content']}\n\n{content}"
+            messages[-1]["content"] = _joined(messages[-1]["content"], content)
         else:
             messages.append({"role": role, "content": content})
     return messages
+
+
+def _joined(first: Any, second: Any) -> Any:
+    if isinstance(first, str) and isinstance(second, str):
+        return f"{first}\n\n{second}"
+
+    def parts(content: Any) -> list[Any]:
+        return list(content) if isinstance(content, list) else [{"type": "text", "text": content}]
+
+    return [*parts(first), *parts(second)]
 
 
 @dataclasses.dataclass
@@ -102,6 +148,8 @@ class TurnLog:
     #: Models whose cost is unknown to litellm's table (counted as $0).
     unpriced: list[str] = dataclasses.field(default_factory=list)
     compressions: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    #: The reference files the turn started with (name, source, size, sha256; no content).
+    files: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     def add_reply(self, reply: model_client.ModelReply, model_name: str) -> None:
         """Count one model call."""
@@ -138,6 +186,8 @@ class TurnLog:
             )
         if self.compressions:
             detail["compressions"] = self.compressions
+        if self.files:
+            detail["files"] = self.files
         if self.tool_calls_not_recorded:
             detail["toolCallsNotRecorded"] = self.tool_calls_not_recorded
         return detail
@@ -153,6 +203,7 @@ class TurnLog:
             tool_calls_not_recorded=int(detail.get("toolCallsNotRecorded", 0)),
             cost_known=bool(detail.get("costKnown", True)),
             compressions=list(detail.get("compressions", [])),
+            files=list(detail.get("files", [])),
         )
 
 
@@ -169,6 +220,8 @@ class TurnState:
     waiting: list[str] = dataclasses.field(default_factory=list)
     #: Id of the request_human_review call waiting for its review, if that is the wait.
     review: str | None = None
+    #: The stored conversation's turn count when the turn loaded it (sessions.Memory.save).
+    base_turns: int = 0
     #: The Agent answering, when a handoff made it another than the node's.
     agent: str | None = None
 
@@ -180,6 +233,7 @@ class TurnState:
             "pending": [dataclasses.asdict(call) for call in self.pending],
             "waiting": self.waiting,
             "review": self.review,
+            "baseTurns": self.base_turns,
             "log": log.detail(),
         }
         return saved | ({"agent": self.agent} if self.agent is not None else {})
@@ -195,6 +249,7 @@ class TurnState:
                     pending=[model_client.ToolCallRequest(**call) for call in state["pending"]],
                     waiting=[str(call_id) for call_id in state["waiting"]],
                     review=state.get("review"),
+                    base_turns=int(state.get("baseTurns", 0)),
                     agent=state.get("agent"),
                 ),
                 TurnLog.from_detail(state.get("log")),
@@ -224,11 +279,16 @@ async def run_turn(
     *,
     env: Mapping[str, str],
     redactor: secrets.Redactor,
+    memory: sessions.Memory | None = None,
+    access: files.FileAccess = files.NO_FILE_ACCESS,
     handed_over: tuple[TurnState, TurnLog] | None = None,
 ) -> capabilities.NodeResult | capabilities.Pause | Handoff:
     """Run the agent's turn to its final answer, pause it for a human, or hand it over.
 
-    ``handed_over`` starts the turn of a handoff's recipient from the conversation it is given.
+    With a ``memory``, the turn continues its stored conversation and saves it at the end.
+    ``access`` says where reference files may come from (:mod:`agentflows.agents.files`); a
+    turn continuing a stored conversation does not attach them again. ``handed_over`` starts
+    the turn of a handoff's recipient from the conversation it is given.
     """
     spec = task.agent
     if ctx.resume is not None:
@@ -245,7 +305,14 @@ async def run_turn(
     elif handed_over is not None:
         state, log = handed_over
     else:
-        state, log = TurnState(build_messages(spec, task.prompt)), TurnLog()
+        stored, base_turns = await memory.history() if memory is not None else ([], 0)
+        declared = [] if stored else [*spec.files, *task.files]
+        loaded = await files.load(declared, access, env, redactor)
+        attached = files.message(loaded, spec.model)
+        state = TurnState(
+            build_messages(spec, task.prompt, stored, attached), base_turns=base_turns
+        )
+        log = TurnLog(files=[file.record() for file in loaded])
     schemas = registry.schemas()
     while True:
         _check_budget(ctx, log.usage)
@@ -255,7 +322,13 @@ async def run_turn(
         )
         log.add_reply(reply, spec.model.name)
         if not reply.tool_calls:
+            saved = None
+            if memory is not None:
+                final = [*state.messages, {"role": "assistant", "content": reply.content}]
+                saved = await _save(spec, memory, final, state, log)
             detail = log.detail() | ({"agent": state.agent} if state.agent else {})
+            if saved is not None:
+                detail["memory"] = saved
             return capabilities.NodeResult(
                 output=envelope.from_text(reply.content, raw=reply.raw),
                 usage=log.usage,
@@ -293,6 +366,22 @@ async def _compress(
     if result.record is not None:
         log.add_compression(result.record)
     state.messages = result.messages
+
+
+async def _save(
+    spec: agent_api.AgentSpec,
+    memory: sessions.Memory,
+    messages: list[dict[str, Any]],
+    state: TurnState,
+    log: TurnLog,
+) -> dict[str, Any]:
+    """Save the finished conversation to the turn's memory; its compaction counts in the log."""
+    saved, compacted = await memory.save(messages, state.base_turns)
+    if compacted is not None and compacted.reply is not None:
+        log.add_reply(compacted.reply, spec.model.name)
+    if compacted is not None and compacted.record is not None:
+        log.add_compression({**compacted.record, "of": "memory"})
+    return saved
 
 
 def _pause_for_approval(

@@ -193,7 +193,7 @@ class Exporter:
         if spec is None:
             self.fail(path, f'no Agent "{name}"')
             return ref(cid)
-        for field in ("skills", "sub_flows", "history"):
+        for field in ("skills", "sub_flows", "history", "files"):
             if getattr(spec, field):
                 self.fail(f"{path}.{field}", f"Agent {name}: {field} have no Agent Spec equivalent")
         if spec.handoffs and not self.swarm:

@@ -330,6 +330,11 @@ class _FlowWriter:
     ) -> dict[str, Any]:
         inputs: list[str] = []
         outputs: list[dict[str, Any]] = []
+        for field, wire in (("node_tools", "nodeTools"), ("files", "files")):
+            if getattr(call, field):
+                self.ex.fail(
+                    self.path(node.id, f"agent.{wire}"), f"{wire} have no Agent Spec equivalent"
+                )
         lines = [] if call.prompt == "Begin." else call.prompt.split("\n")
         for line in lines:
             as_input, as_json = _INPUT_LINE.match(line), _JSON_LINE.match(line)

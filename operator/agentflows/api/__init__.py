@@ -1,4 +1,4 @@
-"""The resource API: pydantic models of Agent, Flow and FlowRun, the single source of truth.
+"""The resource API: pydantic models of Agent, Flow, FlowRun and Budget, the single source of truth.
 
 CRDs (``agentflows crds``), ``kubectl explain`` text and validation all derive from these models.
 Import the modules, not the names: ``from agentflows.api import flow`` then ``flow.FlowSpec``.

@@ -6,6 +6,8 @@ union: each entry has a ``name`` and exactly one of ``mcp``, ``http`` or ``pytho
 
 from __future__ import annotations
 
+import enum
+import posixpath
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -242,6 +244,145 @@ class ContextCompression(common.ApiModel):
     )
 
 
+#: Reference files one Agent (or agent node) may attach.
+MAX_FILES = 32
+#: Largest reference file accepted by default, in bytes (``maxBytes`` raises it per file).
+DEFAULT_FILE_MAX_BYTES = 1_048_576
+#: Largest ``maxBytes`` a reference file may set.
+FILE_MAX_BYTES_LIMIT = 16_777_216
+
+
+class ConfigMapKeySelector(common.ApiModel):
+    """One key of a ConfigMap in the resource's namespace (``data`` or ``binaryData``)."""
+
+    name: common.ObjectName = Field(description="Name of the ConfigMap.")
+    key: str = Field(min_length=1, max_length=253, description="Key within the ConfigMap.")
+
+
+class ReferenceFile(common.ApiModel):
+    """A file put before the conversation: text into the context, images and PDFs as attachments.
+
+    Exactly one source: a ConfigMap key, a Secret key, a path, or an http(s) URL. A path is
+    read in the runner pod (a mounted volume) or, locally, relative to the Flow's file, and may
+    not leave that directory. A URL goes through the http tool's guard (``allowHosts``).
+    """
+
+    model_config = common.ApiModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                {
+                    "rule": "[has(self.configMapKeyRef), has(self.secretKeyRef), has(self.path),"
+                    " has(self.url)].filter(x, x).size() == 1",
+                    "message": "set exactly one of configMapKeyRef, secretKeyRef, path or url",
+                }
+            ]
+        }
+    }
+
+    name: str = Field(
+        default="",
+        max_length=253,
+        description="Name the model sees (default: the key, the path's or the URL's file name).",
+    )
+    config_map_key_ref: ConfigMapKeySelector | None = Field(
+        default=None, description="A ConfigMap key (read by the runner in the run's namespace)."
+    )
+    secret_key_ref: common.SecretKeySelector | None = Field(
+        default=None, description="A Secret key (injected into the runner pod like other secrets)."
+    )
+    path: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=4096,
+        description="A file in a volume mounted in the runner; locally, relative to the Flow file.",
+    )
+    url: str | None = Field(
+        default=None, min_length=1, max_length=2048, description="An http(s) URL to fetch."
+    )
+    allow_hosts: list[str] = Field(
+        default_factory=list,
+        description="Hosts the URL may reach, as for an http tool (empty: the URL's own host).",
+    )
+    content_type: str = Field(
+        default="",
+        max_length=256,
+        description="Media type (default: from the name's extension, else text/plain).",
+    )
+    max_bytes: int = Field(
+        default=DEFAULT_FILE_MAX_BYTES,
+        ge=1,
+        le=FILE_MAX_BYTES_LIMIT,
+        description="Largest size accepted for this file.",
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ReferenceFile:
+        sources = ("config_map_key_ref", "secret_key_ref", "path", "url")
+        if sum(getattr(self, s) is not None for s in sources) != 1:
+            raise ValueError("set exactly one of configMapKeyRef, secretKeyRef, path or url")
+        if self.path is not None and (
+            self.path.startswith("/") or posixpath.normpath(self.path).split("/")[0] == ".."
+        ):
+            raise ValueError(
+                f"path {self.path!r} must be relative to the files root and stay inside it "
+                "(no leading / and no .. out of it)"
+            )
+        if self.url is not None and not self.url.lower().startswith(("http://", "https://")):
+            raise ValueError(f"url {self.url[:100]!r} must start with http:// or https://")
+        return self
+
+
+class MemoryAccess(enum.StrEnum):
+    """What a turn may do with the conversation it continues."""
+
+    #: Load the conversation before the turn and save it after.
+    READ_WRITE = "ReadWrite"
+    #: Load it, never save: the stored conversation stays as it was.
+    READ_ONLY = "ReadOnly"
+
+
+class Memory(common.ApiModel):
+    """Where a turn's conversation persists when a ``session`` is set (agents/sessions.py)."""
+
+    skip: bool = Field(
+        default=False,
+        description="Stateless one-time agent: nothing is loaded or stored, whatever the session.",
+    )
+    shared: common.ObjectName | None = Field(
+        default=None,
+        description="Use the memory called so (another Agent's name, or any shared name) instead "
+        "of this Agent's own.",
+    )
+    access: MemoryAccess = Field(
+        default=MemoryAccess.READ_WRITE,
+        description="ReadWrite saves the conversation after the turn; ReadOnly only loads it.",
+    )
+
+
+class AgentMemory(Memory):
+    """An Agent's memory settings: those of a node, plus bounds on what is kept."""
+
+    max_sessions: int = Field(
+        default=1000,
+        ge=1,
+        le=100_000,
+        description="Sessions kept per memory; the least recently written go first.",
+    )
+    max_age_seconds: int = Field(
+        default=30 * 86400,
+        ge=60,
+        le=common.INT_MAX,
+        description="Sessions not written for this long are deleted (on the next write).",
+    )
+    max_bytes: int = Field(
+        default=256 * 1024,
+        ge=8192,
+        le=1024 * 1024,
+        description="Bound of one stored session (JSON bytes); a conversation over it is "
+        "compacted through context compression.",
+    )
+
+
 class AgentSpec(common.ApiModel):
     """Desired state of an Agent."""
 
@@ -276,11 +417,31 @@ class AgentSpec(common.ApiModel):
     human_review: HumanReview | None = Field(
         default=None, description="Enables the request_human_review tool."
     )
+    files: list[ReferenceFile] = Field(
+        default_factory=list,
+        max_length=MAX_FILES,
+        description="Reference files put before the conversation (text, images, PDFs).",
+    )
     max_tool_iterations: int = Field(
         default=10, ge=1, le=200, description="Model turns with tool calls before giving up."
     )
     context_compression: ContextCompression = Field(
         default_factory=ContextCompression, description="Context compression settings."
+    )
+    session: str | None = Field(
+        default=None,
+        max_length=4096,
+        description="Expression naming the conversation to continue (e.g. "
+        '"={{ .run.input.ticket }}"); a node\'s session overrides it.',
+    )
+    request: str | None = Field(
+        default=None,
+        max_length=4096,
+        description="Expression separating parallel calls within one session (e.g. "
+        '"={{ .item.id }}"); a node\'s request overrides it.',
+    )
+    memory: AgentMemory = Field(
+        default_factory=AgentMemory, description="Persistent memory settings and retention."
     )
 
     model_config = common.ApiModel.model_config | {

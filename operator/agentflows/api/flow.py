@@ -10,7 +10,7 @@ compiles every expression when it validates a Flow.
 from __future__ import annotations
 
 import enum
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
@@ -24,11 +24,74 @@ MAX_TIMEOUT_SECONDS = 31_536_000
 NODE_KINDS = ("agent", "llm", "tool", "transform", "branch", "map", "approval", "input", "flow")
 
 
+#: Longest list of nodeTools on one agent call.
+MAX_NODE_TOOLS = 32
+#: A field the agent fills: a name a function parameter can have.
+FIELD_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"
+
+
+class NodeTool(common.ApiModel):
+    """Another node of the Flow offered to the agent as a tool (it then never runs on its own).
+
+    The tool's parameters are ``fields``: with a ``tool`` node, keys of its ``args``; with a
+    ``flow`` node, keys of its ``input``; with ``llm`` and ``agent`` nodes, ``prompt`` (and an
+    llm's ``system``). Every node sees the agent's arguments as ``.args`` in its expressions.
+    """
+
+    node: common.Identifier = Field(description="Id of the node to offer.")
+    fields: list[Annotated[str, Field(pattern=FIELD_PATTERN)]] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Fields the agent fills; every other field stays as configured.",
+    )
+    description: str = Field(
+        default="",
+        max_length=4096,
+        description="What the model is told the tool does (default: the node's description).",
+    )
+
+
+class AgentTools(common.ApiModel):
+    """The tools an agent node's turn is offered."""
+
+    skip: bool = Field(
+        default=False,
+        description="Offer no tools at all (the Agent's tools, skills, sub-agents, sub-flows, "
+        "human review): one plain completion with the conversation.",
+    )
+
+
 class AgentCall(common.ApiModel):
     """Run an Agent's turn with a prompt."""
 
     name: common.ObjectName = Field(description="Name of the Agent in the Flow's namespace.")
     prompt: str = Field(max_length=200_000, description="User prompt (expressions allowed).")
+    node_tools: list[NodeTool] = Field(
+        default_factory=list,
+        max_length=MAX_NODE_TOOLS,
+        description="Other nodes of the Flow the agent may call as tools.",
+    )
+    files: list[agent_api.ReferenceFile] = Field(
+        default_factory=list,
+        max_length=agent_api.MAX_FILES,
+        description="Reference files added to the Agent's own before the conversation.",
+    )
+    session: str | None = Field(
+        default=None,
+        max_length=4096,
+        description="Expression naming the conversation to continue across runs (e.g. "
+        '"={{ .run.input.ticket }}"); overrides the Agent\'s.',
+    )
+    request: str | None = Field(
+        default=None,
+        max_length=4096,
+        description="Expression separating parallel calls within one session (e.g. "
+        '"={{ .item.id }}"); overrides the Agent\'s.',
+    )
+    memory: agent_api.Memory | None = Field(
+        default=None, description="Memory settings for this node; overrides the Agent's."
+    )
+    tools: AgentTools | None = Field(default=None, description="Which tools the turn is offered.")
 
 
 class LlmCall(common.ApiModel):

@@ -78,6 +78,8 @@ class RunReason(enum.StrEnum):
     TOKEN_LIMIT_EXCEEDED = "TokenLimitExceeded"
     #: The run cost more than limits.maxCostUSD.
     COST_LIMIT_EXCEEDED = "CostLimitExceeded"
+    #: A Budget of the namespace is used up: a new run is held or refused, a running one stops.
+    BUDGET_EXCEEDED = "BudgetExceeded"
     #: The run executed more than limits.maxNodeExecutions nodes.
     NODE_EXECUTION_LIMIT_EXCEEDED = "NodeExecutionLimitExceeded"
     #: spec.output could not be evaluated.
@@ -272,6 +274,10 @@ class FlowRunStatus(common.ApiModel):
     output: common.JsonValue = Field(default=None, description="Run output (bounded).")
     output_ref: str | None = Field(default=None, description="Where a large output went.")
     usage: common.Usage | None = Field(default=None, description="Usage over the whole run.")
+    budget_charged: common.Usage | None = Field(
+        default=None,
+        description="The part of usage the operator has charged to the namespace's Budgets.",
+    )
     result: RunnerResult | None = Field(
         default=None, description="How the latest runner attempt ended (written by the runner)."
     )

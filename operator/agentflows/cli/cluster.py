@@ -16,28 +16,11 @@ from typing import Any
 from agentflows.api import flowrun as flowrun_api
 from agentflows.cli import views
 from agentflows.kube import client as kube
-from agentflows.kube import objects
 
 
 def run_path(namespace: str, name: str | None = None) -> str:
     """API path of FlowRuns."""
     return kube.path_of("flowruns", namespace, name)
-
-
-async def start(
-    api: kube.Client, namespace: str, flow: str, value: Any, *, name: str | None = None
-) -> dict[str, Any]:
-    """Create a FlowRun of ``flow`` (a manual run: never de-duplicated)."""
-    metadata: dict[str, Any] = {"name": name} if name else {"generateName": f"{flow}-"}
-    metadata["labels"] = {objects.FLOW: objects.label_value(flow)}
-    body = {
-        "apiVersion": "agentflows.io/v1alpha1",
-        "kind": "FlowRun",
-        "metadata": metadata,
-        "spec": {"flow": flow, "input": value, "trigger": {"type": "manual"}},
-    }
-    created: dict[str, Any] = await api.create(run_path(namespace), body)
-    return created
 
 
 async def get_run(api: kube.Client, namespace: str, name: str) -> dict[str, Any]:

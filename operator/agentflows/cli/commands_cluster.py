@@ -79,6 +79,7 @@ def start(
 ) -> None:
     """Start a run of FLOW in the cluster (a FlowRun); print its name."""
     from agentflows.cli import cluster
+    from agentflows.kube import actions
     from agentflows.kube import client as kube
 
     try:
@@ -91,7 +92,7 @@ def start(
     async def go() -> int:
         async with api:
             try:
-                run = await cluster.start(api, ns, flow, value, name=name)
+                run = await actions.start(api, ns, flow, value, name=name)
             except kube.ApiError as exc:
                 _fail(exc)
             run_name = run["metadata"]["name"]
@@ -294,8 +295,9 @@ async def _decide(
 ) -> int:
     from agentflows.cli import cluster
     from agentflows.cli import requests as requests_mod
+    from agentflows.kube import actions
 
-    who = await requests_mod.whoami(api)
+    who = await actions.whoami(api)
     if target is None:
         runs = await requests_mod.list_runs(api, ns, flow)
         rows = await requests_mod.decide_all(
@@ -308,7 +310,7 @@ async def _decide(
         return group.EXIT_INVALID if failed else 0
     run = await cluster.get_run(api, ns, target)
     rid = _pick_request(run, request_id, parsed)
-    await requests_mod.decide(
+    await actions.decide(
         api,
         ns,
         target,

@@ -73,6 +73,8 @@ class Snapshot:
     flows: dict[str, Any]
     agents: dict[str, Any]
     mock: bool
+    #: Directory of the Flow's file: reference files' paths are relative to it (and stay in it).
+    files_root: str = ""
 
     def resolver(self) -> graph.StaticResolver:
         """A resolver over the snapshot."""
@@ -90,6 +92,13 @@ class Snapshot:
     def load(cls, path: Path) -> Snapshot:
         """Read a snapshot file."""
         return cls(**json.loads(path.read_text()))
+
+
+def files_root(loaded: documents.LoadResult, flow: flow_api.Flow) -> str:
+    """The directory of the file ``flow`` was read from (the current one when unknown)."""
+    label = loaded.label_of(flow)
+    source = Path(label.rsplit("#", 1)[0]) if "#" in label else Path("flow")
+    return str(source.resolve().parent)
 
 
 def resolver_of(loaded: documents.LoadResult) -> graph.StaticResolver:

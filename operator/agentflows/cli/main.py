@@ -24,8 +24,11 @@ from agentflows.api import flowrun as flowrun_api
 from agentflows.cli import (
     commands_agentspec,
     commands_cluster,
+    commands_graph,
     commands_runs,
+    commands_sessions,
     completion,
+    console_command,
     group,
     hints,
     local,
@@ -100,9 +103,12 @@ for _command in [
     *commands_cluster.COMMANDS,
     *commands_runs.COMMANDS,
     *commands_agentspec.COMMANDS,
+    *commands_graph.COMMANDS,
     runner_command.runner,
+    console_command.console,
 ]:
     main.add_command(_command)
+main.add_command(commands_sessions.sessions_group, "sessions")
 
 
 @main.command()
@@ -134,14 +140,17 @@ def crds() -> None:
     click.echo(crd.render_yaml(crd.build_crds()), nl=False)
 
 
-def _capabilities(mock: bool, resolver: Any) -> Any:
+def _capabilities(mock: bool, resolver: Any, directory: Path, files_root: str = "") -> Any:
     if mock:
         from agentflows.agents import mock as mock_mod
 
         return mock_mod.MockCapabilities(resolver)
-    from agentflows.agents import host
+    from agentflows.agents import files, host
 
-    return host.LiveCapabilities(resolver)
+    access = files.FileAccess(root=Path(files_root)) if files_root else files.NO_FILE_ACCESS
+    return host.LiveCapabilities(
+        resolver, session_store=commands_sessions.file_store(directory), file_access=access
+    )
 
 
 def _resume_command(name: str, state_dir: str | None) -> str:
@@ -174,7 +183,7 @@ def _execute(
                 run_name=name,
                 input_value=input_value,
                 store_=store.FileStore(local.state_path(directory, name)),
-                caps=_capabilities(snapshot.mock, resolver),
+                caps=_capabilities(snapshot.mock, resolver, directory, snapshot.files_root),
                 resolver=resolver,
                 observer=_Progress(quiet),
             )
@@ -279,13 +288,19 @@ def run(
                 "(export the provider's key, e.g. OPENAI_API_KEY, or set model.apiBase to call it)"
             )
             mock = True
-    snapshot = _snapshot(local.state_dir(state_dir), name, chosen, resolver, mock)
+    root = local.files_root(loaded, chosen)
+    snapshot = _snapshot(local.state_dir(state_dir), name, chosen, resolver, mock, root)
     _err(f"run {name}: flow {chosen.metadata.name}" + (" (mock model)" if mock else ""))
     _execute(name, snapshot, value, state_dir, quiet, output)
 
 
 def _snapshot(
-    directory: Path, name: str, chosen: flow_api.Flow, resolver: graph.StaticResolver, mock: bool
+    directory: Path,
+    name: str,
+    chosen: flow_api.Flow,
+    resolver: graph.StaticResolver,
+    mock: bool,
+    files_root: str,
 ) -> local.Snapshot:
     """Write a new run's snapshot, the first file of a run (exit 2 when it cannot be)."""
     if local.snapshot_path(directory, name).exists():
@@ -295,6 +310,7 @@ def _snapshot(
         flows={n: s.to_wire() for n, s in resolver.flows.items()},
         agents={n: s.to_wire() for n, s in resolver.agents.items()},
         mock=mock,
+        files_root=files_root,
     )
     try:
         snapshot.save(local.snapshot_path(directory, name))

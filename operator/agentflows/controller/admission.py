@@ -12,6 +12,9 @@ Flow's runs that were admitted and have not finished, "active"):
   the new run starts at once.
 - Queue: the run is Queued until fewer than ``max`` runs are active and it is among the oldest
   waiting runs (oldest first, by creation time then name).
+
+Before the policy, the namespace's Budgets (:mod:`agentflows.controller.budgets`): a used-up
+one holds the run Pending (reason BudgetExceeded) or, with policy Refuse, fails it.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import enum
 
 from agentflows.api import flow as flow_api
 from agentflows.api.flowrun import RunPhase, RunReason
-from agentflows.controller import attempts, cache, finishing, flows, runstate
+from agentflows.controller import attempts, budgets, cache, finishing, flows, runstate
 from agentflows.controller import context as context_mod
 from agentflows.kube import client as kube
 
@@ -93,6 +96,12 @@ async def start(ctl: context_mod.Controller, run: runstate.RunContext) -> float 
     if problems:
         message = "; ".join(problems)
         return await finishing.finish(ctl, run, RunPhase.FAILED, RunReason.FLOW_INVALID, message)
+    over_budget = budgets.over(ctl, run)
+    if over_budget:
+        refused = budgets.refusal(over_budget)
+        if refused is None:
+            return await budgets.hold(ctl, run, over_budget)
+        return await finishing.finish(ctl, run, RunPhase.FAILED, RunReason.BUDGET_EXCEEDED, refused)
     if spec.concurrency.policy is flow_api.ConcurrencyPolicy.ALLOW:
         # nothing to count: runs of an Allow Flow never wait on each other's admission
         return await _begin(ctl, run)

@@ -24,7 +24,7 @@ from typing import Any
 from agentflows.api import agent as agent_api
 from agentflows.api import flow as flow_api
 from agentflows.api.flowrun import RunPhase, RunReason
-from agentflows.controller import conditions, context, events, pods, runstate, snapshots
+from agentflows.controller import budgets, conditions, context, events, pods, runstate, snapshots
 from agentflows.kube import client as kube
 
 log = logging.getLogger(__name__)
@@ -77,6 +77,7 @@ def pod_body(
         snapshot.agents,
         ctl.config,
         deadline_seconds=None if remaining is None else int(remaining) + 1,
+        budget=budgets.run_cap(ctl, run),
     )
 
 

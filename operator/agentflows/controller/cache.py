@@ -29,6 +29,7 @@ from typing import Any, Generic, TypeVar
 import pydantic
 
 from agentflows.api import agent as agent_api
+from agentflows.api import budget as budget_api
 from agentflows.api import documents
 from agentflows.api import flow as flow_api
 from agentflows.api import flowrun as flowrun_api
@@ -166,6 +167,16 @@ def _parse_run(obj: Mapping[str, Any]) -> Run | None:
     return Run(kept, model)
 
 
+def _parse_budget(obj: Mapping[str, Any]) -> budget_api.Budget | None:
+    meta = _trimmed_meta(obj.get("metadata") or {})
+    kept = {"metadata": meta, "spec": obj.get("spec") or {}, "status": obj.get("status")}
+    try:
+        return budget_api.Budget.model_validate(kept)
+    except pydantic.ValidationError as exc:
+        log.error("Budget %s/%s is not kept: %s", meta.get("namespace"), meta.get("name"), exc)
+        return None
+
+
 def _pod_run(meta: Mapping[str, Any]) -> str | None:
     for owner in meta.get("ownerReferences") or []:
         if owner.get("kind") == "FlowRun":
@@ -244,6 +255,7 @@ class Cache:
         self.runs = self._kind("flowruns", scopes, self._run, self._run_changed)
         selector = {"labelSelector": f"{objects.MANAGED_BY}={objects.MANAGER},{objects.RUN}"}
         self.pods = self._kind("pods", scopes, self._pod, self._pod_changed, selector)
+        self.budgets = self._kind("budgets", scopes, self._budget, self._budget_changed)
 
     def _kind(
         self,
@@ -269,7 +281,7 @@ class Cache:
         return [i for kind in self._kinds() for i in kind.values()]
 
     def _kinds(self) -> tuple[dict[str, informer.Informer[Any]], ...]:
-        return (self.agents, self.flows, self.runs, self.pods)
+        return (self.agents, self.flows, self.runs, self.pods, self.budgets)
 
     async def run(self) -> None:
         """Keep every watch going (until cancelled); set :attr:`synced` after the first lists."""
@@ -278,7 +290,7 @@ class Cache:
             await asyncio.gather(*(i.ready.wait() for i in self._informers()))
             self.synced.set()
             log.info(
-                "cache synced: %d Agents, %d Flows, %d FlowRuns, %d runner pods",
+                "cache synced: %d Agents, %d Flows, %d FlowRuns, %d runner pods, %d Budgets",
                 *(sum(len(i) for i in kind.values()) for kind in self._kinds()),
             )
             await asyncio.gather(*tasks)
@@ -318,6 +330,17 @@ class Cache:
         found: Pod | None = self._get(self.pods, namespace, name)
         return found
 
+    def budget(self, namespace: str, name: str) -> budget_api.Budget | None:
+        """A Budget."""
+        found: budget_api.Budget | None = self._get(self.budgets, namespace, name)
+        return found
+
+    def budgets_in(self, namespace: str) -> list[budget_api.Budget]:
+        """The namespace's Budgets."""
+        scope = self._scope(self.budgets, namespace)
+        items = scope.items() if scope is not None else {}
+        return [b for (ns, _), b in sorted(items.items()) if ns == namespace]
+
     def namespace(self, namespace: str) -> Namespace:
         """The parsed specs of a namespace (a live view: do not change it)."""
         return self._namespaces.get(namespace) or Namespace()
@@ -355,6 +378,7 @@ class Cache:
             "Flow": self.flows,
             "Agent": self.agents,
             "Pod": self.pods,
+            "Budget": self.budgets,
         }
         family = families.get(str(kind))
         namespace = str((obj.get("metadata") or {}).get("namespace") or "")
@@ -378,6 +402,9 @@ class Cache:
 
     def _pod(self, obj: Mapping[str, Any]) -> Pod | None:
         return _parse_pod(obj) if self._mine(obj) else None
+
+    def _budget(self, obj: Mapping[str, Any]) -> budget_api.Budget | None:
+        return _parse_budget(obj) if self._mine(obj) else None
 
     # ----- what a change sets off ----------------------------------------------------------
 
@@ -447,7 +474,12 @@ class Cache:
         for flow in {x[0] for x in (before, after) if x is not None and before != after}:
             self._enqueue(workqueue.SUMMARY, namespace, flow, SUMMARY_DELAY_SECONDS)
 
+    def _budget_changed(self, key: informer.Key, old: Any, new: Any) -> None:
+        self._enqueue(workqueue.BUDGET, key[0], key[1], 0.0)
+
     def _pod_changed(self, key: informer.Key, old: Pod | None, new: Pod | None) -> None:
+        if old == new:
+            return  # a status detail the operator does not read (conditions, IPs, ...)
         pod = new or old
         if pod is not None:
             self._enqueue(workqueue.FLOWRUN, key[0], pod.run, 0.0)

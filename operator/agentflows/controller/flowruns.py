@@ -29,6 +29,7 @@ from agentflows.api.flowrun import RunnerResult, RunPhase, RunReason
 from agentflows.controller import (
     admission,
     attempts,
+    budgets,
     cache,
     context,
     events,
@@ -157,7 +158,8 @@ async def _on_result(
     snapshot: snapshots.Snapshot,
     result: RunnerResult,
 ) -> float | None:
-    """Act on the runner's result for the current attempt."""
+    """Act on the runner's result for the current attempt (its usage charged to the Budgets)."""
+    await budgets.charge(ctl, run)
     message = result.message or ""
     if result.phase == RunPhase.SUCCEEDED.value:
         reason = result.reason or RunReason.SUCCEEDED

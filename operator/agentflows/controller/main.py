@@ -21,6 +21,7 @@ from typing import Any
 
 from agentflows.controller import (
     agents,
+    budgets,
     cache,
     context,
     events,
@@ -49,6 +50,7 @@ def dispatch(ctl: context.Controller) -> workqueue.Reconciler:
         workqueue.FLOWRUN: flowruns.reconcile,
         workqueue.HISTORY: finishing.enforce_history,
         workqueue.SUMMARY: flows.summarize,
+        workqueue.BUDGET: budgets.reconcile,
     }
 
     async def reconcile(key: workqueue.Key) -> float | None:
@@ -84,11 +86,13 @@ async def run(
     quiet_libraries()
     api = kube.Client.from_env(kubeconfig, kube_context)
     metrics = metrics_mod.Metrics()
+    api.on_response = metrics.api_answered
     ctl = context.Controller(api=api, config=config, metrics=metrics)
     ctl.queue = workqueue.WorkQueue(
         dispatch(ctl),
         workers=config.workers,
         on_error=lambda key, _exc: metrics.reconcile_errors.labels(key.kind).inc(),
+        on_timing=metrics.queue_timing,
     )
     ctl.cache = cache.Cache(api, config.namespaces, config.owns, ctl.enqueue)
     ctl.snapshots = snapshots.Snapshots(ctl.cache)

@@ -18,12 +18,22 @@ from typing import Any
 import prometheus_client
 from prometheus_client import metrics_core
 
+from agentflows.api import budget as budget_api
 from agentflows.api import flow as flow_api
 from agentflows.api import flowrun as flowrun_api
 from agentflows.controller import conditions, workqueue
 
 _DURATION_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600, 24 * 3600)
+_QUEUE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 _NODE_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 300, 1800)
+
+
+def _drop(gauge: prometheus_client.Gauge, labels: tuple[str, ...]) -> None:
+    """Remove one series of a gauge, if it is there."""
+    try:
+        gauge.remove(*labels)
+    except KeyError:
+        return
 
 
 class Metrics:
@@ -105,9 +115,56 @@ class Metrics:
             buckets=_DURATION_BUCKETS,
             registry=r,
         )
+        self.queue_wait = prometheus_client.Histogram(
+            "agentflows_workqueue_wait_seconds",
+            "Time a key waited in the work queue before its reconcile started, by resource kind.",
+            ["kind"],
+            buckets=_QUEUE_BUCKETS,
+            registry=r,
+        )
+        self.reconcile_time = prometheus_client.Histogram(
+            "agentflows_reconcile_seconds",
+            "Time a reconcile took (its API writes included), by resource kind.",
+            ["kind"],
+            buckets=_QUEUE_BUCKETS,
+            registry=r,
+        )
+        self.api_request = prometheus_client.Histogram(
+            "agentflows_api_request_seconds",
+            "Time the API server took to answer the operator's requests (watches not counted),"
+            " by HTTP method.",
+            ["method"],
+            buckets=_QUEUE_BUCKETS,
+            registry=r,
+        )
         self.leader = prometheus_client.Gauge(
             "agentflows_leader",
             "1 while this replica holds the operator's Lease and works, 0 while it stands by.",
+            registry=r,
+        )
+        budget_labels = ["namespace", "budget", "window"]
+        self.budget_used_usd = prometheus_client.Gauge(
+            "agentflows_budget_used_usd",
+            "Model cost charged to a Budget in its current window (day, month), USD.",
+            budget_labels,
+            registry=r,
+        )
+        self.budget_limit_usd = prometheus_client.Gauge(
+            "agentflows_budget_limit_usd",
+            "A Budget window's cost limit, USD (absent: no cost limit).",
+            budget_labels,
+            registry=r,
+        )
+        self.budget_used_tokens = prometheus_client.Gauge(
+            "agentflows_budget_used_tokens",
+            "Tokens charged to a Budget in its current window (day, month).",
+            budget_labels,
+            registry=r,
+        )
+        self.budget_limit_tokens = prometheus_client.Gauge(
+            "agentflows_budget_limit_tokens",
+            "A Budget window's token limit (absent: no token limit).",
+            budget_labels,
             registry=r,
         )
         for kind in (workqueue.AGENT, workqueue.FLOW, workqueue.FLOWRUN, workqueue.HISTORY):
@@ -126,6 +183,15 @@ class Metrics:
     def watch_triggers(self, watches: Callable[[], Mapping[tuple[str, str], bool]]) -> None:
         """Export ``agentflows_trigger_watches{api_version,kind}`` (1: established) per scrape."""
         self.registry.register(_TriggerWatches(watches))
+
+    def queue_timing(self, key: workqueue.Key, waited: float, took: float) -> None:
+        """Observe one reconcile's wait in the queue and its own time."""
+        self.queue_wait.labels(key.kind).observe(waited)
+        self.reconcile_time.labels(key.kind).observe(took)
+
+    def api_answered(self, method: str, seconds: float) -> None:
+        """Observe one answered API request."""
+        self.api_request.labels(method).observe(seconds)
 
     def watch_queue(self, depth: Callable[[], int]) -> None:
         """Export ``agentflows_reconcile_queue_depth`` (keys waiting or in work) per scrape."""
@@ -210,6 +276,14 @@ class Metrics:
         if since:
             self._waiting_since[key] = since
 
+    def held_on_purpose(self, namespace: str, name: str) -> None:
+        """Take a Pending run that a Budget holds out of the oldest-Pending gauge.
+
+        That gauge (and the alert AgentflowsRunsStuckPending) speaks of runs whose pod cannot be
+        created; a held run waits on purpose and says why in its condition.
+        """
+        self._pending_since.pop((namespace, name), None)
+
     def forget_run(self, namespace: str, name: str) -> None:
         """A run was deleted: take it out of the gauges."""
         old = self._phase_of.pop((namespace, name), None)
@@ -219,6 +293,41 @@ class Metrics:
             self.requests_pending.labels(*labels).dec(count)
         self._pending_since.pop((namespace, name), None)
         self._waiting_since.pop((namespace, name), None)
+
+    def observe_budget(
+        self,
+        namespace: str,
+        name: str,
+        spec: budget_api.BudgetSpec,
+        status: budget_api.BudgetStatus,
+    ) -> None:
+        """Set a Budget's gauges from its status (windows rolled over) and limits."""
+        for window in budget_api.Window:
+            labels = (namespace, name, window.value)
+            usage = status.usage(window)
+            self.budget_used_usd.labels(*labels).set(usage.cost_usd if usage else 0.0)
+            self.budget_used_tokens.labels(*labels).set(usage.tokens if usage else 0)
+            limit = spec.limit(window) or budget_api.Limit()
+            for gauge, value in (
+                (self.budget_limit_usd, limit.cost_usd),
+                (self.budget_limit_tokens, limit.tokens),
+            ):
+                if value is not None:
+                    gauge.labels(*labels).set(value)
+                else:
+                    _drop(gauge, labels)
+
+    def forget_budget(self, namespace: str, name: str) -> None:
+        """A Budget was deleted (or is set again): take its series out."""
+        gauges = (
+            self.budget_used_usd,
+            self.budget_limit_usd,
+            self.budget_used_tokens,
+            self.budget_limit_tokens,
+        )
+        for window in budget_api.Window:
+            for gauge in gauges:
+                _drop(gauge, (namespace, name, window.value))
 
     def run_finished(
         self,

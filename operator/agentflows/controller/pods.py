@@ -13,6 +13,7 @@ from typing import Any
 
 from agentflows.agents import secrets
 from agentflows.api import agent as agent_api
+from agentflows.api import budget as budget_api
 from agentflows.api import common
 from agentflows.api import flow as flow_api
 from agentflows.controller import resolve, settings
@@ -69,8 +70,13 @@ def runner_pod(
     config: settings.OperatorConfig,
     *,
     deadline_seconds: int | None = None,
+    budget: budget_api.RunBudget | None = None,
 ) -> dict[str, Any]:
-    """The pod of ``attempt`` of ``run``; ``deadline_seconds`` is what remains of the timeout."""
+    """The pod of ``attempt`` of ``run``.
+
+    ``deadline_seconds`` is what remains of the timeout, ``budget`` what the namespace's
+    Budgets let the run use (``$AGENTFLOWS_BUDGET``).
+    """
     meta = run["metadata"]
     name, namespace = meta["name"], meta["namespace"]
     flow_spec = flows[flow_name]
@@ -81,6 +87,16 @@ def runner_pod(
         {"name": "HOME", "value": "/tmp"},
         {"name": "TMPDIR", "value": "/tmp"},
         {"name": "AGENTFLOWS_ATTEMPT", "value": str(attempt)},
+        *(
+            [
+                {
+                    "name": budget_api.RUN_BUDGET_ENV,
+                    "value": budget.model_dump_json(exclude_none=True),
+                }
+            ]
+            if budget is not None
+            else []
+        ),
         *secret_env(flows, agents),
         *runner_env(runner),
     ]

@@ -35,7 +35,19 @@ def agent_secret_refs(spec: agent_api.AgentSpec) -> list[tuple[str, common.Secre
             for header, ref in tool.http.secret_headers.items():
                 path = f"spec.tools[{index}].http.secretHeaders.{header}"
                 refs.append((path, ref.secret_key_ref))
+    refs.extend(_file_secret_refs(spec.files, "spec"))
     return refs
+
+
+def _file_secret_refs(
+    files: list[agent_api.ReferenceFile], path: str
+) -> list[tuple[str, common.SecretKeySelector]]:
+    """Secrets of reference files: injected like every other secret the runner needs."""
+    return [
+        (f"{path}.files[{index}].secretKeyRef", file.secret_key_ref)
+        for index, file in enumerate(files)
+        if file.secret_key_ref is not None
+    ]
 
 
 def flow_secret_refs(spec: flow_api.FlowSpec) -> list[tuple[str, common.SecretKeySelector]]:
@@ -49,6 +61,9 @@ def flow_secret_refs(spec: flow_api.FlowSpec) -> list[tuple[str, common.SecretKe
             if tool is not None and tool.http is not None:
                 for header, ref in tool.http.secret_headers.items():
                     refs.append((f"{where}.http.secretHeaders.{header}", ref.secret_key_ref))
+        for where, call in ((f"{path}.agent", node.agent), (f"{path}.map.agent", _map_agent(node))):
+            if call is not None:
+                refs.extend(_file_secret_refs(call.files, where))
     for index, env in enumerate(spec.runner.env):
         if env.secret_key_ref is not None:
             refs.append((f"spec.runner.env[{index}].secretKeyRef", env.secret_key_ref))
@@ -62,6 +77,10 @@ def trigger_secret_refs(spec: flow_api.FlowSpec) -> list[tuple[str, common.Secre
         for index, trigger in enumerate(spec.triggers)
         if trigger.webhook is not None
     ]
+
+
+def _map_agent(node: flow_api.Node) -> flow_api.AgentCall | None:
+    return node.map.agent if node.map is not None else None
 
 
 def _map_tool(node: flow_api.Node) -> flow_api.ToolCall | None:

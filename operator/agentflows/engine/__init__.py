@@ -8,7 +8,8 @@ and time through the host's clock (:mod:`agentflows.engine.clock`).
 Modules, each importing only those below it (an import-linter contract): ``run`` (the loop
 that schedules a flow's nodes) -> ``nodes`` (what each kind computes) -> ``lifecycle`` (the one
 writer of node records: usage, limits, events, retries) -> ``state`` (the run's shared state)
--> ``store``, ``scope``, ``graph`` -> ``capabilities``, ``expressions``, ``envelope`` ->
+-> ``store``, ``scope``, ``graph`` -> ``nodetools`` (nodes offered to agents as tools) ->
+``capabilities``, ``expressions``, ``envelope`` ->
 ``clock``, ``errors``.
 
 Invariants:

@@ -59,6 +59,9 @@ class Resume:
 SubFlowRunner = Callable[[str, Any, "NodeContext"], Awaitable[Any]]
 #: Keeps JSON-able progress on the node's Running record (see module docstring).
 ProgressSaver = Callable[[Any], Awaitable[None]]
+#: Runs a node of the caller's Flow once with the agent's arguments (a node tool); returns the
+#: node's output envelope.
+NodeToolRunner = Callable[[str, dict[str, Any], "NodeContext"], Awaitable[dict[str, Any]]]
 
 
 @dataclasses.dataclass
@@ -75,6 +78,8 @@ class NodeContext:
     resume: Resume | None = None
     #: Runs a named Flow inside this run (sub-flows called by agents).
     run_flow: SubFlowRunner | None = None
+    #: Runs a node of the calling agent's Flow (its nodeTools); None when it offers none.
+    run_node: NodeToolRunner | None = None
     #: Remaining budget, for capabilities that can stop early (None: unlimited).
     tokens_left: int | None = None
     cost_left_usd: float | None = None
@@ -85,6 +90,18 @@ class NodeContext:
     save_progress: ProgressSaver | None = None
 
 
+@dataclasses.dataclass(frozen=True)
+class NodeToolOffer:
+    """A node of the Flow offered to an agent as a tool, with the schema of the fields it fills."""
+
+    #: Id of the node (the tool's name before the agent layer makes names unique).
+    node: str
+    kind: str
+    description: str
+    #: JSON Schema of the arguments: an object with exactly the listed fields.
+    parameters: dict[str, Any]
+
+
 @dataclasses.dataclass
 class AgentTask:
     """Run one agent turn: the Agent's spec and the rendered prompt."""
@@ -92,6 +109,18 @@ class AgentTask:
     agent_name: str
     agent: agent_api.AgentSpec
     prompt: str
+    #: Nodes of the Flow the agent may call (run through ``NodeContext.run_node``).
+    node_tools: list[NodeToolOffer] = dataclasses.field(default_factory=list)
+    #: Reference files of the agent node, added to the Agent's own ``files``.
+    files: list[agent_api.ReferenceFile] = dataclasses.field(default_factory=list)
+    #: The conversation to continue, as evaluated from the node's (else the Agent's) session.
+    session: str | None = None
+    #: Separates parallel calls within the session (the node's, else the Agent's, request).
+    request: str | None = None
+    #: The node's memory settings, overriding the Agent's (``agent.memory``) when set.
+    memory: agent_api.Memory | None = None
+    #: Offer the turn no tools at all (``tools: {skip: true}`` on the node).
+    skip_tools: bool = False
 
 
 @dataclasses.dataclass

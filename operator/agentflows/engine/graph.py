@@ -31,7 +31,7 @@ from typing import Any
 from agentflows.api import agent as agent_api
 from agentflows.api import documents, schemas
 from agentflows.api import flow as flow_api
-from agentflows.engine import capabilities, expressions
+from agentflows.engine import capabilities, expressions, nodetools
 
 DEFAULT_CASE = "default"
 
@@ -55,6 +55,8 @@ class CompiledNode:
     templates: dict[str, expressions.Template]
     predecessors: list[str] = dataclasses.field(default_factory=list)
     successors: list[str] = dataclasses.field(default_factory=list)
+    #: The nodes its agent (or map agent) may call as tools.
+    node_tools: list[capabilities.NodeToolOffer] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -66,6 +68,8 @@ class CompiledFlow:
     start: str
     output: expressions.Template | None
     sinks: list[str]
+    #: Nodes offered to agents as tools: run only when called, never scheduled.
+    tool_nodes: dict[str, CompiledNode] = dataclasses.field(default_factory=dict)
 
 
 class FlowInvalid(Exception):
@@ -127,6 +131,7 @@ def _node_templates(
     t: dict[str, expressions.Template] = {}
     if node.agent is not None:
         t["prompt"] = out.template(f"{path}.agent.prompt", node.agent.prompt)
+        _memory_templates(node.agent, f"{path}.agent", out, t)
     elif node.llm is not None:
         t["prompt"] = out.template(f"{path}.llm.prompt", node.llm.prompt)
         t["system"] = out.template(f"{path}.llm.system", node.llm.system)
@@ -142,6 +147,7 @@ def _node_templates(
         t["items"] = out.template(f"{path}.map.items", body.items, expression=True)
         if body.agent is not None:
             t["prompt"] = out.template(f"{path}.map.agent.prompt", body.agent.prompt)
+            _memory_templates(body.agent, f"{path}.map.agent", out, t)
         elif body.tool is not None:
             t["args"] = out.template(f"{path}.map.tool.args", body.tool.args)
         elif body.flow is not None:
@@ -155,6 +161,31 @@ def _node_templates(
     elif node.flow is not None:
         t["input"] = out.template(f"{path}.flow.input", node.flow.input)
     return t
+
+
+def memory_template(value: str) -> expressions.Template:
+    """Compile a ``session`` or ``request``: an expression, or a template.
+
+    ``={{ .run.input.ticket }}`` is read as the template ``{{ .run.input.ticket }}``: that is
+    how the field is written in the docs, and as jq ``{{ ... }}`` would never compile.
+    Raises ExpressionError on a bad one.
+    """
+    if value.startswith("={{"):
+        value = value[1:]
+    return expressions.compile_template(value)
+
+
+def _memory_templates(
+    call: flow_api.AgentCall, path: str, out: _Collector, t: dict[str, expressions.Template]
+) -> None:
+    """The node's ``session`` and ``request`` templates, when it sets them."""
+    for name, value in (("session", call.session), ("request", call.request)):
+        if value is None:
+            continue
+        try:
+            t[name] = memory_template(value)
+        except expressions.ExpressionError as exc:
+            out.add(f"{path}.{name}", str(exc))
 
 
 def _check_schema(schema: Any, path: str, out: _Collector) -> None:
@@ -202,7 +233,9 @@ def _check_references(
             out.add(where, f'no Flow "{flow_call.name}"')
 
 
-def _edges(spec: flow_api.FlowSpec, out: _Collector, ids: dict[str, int]) -> list[CompiledEdge]:
+def _edges(
+    spec: flow_api.FlowSpec, out: _Collector, ids: dict[str, int], tools: Iterable[str] = ()
+) -> list[CompiledEdge]:
     edges: list[CompiledEdge] = []
     seen: set[tuple[str, str]] = set()
 
@@ -262,11 +295,24 @@ def _edges(spec: flow_api.FlowSpec, out: _Collector, ids: dict[str, int]) -> lis
             else:
                 add(node.id, node.branch.default)
     if not spec.edges:
-        unique = [n for i, n in enumerate(spec.nodes) if ids.get(n.id) == i]
+        unique = [n for i, n in enumerate(spec.nodes) if ids.get(n.id) == i and n.id not in tools]
         for current, following in itertools.pairwise(unique):
             if current.branch is None:
                 add(current.id, following.id)
     return edges
+
+
+def edges(spec: flow_api.FlowSpec) -> list[CompiledEdge]:
+    """The edges the engine runs a flow by: explicit edges, branch cases and defaults, list order.
+
+    For pictures of a flow (:mod:`agentflows.diagram`), which draw a flow whether or not its
+    references resolve: an edge that :func:`validate` would refuse (an unknown node, a branch
+    label that contradicts its case) is left out here, and reported there.
+    """
+    ids: dict[str, int] = {}
+    for index, node in enumerate(spec.nodes):
+        ids.setdefault(node.id, index)
+    return _edges(spec, _Collector(""), ids)
 
 
 def _check_shape(spec: flow_api.FlowSpec, nodes: dict[str, CompiledNode], out: _Collector) -> None:
@@ -413,15 +459,24 @@ def compile_flow(
     _check_triggers(spec, out)
     if name is not None:
         _check_call_cycles(name, spec, resolver, out)
-    for edge in _edges(spec, out, ids):
-        nodes[edge.source].successors.append(edge.target)
-        nodes[edge.target].predecessors.append(edge.source)
-    _check_shape(spec, nodes, out)
+    tools = nodetools.tool_nodes(spec)
+    nodetools.check(spec, tools, out.add)
+    tool_nodes = {node_id: nodes.pop(node_id) for node_id in tools if node_id in nodes}
+    for edge in _edges(spec, out, ids, tools):
+        if edge.source in nodes and edge.target in nodes:
+            nodes[edge.source].successors.append(edge.target)
+            nodes[edge.target].predecessors.append(edge.source)
+    if spec.nodes[0].id in nodes:
+        _check_shape(spec, nodes, out)
     output = out.template("spec.output", spec.output, expression=True) if spec.output else None
     if out.problems:
         raise FlowInvalid(out.problems)
+    for compiled in [*nodes.values(), *tool_nodes.values()]:
+        call = compiled.spec.agent or (compiled.spec.map.agent if compiled.spec.map else None)
+        if call is not None and call.node_tools:
+            compiled.node_tools = nodetools.offers(call, spec, resolver)
     sinks = [n.id for n in nodes.values() if not n.successors]
-    return CompiledFlow(spec, nodes, spec.nodes[0].id, output, sinks)
+    return CompiledFlow(spec, nodes, spec.nodes[0].id, output, sinks, tool_nodes)
 
 
 def validate(
@@ -465,10 +520,19 @@ def names(items: Iterable[str]) -> str:
 
 
 def validate_agent(spec: agent_api.AgentSpec) -> list[documents.Problem]:
-    """Every problem of an Agent the models alone cannot see: its tools' argument schemas."""
+    """Every problem of an Agent the models alone cannot see.
+
+    Its tools' argument schemas, and its ``session`` and ``request`` expressions.
+    """
     out = _Collector("")
     for index, tool in enumerate(spec.tools):
         _check_schema(tool.parameters, f"spec.tools[{index}].parameters", out)
     for index, skill in enumerate(spec.skills):
         _check_schema(skill.parameters, f"spec.skills[{index}].parameters", out)
+    for name, value in (("session", spec.session), ("request", spec.request)):
+        if value is not None:
+            try:
+                memory_template(value)
+            except expressions.ExpressionError as exc:
+                out.add(f"spec.{name}", str(exc))
     return out.problems

@@ -12,7 +12,9 @@ record; a sub-flow re-runs only its unfinished nodes.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
+import functools
 import json
 import re
 from typing import Any
@@ -35,10 +37,17 @@ async def dispatch(
     node: graph.CompiledNode,
     key: str,
     previous: flowrun_api.NodeStatus | None,
+    *,
+    args: dict[str, Any] | None = None,
 ) -> state.Result:
-    """Compute ``node``'s result; ``previous`` is its record from an earlier execution."""
+    """Compute ``node``'s result; ``previous`` is its record from an earlier execution.
+
+    ``args`` are an agent's arguments when the node runs as its tool: merged into a tool's
+    ``args`` or a flow's ``input``, replacing an llm's or agent's ``prompt``/``system``, and
+    visible to every expression of the node as ``.args``. They are values, never expressions.
+    """
     spec = node.spec
-    scope = frame.scope.scope()
+    scope = frame.scope.scope() if args is None else frame.scope.scope(args=args)
     t = node.templates
     if spec.transform is not None:
         return capabilities.NodeResult(
@@ -53,26 +62,75 @@ async def dispatch(
     if spec.map is not None:
         return await _map(frame, node, key, scope)
     if spec.flow is not None:
-        value = await expressions.evaluate_async(t["input"], scope)
+        value = _merged(await expressions.evaluate_async(t["input"], scope), args)
         output = await _subflow(frame, spec.flow, value, f"{key}/")
         return capabilities.NodeResult(envelope.from_value(output))
     resume = _resume_of(frame, previous)
     ctx = frame.run.context(key, frame.depth, resume, _progress_of(previous))
     if spec.agent is not None:
-        return await _agent(
-            frame, spec.agent, await expressions.evaluate_async(t["prompt"], scope), ctx, previous
-        )
+        return await _agent(frame, spec.agent, node, scope, ctx, previous, args)
     if spec.llm is not None:
         task = capabilities.LlmTask(
             model=spec.llm.model,
-            system=str(await expressions.evaluate_async(t["system"], scope) or ""),
-            prompt=str(await expressions.evaluate_async(t["prompt"], scope)),
+            system=str(await _filled(args, "system", t, scope) or ""),
+            prompt=str(await _filled(args, "prompt", t, scope)),
             output_schema=spec.llm.output_schema,
         )
         return await frame.run.caps.complete(task, ctx)
     assert spec.tool is not None
-    args = await expressions.evaluate_async(t["args"], scope)
-    return await _tool(frame, spec.tool, args, ctx, previous)
+    tool_args = _merged(await expressions.evaluate_async(t["args"], scope), args)
+    return await _tool(frame, spec.tool, tool_args, ctx, previous, args is None)
+
+
+async def _filled(
+    args: dict[str, Any] | None,
+    field: str,
+    templates: dict[str, expressions.Template],
+    scope: expressions.Scope,
+) -> Any:
+    """An agent's argument for ``field`` when it gave one, else the configured template's value."""
+    if args is not None and field in args:
+        return args[field]
+    return await expressions.evaluate_async(templates[field], scope)
+
+
+def _merged(value: Any, args: dict[str, Any] | None) -> Any:
+    """``value`` (a tool's args, a flow's input) with an agent's arguments merged over it."""
+    if not args:
+        return value
+    if value is None:
+        return dict(args)
+    if not isinstance(value, dict):
+        raise state.NodeFailed(
+            f"its configured value is a {type(value).__name__}, so the agent's arguments "
+            f"({', '.join(args)}) cannot be merged into it"
+        )
+    return {**value, **args}
+
+
+async def run_node_tool(
+    frame: state.Frame, node_id: str, args: dict[str, Any], ctx: capabilities.NodeContext
+) -> dict[str, Any]:
+    """Run tool node ``node_id`` once for an agent's call; return its output envelope.
+
+    The node goes through the same lifecycle as any other (its record is stored under the
+    calling tool call's key, ``<agent node>/<call id>/<node>``, with usage and limits counted
+    by the run). A failure is an error for the calling agent; a node that would wait for a
+    human cannot, since only the agent's own turn can be saved and resumed.
+    """
+    node = frame.compiled.tool_nodes[node_id]
+    key = f"{ctx.node_key}/{node_id}"
+    body = functools.partial(dispatch, frame, node, key, args=args)
+    retry = node.spec.retry or frame.compiled.spec.node_retry
+    try:
+        phase = await lifecycle.execute(frame.run, key, node.kind, body, retry)
+    except state.NodeFailed as exc:
+        raise capabilities.CapabilityError(f'node "{node_id}" failed: {exc}') from exc
+    if phase == Phase.WAITING:
+        raise capabilities.CapabilityError(
+            f'node "{node_id}" asked for a human, which a node called as a tool cannot do'
+        )
+    return frame.run.checkpoint.nodes[key].output or {}
 
 
 def _branch(spec: flow_api.Branch, value: Any) -> capabilities.NodeResult:
@@ -249,28 +307,80 @@ def _decided(
 async def _agent(
     frame: state.Frame,
     call: flow_api.AgentCall,
-    prompt: Any,
+    node: graph.CompiledNode,
+    scope: expressions.Scope,
     ctx: capabilities.NodeContext,
     previous: flowrun_api.NodeStatus | None,
+    args: dict[str, Any] | None = None,
 ) -> state.Result:
+    """An agent turn; ``args`` are a calling agent's when this node runs as its tool."""
     spec = frame.run.resolver.agent(call.name)
     if spec is None:
         raise state.NodeFailed(f'no Agent "{call.name}"')
-    task = capabilities.AgentTask(call.name, spec, str(prompt))
+    prompt = await _filled(args, "prompt", node.templates, scope)
+    task = capabilities.AgentTask(
+        call.name,
+        spec,
+        str(prompt),
+        session=await _memory_key(node, "session", spec.session, call.name, scope),
+        request=await _memory_key(node, "request", spec.request, call.name, scope),
+        memory=call.memory,
+        skip_tools=call.tools is not None and call.tools.skip,
+        node_tools=node.node_tools,
+        files=call.files,
+    )
+    if node.node_tools:
+        ctx = dataclasses.replace(ctx, run_node=functools.partial(run_node_tool, frame))
     # ``previous``, not the record now in the store: the lifecycle has already saved this
     # execution's Running record, which no longer says Waiting
     pending = _pending_request(frame, previous)
     if pending is not None:
         return state.Waiting(pending, _saved_state(previous))
     result = await frame.run.caps.run_agent(task, ctx)
-    return await _from_capability(frame, ctx.node_key, result)
+    return await _from_capability(frame, ctx.node_key, result, args is None)
+
+
+async def _memory_key(
+    node: graph.CompiledNode,
+    field: str,
+    agents: str | None,
+    agent_name: str,
+    scope: expressions.Scope,
+) -> str | None:
+    """The node's ``session``/``request`` (else the Agent's), evaluated; None when unset or empty.
+
+    The Agent's is compiled here, not when the Flow is: Agents are validated on their own.
+    """
+    template = node.templates.get(field)
+    if template is None and agents is not None:
+        try:
+            template = graph.memory_template(agents)
+        except expressions.ExpressionError as exc:
+            raise state.NodeFailed(f'Agent "{agent_name}" spec.{field}: {exc}') from None
+    if template is None:
+        return None
+    value = await expressions.evaluate_async(template, scope)
+    if value is None or value == "":
+        return None
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
 
 
 async def _from_capability(
     frame: state.Frame,
     key: str,
     result: capabilities.NodeResult | capabilities.Pause,
+    pausable: bool = True,
 ) -> state.Result:
+    """The node's result; a pause persists its request, unless the node may not pause.
+
+    A node run as an agent's tool may not: only the agent's own turn can be saved and resumed,
+    so no request is left behind that nothing would ever wait for.
+    """
+    if isinstance(result, capabilities.Pause) and not pausable:
+        raise state.NodeFailed(
+            f"it needs a human's decision under autonomy {frame.run.spec.autonomy.value}, "
+            "which a node called as a tool cannot wait for"
+        )
     if isinstance(result, capabilities.Pause):
         request_id = await _persist_request(frame, key, result.request)
         return state.Waiting(request_id, result.state, result.usage, result.detail)
@@ -322,13 +432,14 @@ async def _tool(
     args: Any,
     ctx: capabilities.NodeContext,
     previous: flowrun_api.NodeStatus | None,
+    pausable: bool = True,
 ) -> state.Result:
     pending = _pending_request(frame, previous)
     if pending is not None:
         return state.Waiting(pending, _saved_state(previous))
     task = _tool_task(frame, call, args, ctx.node_key.rsplit("/", 1)[-1])
     result = await frame.run.caps.call_tool(task, ctx)
-    return await _from_capability(frame, ctx.node_key, result)
+    return await _from_capability(frame, ctx.node_key, result, pausable)
 
 
 #: Why a sub-flow stopped that ``catchErrors`` catches: its nodes failed, not the run's limits.
@@ -460,9 +571,7 @@ async def _map_body(
         )
     ctx = frame.run.context(item_key, frame.depth, _resume_of(frame, previous))
     if spec.agent is not None:
-        return await _agent(
-            frame, spec.agent, await expressions.evaluate_async(t["prompt"], scope), ctx, previous
-        )
+        return await _agent(frame, spec.agent, node, scope, ctx, previous)
     assert spec.tool is not None
     args = await expressions.evaluate_async(t["args"], scope)
     return await _tool(frame, spec.tool, args, ctx, previous)

@@ -182,12 +182,15 @@ async def run_flow(
     trigger: Any = None,
     observer: state.Observer | None = None,
     now: clock.Clock = clock.utc_now,
+    ceilings: tuple[state.Cap, ...] = (),
 ) -> store.Outcome:
     """Run (or resume) a flow to its end or its next pause, and return the outcome.
 
     A run whose store already holds a terminal outcome is returned as it is. The stored input
     wins over ``input_value`` on resume, so a resumed run sees what it started with. ``now``
-    is the host's clock: request expiry and the run deadline are measured with it.
+    is the host's clock: request expiry and the run deadline are measured with it. ``ceilings``
+    are the host's ceilings on the run's total usage besides the Flow's limits (a namespace
+    budget), enforced as limits.maxTokens and maxCostUSD are.
     """
     checkpoint = await store_.load()
     if checkpoint.outcome is not None and checkpoint.outcome.phase.terminal:
@@ -204,6 +207,7 @@ async def run_flow(
         observer=observer,
         usage=total_usage(checkpoint),
         executions=sum(r.attempts for r in checkpoint.nodes.values()),
+        ceilings=ceilings,
     )
     if checkpoint.run is None:
         checkpoint.run = store.RunRecord(run_name, input_value, trigger, run.timestamp())

@@ -73,6 +73,22 @@ class Waiting:
 Result = capabilities.NodeResult | Waiting
 
 
+@dataclasses.dataclass(frozen=True)
+class Cap:
+    """A ceiling on what a run uses in total: the Flow's limits, or one its host adds.
+
+    ``tokens_name`` and ``cost_name`` say in the run's message what was passed
+    (``limits.maxTokens=1000``); ``reason`` (None: TokenLimitExceeded or CostLimitExceeded)
+    is the run's reason when it stops.
+    """
+
+    max_tokens: int | None
+    max_cost_usd: float | None
+    tokens_name: str
+    cost_name: str
+    reason: Reason | None = None
+
+
 @dataclasses.dataclass
 class Frame:
     """One (sub-)flow of a run: its graph, its status-key prefix, depth, input and scope."""
@@ -117,6 +133,8 @@ class Run:
     #: The end of limits.timeoutSeconds as a time.monotonic() instant (None: no limit); every
     #: expression evaluated for this run stops by then.
     deadline: float | None = None
+    #: Caps the host adds to the Flow's limits (a namespace budget), enforced the same way.
+    ceilings: tuple[Cap, ...] = ()
 
     def timestamp(self) -> str:
         """Now, by the run's clock, in RFC 3339."""
@@ -152,29 +170,44 @@ class Run:
                 f"run exceeded limits.maxNodeExecutions={self.spec.limits.max_node_executions}",
             )
 
-    def add_usage(self, usage: common.Usage) -> None:
-        """Add usage and stop the run when a token or cost limit is passed."""
-        self.usage = self.usage.add(usage)
+    def all_caps(self) -> list[Cap]:
+        """The Flow's limits.maxTokens and maxCostUSD, then the host's :attr:`ceilings`."""
         limits = self.spec.limits
+        flow_cap = Cap(
+            limits.max_tokens,
+            limits.max_cost_usd,
+            f"limits.maxTokens={limits.max_tokens}",
+            f"limits.maxCostUSD={limits.max_cost_usd}",
+        )
+        return [flow_cap, *self.ceilings]
+
+    def add_usage(self, usage: common.Usage) -> None:
+        """Add usage and stop the run when a token or cost cap is passed."""
+        self.usage = self.usage.add(usage)
         total = self.usage.prompt_tokens + self.usage.completion_tokens
-        if limits.max_tokens is not None and total > limits.max_tokens:
-            raise RunStopped(
-                Reason.TOKEN_LIMIT_EXCEEDED,
-                f"run used {total} tokens, over limits.maxTokens={limits.max_tokens}",
-            )
-        if limits.max_cost_usd is not None and self.usage.cost_usd > limits.max_cost_usd:
-            raise RunStopped(
-                Reason.COST_LIMIT_EXCEEDED,
-                f"run cost ${self.usage.cost_usd:.4f}, "
-                f"over limits.maxCostUSD={limits.max_cost_usd}",
-            )
+        for cap in self.all_caps():
+            if cap.max_tokens is not None and total > cap.max_tokens:
+                reason = cap.reason or Reason.TOKEN_LIMIT_EXCEEDED
+                raise RunStopped(reason, f"run used {total} tokens, over {cap.tokens_name}")
+            if cap.max_cost_usd is not None and self.usage.cost_usd > cap.max_cost_usd:
+                reason = cap.reason or Reason.COST_LIMIT_EXCEEDED
+                raise RunStopped(
+                    reason, f"run cost ${self.usage.cost_usd:.4f}, over {cap.cost_name}"
+                )
 
     def context(
         self, key: str, depth: int, resume: capabilities.Resume | None, progress: Any = None
     ) -> capabilities.NodeContext:
-        """The NodeContext capabilities receive (``progress``: what an earlier execution kept)."""
-        limits = self.spec.limits
+        """The NodeContext capabilities receive; ``progress``: what an earlier execution kept.
+
+        Its budget is what the tightest cap leaves.
+        """
         used = self.usage.prompt_tokens + self.usage.completion_tokens
+        ceilings = self.all_caps()
+        tokens = [c.max_tokens - used for c in ceilings if c.max_tokens is not None]
+        costs = [
+            c.max_cost_usd - self.usage.cost_usd for c in ceilings if c.max_cost_usd is not None
+        ]
         return capabilities.NodeContext(
             run_name=self.name,
             node_key=key,
@@ -182,10 +215,8 @@ class Run:
             autonomy=self.spec.autonomy,
             resume=resume,
             run_flow=self.run_subflow,
-            tokens_left=None if limits.max_tokens is None else max(limits.max_tokens - used, 0),
-            cost_left_usd=None
-            if limits.max_cost_usd is None
-            else max(limits.max_cost_usd - self.usage.cost_usd, 0.0),
+            tokens_left=max(min(tokens), 0) if tokens else None,
+            cost_left_usd=max(min(costs), 0.0) if costs else None,
             progress=progress,
             save_progress=functools.partial(self.save_progress, key),
         )

@@ -15,13 +15,15 @@ bodies are never logged.
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 import aiohttp
+import multidict
 
 from agentflows.kube import kubeconfig
 
@@ -68,6 +70,10 @@ class Client:
         self._timeout = timeout
         self._ssl = kubeconfig.ssl_context(config)
         self._session: aiohttp.ClientSession | None = None
+        self._acting_as: tuple[tuple[str, str], ...] = ()
+        #: Called with the method and the seconds of each answered request (the operator's
+        #: ``agentflows_api_request_seconds``); watches are not counted.
+        self.on_response: Callable[[str, float], None] | None = None
 
     def _http(self) -> aiohttp.ClientSession:
         """The connection pool (made in the running event loop, at first use)."""
@@ -88,6 +94,19 @@ class Client:
         """
         return cls(kubeconfig.load(path, context), **kwargs)
 
+    def acting_as(self, headers: Iterable[tuple[str, str]]) -> Client:
+        """A client on these connections and credentials whose requests all carry ``headers``.
+
+        The console acts for a user with ``Impersonate-User``/``Impersonate-Group`` headers
+        (a name may repeat: one ``Impersonate-Group`` per group); the API server checks that
+        this client may impersonate, then authorizes the request as that user. Close only this
+        client, not the views it hands out: they share its connection pool.
+        """
+        view = copy.copy(self)
+        view._session = self._http()
+        view._acting_as = tuple(headers)
+        return view
+
     async def close(self) -> None:
         """Close connections."""
         if self._session is not None:
@@ -99,8 +118,8 @@ class Client:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def _headers(self, content_type: str | None) -> dict[str, str]:
-        headers = {"Accept": "application/json"}
+    async def _headers(self, content_type: str | None) -> multidict.CIMultiDict[str]:
+        headers = multidict.CIMultiDict([("Accept", "application/json"), *self._acting_as])
         if self.config.stale():
             await asyncio.to_thread(self.config.renew)
         authorization = self.config.authorization()
@@ -129,10 +148,13 @@ class Client:
             try:
                 headers = await self._headers(content_type)
                 headers["Accept"] = accept
+                sent = loop.time()
                 async with self._http().request(
                     method, path, data=content, params=query, headers=headers
                 ) as response:
                     body = await response.read()
+                if self.on_response is not None:
+                    self.on_response(method, loop.time() - sent)
                 if response.status < 400:
                     return body
                 if response.status == 401 and self.config.renewable and not renewed:

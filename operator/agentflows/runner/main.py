@@ -33,24 +33,27 @@ if the node still runs, so quick nodes cost nothing for it.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import logging
 import os
+import pathlib
 import signal
 import sys
 import time
 from collections.abc import Mapping
-from typing import TextIO
+from typing import Any, TextIO
 
 import pydantic
 
+from agentflows.api import budget as budget_api
 from agentflows.api import documents
 from agentflows.api import flowrun as flowrun_api
 from agentflows.engine import clock, errors, graph, state, store
 from agentflows.engine import run as run_mod
 from agentflows.kube import client as kube_client
+from agentflows.kube import session_store, status_store
 from agentflows.kube import snapshot as snapshot_mod
-from agentflows.kube import status_store
 
 log = logging.getLogger("agentflows.runner")
 
@@ -134,11 +137,16 @@ def _compile(snap: snapshot_mod.RunSnapshot) -> tuple[graph.CompiledFlow, graph.
 
 
 async def run_attempt(
-    client: kube_client.Client, namespace: str, name: str, attempt: int | None = None
+    client: kube_client.Client,
+    namespace: str,
+    name: str,
+    attempt: int | None = None,
+    ceilings: tuple[state.Cap, ...] = (),
 ) -> int:
     """Run attempt ``attempt`` of FlowRun ``namespace/name`` and return the exit status.
 
-    ``attempt`` is what the operator told the pod (None: the FlowRun's ``status.attempt``).
+    ``attempt`` is what the operator told the pod (None: the FlowRun's ``status.attempt``);
+    ``ceilings`` what the namespace's Budgets allow the run (:func:`told_budget`).
     The FlowRun and the snapshot are read once, side by side; the outcome is written without
     reading the FlowRun again.
     """
@@ -177,10 +185,15 @@ async def run_attempt(
             run_name=name,
             input_value=spec.get("input"),
             store_=checkpoints,
-            caps=host.LiveCapabilities(resolver),
+            caps=host.LiveCapabilities(
+                resolver,
+                session_store=session_store.SessionStore(client, namespace),
+                file_access=_file_access(client, namespace),
+            ),
             resolver=resolver,
             trigger=spec.get("trigger"),
             observer=progress,
+            ceilings=ceilings,
         )
     except errors.PermanentError as exc:  # the stored state is unusable: no retry can help
         return await _fail(checkpoints, flowrun_api.RunReason.STATE_LOST, str(exc))
@@ -197,6 +210,31 @@ async def run_attempt(
         text += f": {outcome.message}"
     progress.line(text)
     return _EXIT_OF_PHASE.get(outcome.phase, EXIT_FAILED)
+
+
+def _file_access(client: kube_client.Client, namespace: str) -> Any:
+    """Reference files in the pod: ConfigMaps of the run's namespace, paths under the files root.
+
+    The root is AGENTFLOWS_FILES_ROOT (set it with the Flow's runner.env), else the default
+    where a volume of files is expected to be mounted.
+    """
+    from agentflows.agents import files
+
+    async def read(name: str, key: str) -> bytes:
+        try:
+            found = await client.get(kube_client.path_of("configmaps", namespace, name))
+        except kube_client.ApiError as exc:
+            raise files.FileError(f"configmap {name}: {exc}") from None
+        data, binary = found.get("data") or {}, found.get("binaryData") or {}
+        if key in data:
+            return str(data[key]).encode()
+        if key in binary:
+            return base64.b64decode(binary[key])
+        keys = ", ".join(sorted([*data, *binary])) or "none"
+        raise files.FileError(f"configmap {name} has no key {key!r} (has: {keys})")
+
+    root = os.environ.get(files.FILES_ROOT_ENV) or files.POD_FILES_ROOT
+    return files.FileAccess(root=pathlib.Path(root), config_map=read)
 
 
 async def _flush_when_stopped(checkpoints: status_store.StatusStore) -> None:
@@ -221,10 +259,35 @@ def told_attempt(environ: Mapping[str, str]) -> int | None:
     return int(value)
 
 
-async def _main(namespace: str, name: str, told: int | None) -> int:
+def told_budget(environ: Mapping[str, str]) -> tuple[state.Cap, ...]:
+    """The cap the operator gave the pod in ``$AGENTFLOWS_BUDGET`` (none: no Budget applies).
+
+    Raises :class:`ValueError` with a one-line message when the value is not a RunBudget.
+    """
+    value = environ.get(budget_api.RUN_BUDGET_ENV)
+    if not value:
+        return ()
+    try:
+        told = budget_api.RunBudget.model_validate_json(value)
+    except pydantic.ValidationError as exc:
+        problems = "; ".join(str(p) for p in documents.validation_problems(exc, prefix=""))
+        raise ValueError(f"{budget_api.RUN_BUDGET_ENV}: {problems}") from exc
+    cap = state.Cap(
+        told.max_tokens,
+        told.max_cost_usd,
+        f"Budget {told.tokens_by} ({told.max_tokens} tokens left for this run)",
+        f"Budget {told.cost_by} (${told.max_cost_usd} left for this run)",
+        reason=flowrun_api.RunReason.BUDGET_EXCEEDED,
+    )
+    return (cap,)
+
+
+async def _main(
+    namespace: str, name: str, told: int | None, ceilings: tuple[state.Cap, ...]
+) -> int:
     loop = asyncio.get_running_loop()
     async with kube_client.Client.from_env() as client:
-        attempt = asyncio.ensure_future(run_attempt(client, namespace, name, told))
+        attempt = asyncio.ensure_future(run_attempt(client, namespace, name, told, ceilings))
         terminated = False
 
         def terminate() -> None:
@@ -256,11 +319,12 @@ def main(namespace: str, flowrun: str) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request drowns the nodes
     try:
         told = told_attempt(os.environ)
+        ceilings = told_budget(os.environ)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return EXIT_LOST
     try:
-        return asyncio.run(_main(namespace, flowrun, told))
+        return asyncio.run(_main(namespace, flowrun, told, ceilings))
     except Exception:
         log.exception("attempt lost: unexpected error")
         return EXIT_LOST

@@ -159,3 +159,23 @@ def test_export_refuses_a_jq_transform_with_its_path(tmp_path: Path) -> None:
     assert out == ""
     assert "spec.nodes[0].transform: a jq transform has no Agent Spec equivalent" in err
     assert "spec.nodes[1].transform: a jq transform has no Agent Spec equivalent" in err
+
+
+def test_export_refuses_node_tools_and_reference_files_instead_of_dropping_them(
+    tmp_path: Path,
+) -> None:
+    flow = tmp_path / "flow.yaml"
+    flow.write_text(
+        "apiVersion: agentflows.io/v1alpha1\nkind: Agent\nmetadata: {name: helper}\n"
+        "spec: {model: {name: openai/gpt-4o}, files: [{path: faq.md}]}\n---\n"
+        "apiVersion: agentflows.io/v1alpha1\nkind: Flow\nmetadata: {name: f}\n"
+        "spec:\n  nodes:\n  - id: ask\n    agent: {name: helper, prompt: Begin.,"
+        " nodeTools: [{node: t}], files: [{path: faq.md}]}\n"
+        "  - {id: t, transform: '=1'}\n"
+    )
+    code, out, err = invoke("export", str(flow))
+    assert code == 2
+    assert out == ""
+    assert "agent.nodeTools: nodeTools have no Agent Spec equivalent" in err
+    assert "agent.files: files have no Agent Spec equivalent" in err
+    assert "Agent helper: files have no Agent Spec equivalent" in err

@@ -1,0 +1,97 @@
+"""``agentflows console``: serve the web console for a cluster, or for local runs.
+
+On a cluster the console acts as each user (see :mod:`agentflows.console.identity`): behind an
+authenticating proxy with ``--trust-proxy-from``, with users' own tokens with
+``--pass-tokens``, or else as the kubeconfig's user — then only on loopback, since whoever
+reaches it would act as that user. ``--local`` shows the runs of the state directory instead
+and resumes them with ``agentflows resume``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import os
+import sys
+from typing import Any
+
+import click
+
+from agentflows.cli import commands_cluster, group, local, local_runs
+
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+def _network(value: str | None) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
+    if value is None:
+        return None
+    try:
+        return ipaddress.ip_network(value, strict=False)
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r} is not an address or network (e.g. 10.0.0.5/32 or 10.0.0.0/24)",
+            param_hint="--trust-proxy-from",
+        ) from None
+
+
+def _local_runs(state_dir: str | None) -> Any:
+    from agentflows.console import local_pages
+
+    directory = local.state_dir(state_dir)
+    return local_pages.LocalRuns(
+        directory=directory,
+        read_all=lambda: local_runs.read_all(directory),
+        read=lambda name: local_runs.read(directory, name),
+        resume_command=[sys.executable, "-m", "agentflows.cli.main", "resume"],
+        decided_by=os.environ.get("USER", "local"),
+    )
+
+
+@click.command("console")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8765, show_default=True, help="Port to listen on.")
+@commands_cluster.namespace_option
+@commands_cluster.kubeconfig_option
+@commands_cluster.context_option
+@click.option(
+    "--trust-proxy-from",
+    metavar="CIDR",
+    help="Believe X-Forwarded-User/-Groups from this network only (an authenticating proxy).",
+)
+@click.option("--pass-tokens", is_flag=True, help="Act with the bearer token each request sends.")
+@click.option("--local", "local_mode", is_flag=True, help="Show the runs of the state directory.")
+@click.option("--state-dir", help="Where local runs are kept (with --local).")
+def console(
+    host: str,
+    port: int,
+    namespace: str | None,
+    kubeconfig: str | None,
+    kube_context: str | None,
+    trust_proxy_from: str | None,
+    pass_tokens: bool,
+    local_mode: bool,
+    state_dir: str | None,
+) -> None:
+    """Serve the web console: runs, flows and the requests inbox, acting as each user."""
+    from agentflows.console import app, identity
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    proxy = _network(trust_proxy_from)
+    if host not in LOOPBACK and proxy is None and not pass_tokens:
+        raise click.BadParameter(
+            f"{host!r}: without --trust-proxy-from or --pass-tokens the console acts as your "
+            "own user, so it listens on loopback only (127.0.0.1 or ::1)",
+            param_hint="--host",
+        )
+    if local_mode:
+        web_app = app.local_app(_local_runs(state_dir))
+    else:
+        api = commands_cluster._client(kubeconfig, kube_context)
+        gate = identity.Gate(api, trusted_proxy=proxy, pass_tokens=pass_tokens)
+        web_app = app.cluster_app(gate, namespace or api.config.namespace)
+    try:
+        asyncio.run(app.serve(web_app, host, port))
+    except OSError as exc:
+        click.echo(f"error: cannot listen on {host}:{port}: {exc.strerror or exc}", err=True)
+        sys.exit(group.EXIT_INVALID)

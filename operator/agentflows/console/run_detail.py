@@ -1,0 +1,149 @@
+"""A run's page body: summary, graph, nodes (output, error, tool calls, usage), log, Events.
+
+Pure rendering of a FlowRun object (a cluster's or a local run's): the handlers fetch, this
+module shows. Outputs, errors, tool arguments and log lines are untrusted text, shown escaped.
+Elements that follow the run live carry ``data-node`` (and ``data-field``) for the script.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentflows.console import markup, runs_view
+
+
+def _usage(usage: Any) -> str:
+    if not isinstance(usage, dict):
+        return ""
+    parts = [
+        f"{usage.get('promptTokens', 0)} prompt + {usage.get('completionTokens', 0)} completion",
+        f"{usage.get('llmCalls', 0)} model call(s)",
+        f"{usage.get('toolCalls', 0)} tool call(s)",
+        f"${float(usage.get('costUSD') or 0):.4f}",
+    ]
+    return ", ".join(parts)
+
+
+def summary(run: dict[str, Any]) -> markup.Html:
+    """The run's facts: flow, phase, trigger, times, usage, message, input and output."""
+    cells = runs_view.row(run)
+    status = run.get("status") or {}
+    facts = [
+        ("Flow", cells["flow"]),
+        ("Phase", markup.tag("span", markup.phase(cells["phase"]), data_field="run-phase")),
+        ("Trigger", cells["trigger"]),
+        ("Started", cells["started"]),
+        ("Duration", cells["duration"]),
+        ("Attempt", str(status.get("attempt") or "")),
+        ("Usage", _usage(status.get("usage"))),
+        ("Message", status.get("message") or ""),
+        ("Input", markup.json_block((run.get("spec") or {}).get("input"))),
+        ("Output", _output(status.get("output"), status.get("outputRef"), None)),
+    ]
+    items = markup.join(markup.join([markup.tag("dt", k), markup.tag("dd", v)]) for k, v in facts)
+    return markup.tag("dl", items, class_="facts")
+
+
+def _output(value: Any, ref: Any, fetch_href: str | None) -> markup.Html:
+    if ref and fetch_href:
+        return markup.join(
+            [markup.json_block(value), markup.link(fetch_href, "Fetch the whole output")]
+        )
+    return markup.json_block(value)
+
+
+def node_order(run: dict[str, Any], flow_spec: dict[str, Any] | None) -> list[str]:
+    """Node ids in the Flow's order, then any others the status has (map items, sub-steps)."""
+    declared = [
+        str(n.get("id")) for n in (flow_spec or {}).get("nodes") or [] if isinstance(n, dict)
+    ]
+    recorded = list(((run.get("status") or {}).get("nodes") or {}).keys())
+    return declared + [n for n in recorded if n not in declared]
+
+
+def graph(run: dict[str, Any], flow_spec: dict[str, Any] | None) -> markup.Html:
+    """The run's nodes as a chain of phase badges that the script keeps current."""
+    nodes = (run.get("status") or {}).get("nodes") or {}
+    items = []
+    for node in node_order(run, flow_spec):
+        record = nodes.get(node) or {}
+        badge = markup.tag(
+            "span", markup.phase(record.get("phase") or "Pending"), data_field="phase"
+        )
+        items.append(markup.tag("li", markup.join([node, " ", badge]), data_node=node))
+    return markup.tag("ol", markup.join(items), class_="graph", id="graph")
+
+
+def _tool_calls(detail: Any) -> markup.Html:
+    calls = detail.get("toolCalls") if isinstance(detail, dict) else None
+    if not calls:
+        return markup.Html("")
+    rows = [
+        (
+            c.get("name", ""),
+            c.get("status", ""),
+            c.get("startedAt", ""),
+            f"{c['durationMs']} ms" if "durationMs" in c else "",
+            c.get("error") or "",
+        )
+        for c in calls
+        if isinstance(c, dict)
+    ]
+    return markup.table(("Tool", "Status", "Started", "Took", "Error"), rows, class_="calls")
+
+
+def nodes(run: dict[str, Any], flow_spec: dict[str, Any] | None, output_href: Any) -> markup.Html:
+    """A section per node: phase, duration, definition, output, error, tool calls, usage.
+
+    ``output_href(node)``: where an offloaded output is fetched from (None: nowhere).
+    """
+    records = (run.get("status") or {}).get("nodes") or {}
+    definitions = {
+        str(n.get("id")): n for n in (flow_spec or {}).get("nodes") or [] if isinstance(n, dict)
+    }
+    sections = []
+    for node in node_order(run, flow_spec):
+        record = records.get(node) or {}
+        head = markup.join(
+            [
+                markup.tag("h3", node),
+                markup.tag(
+                    "span", markup.phase(record.get("phase") or "Pending"), data_field="phase"
+                ),
+                markup.tag(
+                    "span", runs_view.node_duration(record), data_field="duration", class_="muted"
+                ),
+            ]
+        )
+        facts = [("Definition", markup.json_block(definitions.get(node)))]
+        if record.get("error"):
+            facts.append(("Error", markup.tag("pre", record["error"], class_="error")))
+        for failed in record.get("attemptErrors") or []:
+            facts.append(("Earlier attempt", markup.tag("pre", failed)))
+        href = output_href(node) if record.get("outputRef") else None
+        facts.append(("Output", _output(record.get("output"), record.get("outputRef"), href)))
+        if record.get("usage"):
+            facts.append(("Usage", markup.text(_usage(record["usage"]))))
+        items = markup.join(
+            markup.join([markup.tag("dt", k), markup.tag("dd", v)]) for k, v in facts
+        )
+        body = markup.join(
+            [head, markup.tag("dl", items, class_="facts"), _tool_calls(record.get("detail"))]
+        )
+        sections.append(markup.tag("section", body, class_="node", data_node=node))
+    return markup.join(sections)
+
+
+def events(items: list[dict[str, Any]]) -> markup.Html:
+    """The run's Kubernetes Events, oldest first."""
+    ordered = sorted(items, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+    rows = [
+        (
+            e.get("lastTimestamp") or e.get("eventTime") or "",
+            e.get("type", ""),
+            e.get("reason", ""),
+            e.get("message", ""),
+        )
+        for e in ordered
+    ]
+    return markup.table(("Time", "Type", "Reason", "Message"), rows, class_="events")

@@ -1,0 +1,132 @@
+"""What the pages show of a FlowRun: its row in the runs list, its nodes, its pending requests.
+
+Shared by the server-rendered pages and the live events (:func:`row` is both a table row and
+the JSON the script writes into it), for cluster runs and ``--local`` runs alike.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pydantic
+
+from agentflows.api import flowrun as flowrun_api
+from agentflows.console import markup
+from agentflows.controller import conditions
+from agentflows.controller import requests as requests_mod
+
+#: Columns of the runs table, and the row keys the script updates (``data-field``).
+COLUMNS = (
+    ("name", "Run"),
+    ("namespace", "Namespace"),
+    ("flow", "Flow"),
+    ("phase", "Phase"),
+    ("trigger", "Trigger"),
+    ("started", "Started"),
+    ("duration", "Duration"),
+    ("pending", "Requests"),
+    ("cost", "Cost"),
+)
+
+
+def key(run: dict[str, Any]) -> str:
+    """``namespace/name`` (a local run has no namespace)."""
+    meta = run.get("metadata") or {}
+    return f"{meta.get('namespace') or ''}/{meta.get('name')}"
+
+
+def href(run: dict[str, Any]) -> str:
+    """The run's detail page."""
+    meta = run.get("metadata") or {}
+    if meta.get("namespace"):
+        return markup.path("runs", meta["namespace"], meta["name"])
+    return markup.path("local", meta["name"])
+
+
+def pending(run: dict[str, Any]) -> dict[str, flowrun_api.HumanRequest]:
+    """The run's requests that wait for a decision (none once the run ended)."""
+    status = run.get("status") or {}
+    if status.get("phase") in TERMINAL:
+        return {}
+    try:
+        typed = flowrun_api.FlowRunStatus.model_validate(status)
+    except pydantic.ValidationError:
+        return {}
+    return requests_mod.pending(typed)
+
+
+#: Phases a run never leaves.
+TERMINAL = frozenset(p.value for p in flowrun_api.RunPhase if p.terminal)
+
+
+def row(run: dict[str, Any]) -> dict[str, str]:
+    """The run's cells as text, keyed as :data:`COLUMNS`, plus ``key`` and ``href``."""
+    meta, spec = run.get("metadata") or {}, run.get("spec") or {}
+    status = run.get("status") or {}
+    cost = ((status.get("usage") or {}).get("costUSD")) or 0
+    return {
+        "key": key(run),
+        "href": href(run),
+        "name": str(meta.get("name") or ""),
+        "namespace": str(meta.get("namespace") or ""),
+        "flow": str(spec.get("flow") or ""),
+        "phase": str(status.get("phase") or "Pending"),
+        "trigger": str((spec.get("trigger") or {}).get("type") or "manual"),
+        "started": str(status.get("startTime") or meta.get("creationTimestamp") or ""),
+        "duration": str(status.get("duration") or ""),
+        "pending": str(len(pending(run)) or ""),
+        "cost": f"${cost:.4f}" if cost else "",
+    }
+
+
+def row_html(run: dict[str, Any]) -> markup.Html:
+    """The run's table row; cells carry ``data-field`` for live updates."""
+    cells = row(run)
+    parts = []
+    for field, _ in COLUMNS:
+        if field == "name":
+            body: Any = markup.link(cells["href"], cells["name"])
+        elif field == "phase":
+            body = markup.phase(cells["phase"])
+        else:
+            body = cells[field]
+        parts.append(markup.tag("td", body, data_field=field))
+    return markup.tag("tr", markup.join(parts), data_key=cells["key"])
+
+
+def matches(run: dict[str, Any], phase: str | None, trigger: str | None) -> bool:
+    """Whether the run passes the page's phase and trigger filters."""
+    cells = row(run)
+    return (not phase or cells["phase"] == phase) and (not trigger or cells["trigger"] == trigger)
+
+
+def node_duration(record: dict[str, Any]) -> str:
+    """How long a node ran (so far, when it runs)."""
+    started = conditions.parse_time(record.get("startedAt"))
+    if started is None:
+        return ""
+    finished = conditions.parse_time(record.get("finishedAt")) or conditions.now()
+    return conditions.format_duration((finished - started).total_seconds())
+
+
+def node_phases(run: dict[str, Any]) -> dict[str, Any]:
+    """The live part of a run page: the run's phase and each node's phase and duration."""
+    status = run.get("status") or {}
+    nodes = status.get("nodes") or {}
+    return {
+        "type": "run",
+        "phase": str(status.get("phase") or "Pending"),
+        "nodes": {
+            str(node): {"phase": str(rec.get("phase") or ""), "duration": node_duration(rec)}
+            for node, rec in nodes.items()
+            if isinstance(rec, dict)
+        },
+    }
+
+
+def runs_table(runs: list[dict[str, Any]]) -> markup.Html:
+    """The runs table, newest first."""
+    ordered = sorted(runs, key=lambda r: row(r)["started"], reverse=True)
+    header = [label for _, label in COLUMNS]
+    rows = [row_html(r) for r in ordered]
+    return markup.table(header, rows, id="runs")
