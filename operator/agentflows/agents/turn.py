@@ -23,7 +23,9 @@ start, end, duration, error; bounded in number and size), each compression and t
 model calls; its usage sums the model calls, tool calls and sub-agent turns made since the turn
 started or last resumed (the engine has already counted what came before a pause). Secret values
 never appear in results, details or errors: every text that leaves passes through the host's
-:class:`~agentflows.agents.secrets.Redactor`.
+:class:`~agentflows.agents.secrets.Redactor`. A turn is an ``invoke_agent`` span, parent
+of its model calls' ``chat`` spans and its tool calls' ``execute_tool`` spans
+(:mod:`agentflows.engine.spans`).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from agentflows.agents import approval, compression, review, secrets, tools
 from agentflows.agents import model as model_client
 from agentflows.api import agent as agent_api
 from agentflows.api import common
-from agentflows.engine import capabilities, envelope
+from agentflows.engine import capabilities, envelope, spans
 
 #: Tool call records kept in a node's detail; later calls are only counted.
 MAX_RECORDED_TOOL_CALLS = 200
@@ -201,7 +203,32 @@ async def run_turn(
     env: Mapping[str, str],
     redactor: secrets.Redactor,
 ) -> capabilities.NodeResult | capabilities.Pause:
-    """Run the agent's turn to its final answer, or pause it for a human."""
+    """Run the agent's turn to its final answer, or pause it for a human (an invoke_agent span)."""
+    attributes = {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.name": task.agent_name,
+        "gen_ai.request.model": task.agent.model.name,
+    }
+    with spans.span(f"invoke_agent {task.agent_name}", attributes) as span:
+        result = await _run_turn(task, ctx, registry, env=env, redactor=redactor)
+        span.set(
+            {
+                "gen_ai.usage.input_tokens": result.usage.prompt_tokens,
+                "gen_ai.usage.output_tokens": result.usage.completion_tokens,
+                "agentflows.turn.paused": isinstance(result, capabilities.Pause),
+            }
+        )
+        return result
+
+
+async def _run_turn(
+    task: capabilities.AgentTask,
+    ctx: capabilities.NodeContext,
+    registry: tools.ToolRegistry,
+    *,
+    env: Mapping[str, str],
+    redactor: secrets.Redactor,
+) -> capabilities.NodeResult | capabilities.Pause:
     spec = task.agent
     if ctx.resume is not None:
         state, log = TurnState.from_json(ctx.resume.state)
@@ -428,16 +455,38 @@ async def _call_tool(
     redactor: secrets.Redactor,
     ruling: approval.Ruling | None,
 ) -> tuple[tools.ToolOutcome, dict[str, Any]]:
-    """Run one requested tool call (as a human ruled); return its outcome and its record."""
+    """Run one requested tool call (as a human ruled); return its outcome and its record.
+
+    The call is an ``execute_tool`` span; its arguments and result go on it (redacted) only when
+    the tracer captures content.
+    """
     started_at = _now()
     started = time.monotonic()
-    if ruling is not None and ruling.outcome is not None:
-        outcome = ruling.outcome
-    else:
-        arguments = ruling.arguments if ruling and ruling.arguments is not None else call.arguments
-        args, refusal = registry.parse_arguments(call.name, arguments)
-        call_ctx = dataclasses.replace(ctx, node_key=f"{ctx.node_key}/{call_key(call.id)}")
-        outcome = refusal or await registry.call(call.name, args, call_ctx)
+    attributes = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": call.name[:128],
+        "gen_ai.tool.call.id": call.id[:128],
+    }
+    with spans.span(f"execute_tool {call.name[:128]}", attributes) as span:
+        arguments = call.arguments
+        if ruling is not None and ruling.outcome is not None:
+            outcome = ruling.outcome
+        else:
+            if ruling and ruling.arguments is not None:
+                arguments = ruling.arguments
+            args, refusal = registry.parse_arguments(call.name, arguments)
+            call_ctx = dataclasses.replace(ctx, node_key=f"{ctx.node_key}/{call_key(call.id)}")
+            outcome = refusal or await registry.call(call.name, args, call_ctx)
+        span.set({"agentflows.tool.status": outcome.status})
+        if spans.capture_content():
+            span.set(
+                {
+                    "gen_ai.tool.call.arguments": redactor(str(arguments)),
+                    "gen_ai.tool.call.result": redactor(outcome.content()),
+                }
+            )
+        if outcome.error is not None:
+            span.fail(redactor(outcome.error)[:MAX_RECORDED_ERROR_CHARS])
     return outcome, _record(call, outcome, started_at, started, redactor)
 
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
+from agentflows import tracing
 from agentflows.api import flowrun as flowrun_api
 from agentflows.cli import (
     commands_agentspec,
@@ -167,23 +168,28 @@ def _execute(
     spec = resolver.flow(snapshot.flow)
     assert spec is not None
     compiled = graph.compile_flow(spec, resolver)
+    path = local.state_path(directory, name)
+    tracing.configure("agentflows-cli")
     try:
-        outcome = asyncio.run(
-            run.run_flow(
-                compiled,
-                run_name=name,
-                input_value=input_value,
-                store_=store.FileStore(local.state_path(directory, name)),
-                caps=_capabilities(snapshot.mock, resolver),
-                resolver=resolver,
-                observer=_Progress(quiet),
+        with tracing.run_context(tracing.local_run_uid(path), None):
+            outcome = asyncio.run(
+                run.run_flow(
+                    compiled,
+                    run_name=name,
+                    input_value=input_value,
+                    store_=store.FileStore(path),
+                    caps=_capabilities(snapshot.mock, resolver),
+                    resolver=resolver,
+                    observer=_Progress(quiet),
+                )
             )
-        )
     except KeyboardInterrupt:
         local_runs.save_interrupted(directory, name)
         _show(directory, name, output)
         _err(f"run {name} interrupted; continue it with: {_resume_command(name, state_dir)}")
         sys.exit(group.EXIT_INTERRUPTED)
+    finally:
+        tracing.shutdown()
     shown = _show(directory, name, output)
     phase = outcome.phase.value
     if phase == "Waiting":
