@@ -56,12 +56,16 @@ def enabled(environ: Mapping[str, str] = os.environ) -> bool:
 
 
 def configure(
-    service_name: str, environ: Mapping[str, str] = os.environ, exporter: Any = None
+    service_name: str,
+    environ: Mapping[str, str] = os.environ,
+    exporter: Any = None,
+    resource: spans.Attributes | None = None,
 ) -> bool:
     """Install the tracer when :func:`enabled` (or given ``exporter``); return whether it did.
 
     ``service_name`` is the default of ``OTEL_SERVICE_NAME`` (agentflows-runner, ...);
-    ``exporter`` is an SDK span exporter (default: OTLP over HTTP, set up by the environment).
+    ``exporter`` is an SDK span exporter (default: OTLP over HTTP, set up by the environment);
+    ``resource`` adds attributes of this process (a runner's attempt).
     """
     global _provider
     if _provider is not None:
@@ -77,8 +81,10 @@ def configure(
 
         exporter = OTLPSpanExporter()
     name = environ.get("OTEL_SERVICE_NAME") or service_name
-    resource = resources.Resource.create({resources.SERVICE_NAME: name})
-    provider = TracerProvider(resource=resource, id_generator=_id_generator())
+    attributes = {**(resource or {}), resources.SERVICE_NAME: name}
+    provider = TracerProvider(
+        resource=resources.Resource.create(attributes), id_generator=_id_generator()
+    )
     provider.add_span_processor(BatchSpanProcessor(exporter))
     _provider = provider
     capture = environ.get(CAPTURE_CONTENT_ENV, "").strip().lower() == "true"
@@ -143,6 +149,20 @@ class _OtelTracer:
         return self._capture
 
 
+def pod_env(environ: Mapping[str, str] = os.environ) -> list[dict[str, str]]:
+    """The ``OTEL_*`` variables a runner pod gets from the operator (none when tracing is off).
+
+    The operator's own ``OTEL_SERVICE_NAME`` is not passed: runners are ``agentflows-runner``.
+    """
+    if not enabled(environ):
+        return []
+    return [
+        {"name": name, "value": value}
+        for name, value in sorted(environ.items())
+        if name.startswith("OTEL_") and name != "OTEL_SERVICE_NAME"
+    ]
+
+
 def trace_id_of(uid: str) -> int:
     """The trace id of a run started with no ``traceparent``: its uid's 128 bits."""
     return uuid.UUID(uid).int
@@ -174,14 +194,37 @@ def traceparent_of(trace_id: int, span_id: int) -> str:
     return f"00-{trace_id:032x}-{span_id:016x}-01"
 
 
-def current_traceparent() -> str | None:
-    """The ``traceparent`` of the current span (None: tracing off, or no span open)."""
+@contextlib.contextmanager
+def request_span(
+    name: str, traceparent: str | None, attributes: spans.Attributes
+) -> Iterator[str | None]:
+    """A server span for a request that carried ``traceparent`` (the webhook receiver's).
+
+    Yields the ``traceparent`` a run the request starts should store: this span's when tracing
+    is on, else the caller's own when it is well-formed (so the run still joins the caller's
+    trace when only the runners trace), else None.
+    """
+    parsed = parse_traceparent(traceparent)
     if _provider is None:
-        return None
+        yield traceparent_of(parsed[0], parsed[1]) if parsed else None
+        return
     from opentelemetry import trace
 
-    context = trace.get_current_span().get_span_context()
-    return traceparent_of(context.trace_id, context.span_id) if context.is_valid else None
+    context = None
+    if parsed is not None:
+        caller = trace.SpanContext(
+            parsed[0], parsed[1], is_remote=True, trace_flags=trace.TraceFlags(parsed[2])
+        )
+        context = trace.set_span_in_context(trace.NonRecordingSpan(caller))
+    with _provider.get_tracer("agentflows").start_as_current_span(
+        name,
+        context=context,
+        kind=trace.SpanKind.SERVER,
+        attributes=dict(attributes),
+        record_exception=False,
+    ) as span:
+        own = span.get_span_context()
+        yield traceparent_of(own.trace_id, own.span_id)
 
 
 def run_trace_id(uid: str, traceparent: str | None) -> int:

@@ -201,7 +201,7 @@ def _reply_attributes(reply: ModelReply, redactor: secrets.Redactor) -> spans.At
         "agentflows.usage.cost_usd": reply.usage.cost_usd,
     }
     if reply.finish_reason:
-        attributes["gen_ai.response.finish_reasons"] = reply.finish_reason
+        attributes["gen_ai.response.finish_reasons"] = (reply.finish_reason,)
     for key, raw_key in (("gen_ai.response.model", "model"), ("gen_ai.response.id", "id")):
         if isinstance(reply.raw.get(raw_key), str):
             attributes[key] = reply.raw[raw_key]

@@ -23,8 +23,8 @@ import contextlib
 from collections.abc import Mapping
 from typing import Protocol
 
-#: The attribute values a span takes (OpenTelemetry's primitive types).
-AttributeValue = str | bool | int | float
+#: The attribute values a span takes (OpenTelemetry's primitive types, and lists of strings).
+AttributeValue = str | bool | int | float | tuple[str, ...]
 Attributes = Mapping[str, AttributeValue]
 
 

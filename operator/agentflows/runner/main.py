@@ -267,7 +267,10 @@ def main(namespace: str, flowrun: str) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return EXIT_LOST
-    tracing.configure("agentflows-runner")
+    tracing.configure(
+        "agentflows-runner",
+        resource={"agentflows.run.name": flowrun, "agentflows.run.attempt": told or 0},
+    )
     try:
         return asyncio.run(_main(namespace, flowrun, told))
     except Exception:
