@@ -246,3 +246,19 @@ def test_with_tracing_off_a_local_run_imports_nothing_of_opentelemetry(
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert done.stderr.strip().splitlines()[-1] == "exit 0 loaded []", done.stderr
+
+
+def test_runner_pods_get_the_operators_otel_variables_but_their_own_service_name() -> None:
+    environ = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318",
+        "OTEL_SERVICE_NAME": "agentflows-operator",
+        "OTEL_RESOURCE_ATTRIBUTES": "deployment.environment=prod",
+        "HOME": "/root",
+    }
+    assert tracing.pod_env(environ) == [
+        {"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": "http://collector:4318"},
+        {"name": "OTEL_RESOURCE_ATTRIBUTES", "value": "deployment.environment=prod"},
+    ]
+    assert tracing.pod_env({"OTEL_RESOURCE_ATTRIBUTES": "a=b"}) == [], "no endpoint: no tracing"
+    disabled = {**environ, "OTEL_SDK_DISABLED": "true"}
+    assert tracing.pod_env(disabled) == []
