@@ -6,15 +6,20 @@ scripted server on loopback; the tool is a real Python tool subprocess.
 
 from __future__ import annotations
 
+import http.server
+import itertools
 import os
 import subprocess
 import sys
 import textwrap
+import threading
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -206,12 +211,44 @@ def test_a_malformed_traceparent_is_ignored_and_the_run_keeps_its_own_trace() ->
     assert tracing.run_trace_id(UID, "garbage") == uuid.UUID(UID).int
 
 
-def test_with_tracing_off_a_local_run_imports_nothing_of_opentelemetry(
-    model_server: ScriptedModelServer,  # noqa: F811
-    tmp_path: Any,
-) -> None:
-    model = model_server.model_spec()
-    (tmp_path / "flow.yaml").write_text(
+class OtlpReceiver:
+    """An OTLP/HTTP endpoint on loopback that decodes and keeps what it is sent."""
+
+    def __init__(self) -> None:
+        self.spans: list[tuple[str, Any]] = []  # (service name, protobuf Span)
+        receiver = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                request = trace_service_pb2.ExportTraceServiceRequest.FromString(body)
+                for resource_spans in request.resource_spans:
+                    service = next(
+                        a.value.string_value
+                        for a in resource_spans.resource.attributes
+                        if a.key == "service.name"
+                    )
+                    for scope in resource_spans.scope_spans:
+                        receiver.spans += [(service, span) for span in scope.spans]
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+
+def local_flow(tmp_path: Path, server: ScriptedModelServer) -> Path:
+    model = server.model_spec()
+    path = tmp_path / "flow.yaml"
+    path.write_text(
         textwrap.dedent(
             f"""\
             apiVersion: agentflows.io/v1alpha1
@@ -226,6 +263,41 @@ def test_with_tracing_off_a_local_run_imports_nothing_of_opentelemetry(
             """
         )
     )
+    return path
+
+
+def test_a_local_run_with_an_otlp_endpoint_exports_its_tree_over_otlp_http(
+    model_server: ScriptedModelServer,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    receiver = OtlpReceiver()
+    model_server.script(Reply.text("hi"))
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "agentflows.cli.main", "run", str(local_flow(tmp_path, model_server)),
+         "--state-dir", str(tmp_path / "state"), "--name", "hi-1", "-q"],
+        env={**environ, "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url},
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    receiver.server.shutdown()
+    assert done.returncode == 0, done.stderr
+    by_name = {span.name: span for _, span in receiver.spans}
+    assert set(by_name) == {"flowrun hi-1", "run hi-1", "node ask", "chat openai/scripted-model"}
+    assert {service for service, _ in receiver.spans} == {"agentflows-cli"}
+    uid = tracing.local_run_uid(tmp_path / "state" / "hi-1.json")
+    assert {span.trace_id.hex() for _, span in receiver.spans} == {uuid.UUID(uid).hex}
+    root = by_name["flowrun hi-1"]
+    assert root.parent_span_id == b"" and root.span_id.hex() == f"{tracing.run_span_id(uid):016x}"
+    chain = ["flowrun hi-1", "run hi-1", "node ask", "chat openai/scripted-model"]
+    for parent_name, child_name in itertools.pairwise(chain):
+        assert by_name[child_name].parent_span_id == by_name[parent_name].span_id
+
+
+def test_with_tracing_off_a_local_run_imports_nothing_of_opentelemetry(
+    model_server: ScriptedModelServer,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    flow_file = local_flow(tmp_path, model_server)
     model_server.script(Reply.text("hi"))
     probe = textwrap.dedent(
         """\
@@ -240,7 +312,7 @@ def test_with_tracing_off_a_local_run_imports_nothing_of_opentelemetry(
     )
     environ = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     done = subprocess.run(
-        [sys.executable, "-c", probe, "run", str(tmp_path / "flow.yaml"), "--state-dir",
+        [sys.executable, "-c", probe, "run", str(flow_file), "--state-dir",
          str(tmp_path / "state"), "-q"],
         env={**environ, **model_server.env, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
         capture_output=True, text=True, timeout=120, check=False,
