@@ -462,12 +462,7 @@ async def _call_tool(
     """
     started_at = _now()
     started = time.monotonic()
-    attributes = {
-        "gen_ai.operation.name": "execute_tool",
-        "gen_ai.tool.name": call.name[:128],
-        "gen_ai.tool.call.id": call.id[:128],
-    }
-    with spans.span(f"execute_tool {call.name[:128]}", attributes) as span:
+    with tools.tool_span(call.name, call.id) as span:
         arguments = call.arguments
         if ruling is not None and ruling.outcome is not None:
             outcome = ruling.outcome
@@ -477,16 +472,7 @@ async def _call_tool(
             args, refusal = registry.parse_arguments(call.name, arguments)
             call_ctx = dataclasses.replace(ctx, node_key=f"{ctx.node_key}/{call_key(call.id)}")
             outcome = refusal or await registry.call(call.name, args, call_ctx)
-        span.set({"agentflows.tool.status": outcome.status})
-        if spans.capture_content():
-            span.set(
-                {
-                    "gen_ai.tool.call.arguments": redactor(str(arguments)),
-                    "gen_ai.tool.call.result": redactor(outcome.content()),
-                }
-            )
-        if outcome.error is not None:
-            span.fail(redactor(outcome.error)[:MAX_RECORDED_ERROR_CHARS])
+        tools.record_on_span(span, outcome, arguments, redactor)
     return outcome, _record(call, outcome, started_at, started, redactor)
 
 
