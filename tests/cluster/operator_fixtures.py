@@ -133,7 +133,12 @@ def _apply_dir(cluster: Cluster, directory: str) -> None:
 
 def _crds_established(cluster: Cluster) -> bool:
     api = client.ApiextensionsV1Api(cluster.api())
-    for name in ("agents.agentflows.io", "flows.agentflows.io", "flowruns.agentflows.io"):
+    for name in (
+        "agents.agentflows.io",
+        "flows.agentflows.io",
+        "flowruns.agentflows.io",
+        "agentsessions.agentflows.io",
+    ):
         crd = api.read_custom_resource_definition(name)
         if not any(
             c.type == "Established" and c.status == "True" for c in crd.status.conditions or []

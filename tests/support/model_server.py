@@ -261,6 +261,8 @@ class QuietHTTPServer(ThreadingHTTPServer):
     """A threaded HTTP server that does not print clients hanging up (timeouts in tests)."""
 
     daemon_threads = True
+    #: socketserver's default backlog of 5 resets connections of a ``map`` of fifty agents.
+    request_queue_size = 128
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         if not isinstance(sys.exc_info()[1], ConnectionError):

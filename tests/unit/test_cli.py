@@ -159,7 +159,9 @@ def test_resume_rejects_data_that_does_not_match_the_schema(tmp_path: Path) -> N
         "resume", "o", "--state-dir", state, "--data", '{"owner": "alice", "slack": "general"}'
     )
     assert code == 2
-    assert "--data does not match the request's schema at slack: 'general' does not match '^#'" in err
+    assert (
+        "--data does not match the request's schema at slack: 'general' does not match '^#'" in err
+    )
 
 
 def test_invalid_input_is_refused_with_the_field_named_and_nothing_runs(tmp_path: Path) -> None:
@@ -192,11 +194,12 @@ def test_without_credentials_the_run_uses_the_mock_and_says_so(
     assert "using the embedded mock model" in err
 
 
-def test_crds_prints_three_custom_resource_definitions() -> None:
+def test_crds_prints_every_custom_resource_definition() -> None:
     code, out, _ = invoke("crds")
     assert code == 0
     docs = list(yaml.safe_load_all(out))
-    assert sorted(d["spec"]["names"]["kind"] for d in docs) == ["Agent", "Flow", "FlowRun"]
+    kinds = sorted(d["spec"]["names"]["kind"] for d in docs)
+    assert kinds == ["Agent", "AgentSession", "Flow", "FlowRun"]
 
 
 def test_console_script_runs_the_readme_command(tmp_path: Path) -> None:

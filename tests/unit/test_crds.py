@@ -10,7 +10,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 from agentflows import api
-from agentflows.api import agent, common, crd, flow, flowrun
+from agentflows.api import agent, agentsession, common, crd, flow, flowrun
 
 ROOT = Path(__file__).resolve().parents[2]
 REGENERATE = "python -m agentflows.api.crd --write"
@@ -58,7 +58,7 @@ def all_nodes() -> Iterator[tuple[str, dict[str, Any]]]:
 def free_form_field_names() -> set[str]:
     """Wire names of every model field marked common.FREE_FORM."""
     names = set()
-    for module in (common, agent, flow, flowrun):
+    for module in (common, agent, agentsession, flow, flowrun):
         for value in vars(module).values():
             if isinstance(value, type) and issubclass(value, BaseModel):
                 for name, field in value.model_fields.items():
@@ -93,6 +93,7 @@ def test_write_puts_one_file_per_kind_and_a_kustomization_listing_them(tmp_path:
     names = sorted(p.name for p in written)
     assert names == [
         "agentflows.io_agents.yaml",
+        "agentflows.io_agentsessions.yaml",
         "agentflows.io_flowruns.yaml",
         "agentflows.io_flows.yaml",
         "kustomization.yaml",
@@ -208,7 +209,7 @@ def test_every_field_has_a_description_for_kubectl_explain():
     assert not undescribed
 
 
-@pytest.mark.parametrize("kind", ["Agent", "Flow", "FlowRun"])
+@pytest.mark.parametrize("kind", ["Agent", "Flow", "FlowRun", "AgentSession"])
 def test_metadata_is_left_to_the_api_server(kind: str):
     properties = schema_of(kind)["properties"]
     assert properties["metadata"] == {"type": "object"}

@@ -74,7 +74,25 @@ async def compress(
     if not settings.enabled:
         return Compression(messages)
     window = costs.context_window(spec.model.name, spec.model.context_window)
-    threshold = settings.threshold_ratio * window
+    return await compress_over(
+        spec, messages, settings.threshold_ratio * window, env=env, redactor=redactor
+    )
+
+
+async def compress_over(
+    spec: agent_api.AgentSpec,
+    messages: list[dict[str, Any]],
+    threshold: float,
+    *,
+    env: Mapping[str, str],
+    redactor: secrets.Redactor,
+) -> Compression:
+    """Compress ``messages`` when they are over ``threshold`` tokens, whatever the settings.
+
+    :func:`compress` calls it with the Agent's threshold; a session too big to store
+    (:mod:`agentflows.agents.sessions`) with its own.
+    """
+    window = costs.context_window(spec.model.name, spec.model.context_window)
     before = estimate_tokens(spec.model, messages, threshold)
     if before <= threshold:
         return Compression(messages)

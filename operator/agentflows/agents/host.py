@@ -25,7 +25,16 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from agentflows.agents import approval, delegation, review, secrets, spec_tools, tools, turn
+from agentflows.agents import (
+    approval,
+    delegation,
+    review,
+    secrets,
+    sessions,
+    spec_tools,
+    tools,
+    turn,
+)
 from agentflows.agents import model as model_client
 from agentflows.api import agent as agent_api
 from agentflows.api import common, schemas
@@ -63,12 +72,15 @@ class LiveCapabilities:
         self,
         resolver: capabilities.Resolver | Mapping[str, agent_api.AgentSpec] | None = None,
         env: Mapping[str, str] = os.environ,
+        session_store: sessions.Store | None = None,
     ) -> None:
         if resolver is None or isinstance(resolver, Mapping):
             resolver = MappingResolver(resolver or {})
         #: Looks up Agents and Flows named by sub-agent and sub-flow tools.
         self.resolver: capabilities.Resolver = resolver
         self.env = env
+        #: Where conversations with a ``session`` persist (None: nowhere, every turn is new).
+        self.session_store = session_store
         self.redactor = secrets.Redactor(
             secrets.env_secrets(env, model_client.PROVIDER_KEY_ENV.values())
         )
@@ -78,17 +90,24 @@ class LiveCapabilities:
     ) -> capabilities.NodeResult | capabilities.Pause:
         """Run one agent turn with the Agent's tools and skills, or resume a paused one."""
         spec = task.agent
+        memory = sessions.bind(self.session_store, task, self.env, self.redactor)
         async with contextlib.AsyncExitStack() as stack:
-            providers: list[tools.ToolProvider] = [
-                spec_tools.SpecToolProvider(spec.tools, self.env, self.redactor),
-                spec_tools.SkillToolProvider(spec.skills, self.env, self.redactor),
-                *self._mcp_providers(spec.tools, stack),
-                delegation.SubAgentProvider(spec.sub_agents, self.resolver, self.run_agent),
-                delegation.SubFlowProvider(spec.sub_flows, self.resolver),
-                review.ReviewProvider(spec.human_review),
-            ]
+            providers: list[tools.ToolProvider] = (
+                []
+                if task.skip_tools
+                else [
+                    spec_tools.SpecToolProvider(spec.tools, self.env, self.redactor),
+                    spec_tools.SkillToolProvider(spec.skills, self.env, self.redactor),
+                    *self._mcp_providers(spec.tools, stack),
+                    delegation.SubAgentProvider(spec.sub_agents, self.resolver, self.run_agent),
+                    delegation.SubFlowProvider(spec.sub_flows, self.resolver),
+                    review.ReviewProvider(spec.human_review),
+                ]
+            )
             registry = await tools.ToolRegistry.build(providers, ctx.autonomy)
-            return await turn.run_turn(task, ctx, registry, env=self.env, redactor=self.redactor)
+            return await turn.run_turn(
+                task, ctx, registry, env=self.env, redactor=self.redactor, memory=memory
+            )
 
     def _mcp_providers(
         self, declared: list[agent_api.Tool], stack: contextlib.AsyncExitStack

@@ -23,9 +23,14 @@ start, end, duration, error; bounded in number and size), each compression and t
 model calls; its usage sums the model calls, tool calls and sub-agent turns made since the turn
 started or last resumed (the engine has already counted what came before a pause). Secret values
 never appear in results, details or errors: every text that leaves passes through the host's
-:class:`~agentflows.agents.secrets.Redactor`. A turn is an ``invoke_agent`` span, parent
-of its model calls' ``chat`` spans and its tool calls' ``execute_tool`` spans
-(:mod:`agentflows.engine.spans`).
+:class:`~agentflows.agents.secrets.Redactor`.
+
+A turn with a memory (a ``session``, :mod:`agentflows.agents.sessions`) starts from its stored
+conversation instead of the scripted history, and saves the conversation once it has its final
+answer (a paused turn saves nothing until it finishes); the detail's ``memory`` says what was
+saved, and a compaction's summary call counts like any model call. A turn is an
+``invoke_agent`` span, parent of its model calls' ``chat`` spans and its tool calls'
+``execute_tool`` spans (:mod:`agentflows.engine.spans`).
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agentflows.agents import approval, compression, review, secrets, tools
+from agentflows.agents import approval, compression, review, secrets, sessions, tools
 from agentflows.agents import model as model_client
 from agentflows.api import agent as agent_api
 from agentflows.api import common
@@ -55,17 +60,31 @@ SKILL_SEPARATOR = "\n\n---\n\n"
 _NOT_KEY_SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
-def build_messages(spec: agent_api.AgentSpec, prompt: str) -> list[dict[str, Any]]:
-    """Return the conversation an agent turn starts with (see module docstring)."""
+def build_messages(
+    spec: agent_api.AgentSpec, prompt: str, stored: Sequence[dict[str, Any]] = ()
+) -> list[dict[str, Any]]:
+    """Return the conversation an agent turn starts with (see module docstring).
+
+    ``stored`` is the conversation of the turn's session (:mod:`agentflows.agents.sessions`):
+    when there is one, it stands where the scripted history would, since it began with it.
+    """
     system = SKILL_SEPARATOR.join(
         part for part in [*(skill.content for skill in spec.skills), spec.system_prompt] if part
     )
     turns: list[tuple[str, str]] = []
     if system:
         turns.append(("system", system))
-    turns.extend((turn.role, turn.content) for turn in spec.history)
-    turns.append(("user", prompt))
-    return merge_turns(turns)
+    if not stored:
+        turns.extend((turn.role, turn.content) for turn in spec.history)
+        turns.append(("user", prompt))
+        return merge_turns(turns)
+    messages = [*merge_turns(turns), *stored]
+    last = messages[-1]
+    if last.get("role") == "user" and isinstance(last.get("content"), str):
+        messages[-1] = {**last, "content": f"{last['content']}\n\n{prompt}"}
+    else:
+        messages.append({"role": "user", "content": prompt})
+    return messages
 
 
 def merge_turns(turns: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
@@ -163,6 +182,8 @@ class TurnState:
     waiting: list[str] = dataclasses.field(default_factory=list)
     #: Id of the request_human_review call waiting for its review, if that is the wait.
     review: str | None = None
+    #: The stored conversation's turn count when the turn loaded it (sessions.Memory.save).
+    base_turns: int = 0
 
     def to_json(self, log: TurnLog) -> dict[str, Any]:
         """Return the state (with the log's detail) as saved by the engine."""
@@ -172,6 +193,7 @@ class TurnState:
             "pending": [dataclasses.asdict(call) for call in self.pending],
             "waiting": self.waiting,
             "review": self.review,
+            "baseTurns": self.base_turns,
             "log": log.detail(),
         }
 
@@ -186,6 +208,7 @@ class TurnState:
                     pending=[model_client.ToolCallRequest(**call) for call in state["pending"]],
                     waiting=[str(call_id) for call_id in state["waiting"]],
                     review=state.get("review"),
+                    base_turns=int(state.get("baseTurns", 0)),
                 ),
                 TurnLog.from_detail(state.get("log")),
             )
@@ -202,15 +225,19 @@ async def run_turn(
     *,
     env: Mapping[str, str],
     redactor: secrets.Redactor,
+    memory: sessions.Memory | None = None,
 ) -> capabilities.NodeResult | capabilities.Pause:
-    """Run the agent's turn to its final answer, or pause it for a human (an invoke_agent span)."""
+    """Run the agent's turn to its final answer, or pause it for a human (an invoke_agent span).
+
+    With a ``memory``, the turn continues its stored conversation and saves it at the end.
+    """
     attributes = {
         "gen_ai.operation.name": "invoke_agent",
         "gen_ai.agent.name": task.agent_name,
         "gen_ai.request.model": task.agent.model.name,
     }
     with spans.span(f"invoke_agent {task.agent_name}", attributes) as span:
-        result = await _run_turn(task, ctx, registry, env=env, redactor=redactor)
+        result = await _run_turn(task, ctx, registry, env=env, redactor=redactor, memory=memory)
         span.set(
             {
                 "gen_ai.usage.input_tokens": result.usage.prompt_tokens,
@@ -228,6 +255,7 @@ async def _run_turn(
     *,
     env: Mapping[str, str],
     redactor: secrets.Redactor,
+    memory: sessions.Memory | None,
 ) -> capabilities.NodeResult | capabilities.Pause:
     spec = task.agent
     if ctx.resume is not None:
@@ -240,7 +268,9 @@ async def _run_turn(
             decided = approval.rulings(ctx.resume.request, state.waiting)
             await _run_round(state, log, registry, ctx, redactor, decided)
     else:
-        state, log = TurnState(build_messages(spec, task.prompt)), TurnLog()
+        stored, base_turns = await memory.history() if memory is not None else ([], 0)
+        state = TurnState(build_messages(spec, task.prompt, stored), base_turns=base_turns)
+        log = TurnLog()
     schemas = registry.schemas()
     while True:
         _check_budget(ctx, log.usage)
@@ -250,10 +280,17 @@ async def _run_turn(
         )
         log.add_reply(reply, spec.model.name)
         if not reply.tool_calls:
+            saved = None
+            if memory is not None:
+                final = [*state.messages, {"role": "assistant", "content": reply.content}]
+                saved = await _save(spec, memory, final, state, log)
+            detail = log.detail()
+            if saved is not None:
+                detail["memory"] = saved
             return capabilities.NodeResult(
                 output=envelope.from_text(reply.content, raw=reply.raw),
                 usage=log.usage,
-                detail=log.detail(),
+                detail=detail,
             )
         if state.rounds >= spec.max_tool_iterations:
             raise capabilities.CapabilityError(
@@ -285,6 +322,22 @@ async def _compress(
     if result.record is not None:
         log.add_compression(result.record)
     state.messages = result.messages
+
+
+async def _save(
+    spec: agent_api.AgentSpec,
+    memory: sessions.Memory,
+    messages: list[dict[str, Any]],
+    state: TurnState,
+    log: TurnLog,
+) -> dict[str, Any]:
+    """Save the finished conversation to the turn's memory; its compaction counts in the log."""
+    saved, compacted = await memory.save(messages, state.base_turns)
+    if compacted is not None and compacted.reply is not None:
+        log.add_reply(compacted.reply, spec.model.name)
+    if compacted is not None and compacted.record is not None:
+        log.add_compression({**compacted.record, "of": "memory"})
+    return saved
 
 
 def _pause_for_approval(

@@ -6,6 +6,7 @@ union: each entry has a ``name`` and exactly one of ``mcp``, ``http`` or ``pytho
 
 from __future__ import annotations
 
+import enum
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -242,6 +243,57 @@ class ContextCompression(common.ApiModel):
     )
 
 
+class MemoryAccess(enum.StrEnum):
+    """What a turn may do with the conversation it continues."""
+
+    #: Load the conversation before the turn and save it after.
+    READ_WRITE = "ReadWrite"
+    #: Load it, never save: the stored conversation stays as it was.
+    READ_ONLY = "ReadOnly"
+
+
+class Memory(common.ApiModel):
+    """Where a turn's conversation persists when a ``session`` is set (agents/sessions.py)."""
+
+    skip: bool = Field(
+        default=False,
+        description="Stateless one-time agent: nothing is loaded or stored, whatever the session.",
+    )
+    shared: common.ObjectName | None = Field(
+        default=None,
+        description="Use the memory called so (another Agent's name, or any shared name) instead "
+        "of this Agent's own.",
+    )
+    access: MemoryAccess = Field(
+        default=MemoryAccess.READ_WRITE,
+        description="ReadWrite saves the conversation after the turn; ReadOnly only loads it.",
+    )
+
+
+class AgentMemory(Memory):
+    """An Agent's memory settings: those of a node, plus bounds on what is kept."""
+
+    max_sessions: int = Field(
+        default=1000,
+        ge=1,
+        le=100_000,
+        description="Sessions kept per memory; the least recently written go first.",
+    )
+    max_age_seconds: int = Field(
+        default=30 * 86400,
+        ge=60,
+        le=common.INT_MAX,
+        description="Sessions not written for this long are deleted (on the next write).",
+    )
+    max_bytes: int = Field(
+        default=256 * 1024,
+        ge=8192,
+        le=1024 * 1024,
+        description="Bound of one stored session (JSON bytes); a conversation over it is "
+        "compacted through context compression.",
+    )
+
+
 class AgentSpec(common.ApiModel):
     """Desired state of an Agent."""
 
@@ -274,6 +326,21 @@ class AgentSpec(common.ApiModel):
     )
     context_compression: ContextCompression = Field(
         default_factory=ContextCompression, description="Context compression settings."
+    )
+    session: str | None = Field(
+        default=None,
+        max_length=4096,
+        description="Expression naming the conversation to continue (e.g. "
+        '"={{ .run.input.ticket }}"); a node\'s session overrides it.',
+    )
+    request: str | None = Field(
+        default=None,
+        max_length=4096,
+        description="Expression separating parallel calls within one session (e.g. "
+        '"={{ .item.id }}"); a node\'s request overrides it.',
+    )
+    memory: AgentMemory = Field(
+        default_factory=AgentMemory, description="Persistent memory settings and retention."
     )
 
     model_config = common.ApiModel.model_config | {

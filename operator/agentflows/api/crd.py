@@ -41,7 +41,7 @@ import yaml
 from pydantic import BaseModel
 
 from agentflows import api
-from agentflows.api import agent, flow, flowrun
+from agentflows.api import agent, agentsession, flow, flowrun
 
 PRESERVE = "x-kubernetes-preserve-unknown-fields"
 #: Header of every generated file; the drift test compares whole files, header included.
@@ -171,6 +171,19 @@ RESOURCES: tuple[Resource, ...] = (
                 priority=1,
             ),
             _column("Message", ".status.message", "string", "What happened, in words.", priority=1),
+            _AGE,
+        ),
+    ),
+    Resource(
+        model=agentsession.AgentSession,
+        kind="AgentSession",
+        plural="agentsessions",
+        short_name="ases",
+        printer_columns=(
+            _column("Memory", ".spec.memory", "string", "The memory the session belongs to."),
+            _column("Session", ".spec.session", "string", "The session, as evaluated."),
+            _column("Turns", ".spec.turns", "integer", "Turns saved in total."),
+            _column("Updated", ".spec.updatedAt", "date", "When a turn was last saved."),
             _AGE,
         ),
     ),
@@ -323,7 +336,7 @@ def build_crd(resource: Resource) -> dict[str, Any]:
 
 
 def build_crds() -> list[dict[str, Any]]:
-    """Return the CRDs of Agent, Flow and FlowRun, in that order."""
+    """Return the CRDs of Agent, Flow, FlowRun and AgentSession, in that order."""
     return [build_crd(resource) for resource in RESOURCES]
 
 

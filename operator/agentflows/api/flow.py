@@ -24,11 +24,37 @@ MAX_TIMEOUT_SECONDS = 31_536_000
 NODE_KINDS = ("agent", "llm", "tool", "transform", "branch", "map", "approval", "input", "flow")
 
 
+class AgentTools(common.ApiModel):
+    """The tools an agent node's turn is offered."""
+
+    skip: bool = Field(
+        default=False,
+        description="Offer no tools at all (the Agent's tools, skills, sub-agents, sub-flows, "
+        "human review): one plain completion with the conversation.",
+    )
+
+
 class AgentCall(common.ApiModel):
     """Run an Agent's turn with a prompt."""
 
     name: common.ObjectName = Field(description="Name of the Agent in the Flow's namespace.")
     prompt: str = Field(max_length=200_000, description="User prompt (expressions allowed).")
+    session: str | None = Field(
+        default=None,
+        max_length=4096,
+        description="Expression naming the conversation to continue across runs (e.g. "
+        '"={{ .run.input.ticket }}"); overrides the Agent\'s.',
+    )
+    request: str | None = Field(
+        default=None,
+        max_length=4096,
+        description="Expression separating parallel calls within one session (e.g. "
+        '"={{ .item.id }}"); overrides the Agent\'s.',
+    )
+    memory: agent_api.Memory | None = Field(
+        default=None, description="Memory settings for this node; overrides the Agent's."
+    )
+    tools: AgentTools | None = Field(default=None, description="Which tools the turn is offered.")
 
 
 class LlmCall(common.ApiModel):

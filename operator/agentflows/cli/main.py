@@ -25,7 +25,9 @@ from agentflows.api import flowrun as flowrun_api
 from agentflows.cli import (
     commands_agentspec,
     commands_cluster,
+    commands_graph,
     commands_runs,
+    commands_sessions,
     completion,
     group,
     hints,
@@ -101,9 +103,11 @@ for _command in [
     *commands_cluster.COMMANDS,
     *commands_runs.COMMANDS,
     *commands_agentspec.COMMANDS,
+    *commands_graph.COMMANDS,
     runner_command.runner,
 ]:
     main.add_command(_command)
+main.add_command(commands_sessions.sessions_group, "sessions")
 
 
 @main.command()
@@ -135,14 +139,14 @@ def crds() -> None:
     click.echo(crd.render_yaml(crd.build_crds()), nl=False)
 
 
-def _capabilities(mock: bool, resolver: Any) -> Any:
+def _capabilities(mock: bool, resolver: Any, directory: Path) -> Any:
     if mock:
         from agentflows.agents import mock as mock_mod
 
         return mock_mod.MockCapabilities(resolver)
     from agentflows.agents import host
 
-    return host.LiveCapabilities(resolver)
+    return host.LiveCapabilities(resolver, session_store=commands_sessions.file_store(directory))
 
 
 def _resume_command(name: str, state_dir: str | None) -> str:
@@ -179,7 +183,7 @@ def _execute(
                     run_name=name,
                     input_value=input_value,
                     store_=store.FileStore(path),
-                    caps=_capabilities(snapshot.mock, resolver),
+                    caps=_capabilities(snapshot.mock, resolver, directory),
                     resolver=resolver,
                     observer=_Progress(quiet),
                 )

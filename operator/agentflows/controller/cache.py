@@ -448,6 +448,8 @@ class Cache:
             self._enqueue(workqueue.SUMMARY, namespace, flow, SUMMARY_DELAY_SECONDS)
 
     def _pod_changed(self, key: informer.Key, old: Pod | None, new: Pod | None) -> None:
+        if old == new:
+            return  # a status detail the operator does not read (conditions, IPs, ...)
         pod = new or old
         if pod is not None:
             self._enqueue(workqueue.FLOWRUN, key[0], pod.run, 0.0)

@@ -86,11 +86,13 @@ async def run(
     tracing.configure("agentflows-operator")
     api = kube.Client.from_env(kubeconfig, kube_context)
     metrics = metrics_mod.Metrics()
+    api.on_response = metrics.api_answered
     ctl = context.Controller(api=api, config=config, metrics=metrics)
     ctl.queue = workqueue.WorkQueue(
         dispatch(ctl),
         workers=config.workers,
         on_error=lambda key, _exc: metrics.reconcile_errors.labels(key.kind).inc(),
+        on_timing=metrics.queue_timing,
     )
     ctl.cache = cache.Cache(api, config.namespaces, config.owns, ctl.enqueue)
     ctl.snapshots = snapshots.Snapshots(ctl.cache)

@@ -23,6 +23,7 @@ from agentflows.api import flowrun as flowrun_api
 from agentflows.controller import conditions, workqueue
 
 _DURATION_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600, 24 * 3600)
+_QUEUE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 _NODE_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 300, 1800)
 
 
@@ -105,6 +106,28 @@ class Metrics:
             buckets=_DURATION_BUCKETS,
             registry=r,
         )
+        self.queue_wait = prometheus_client.Histogram(
+            "agentflows_workqueue_wait_seconds",
+            "Time a key waited in the work queue before its reconcile started, by resource kind.",
+            ["kind"],
+            buckets=_QUEUE_BUCKETS,
+            registry=r,
+        )
+        self.reconcile_time = prometheus_client.Histogram(
+            "agentflows_reconcile_seconds",
+            "Time a reconcile took (its API writes included), by resource kind.",
+            ["kind"],
+            buckets=_QUEUE_BUCKETS,
+            registry=r,
+        )
+        self.api_request = prometheus_client.Histogram(
+            "agentflows_api_request_seconds",
+            "Time the API server took to answer the operator's requests (watches not counted),"
+            " by HTTP method.",
+            ["method"],
+            buckets=_QUEUE_BUCKETS,
+            registry=r,
+        )
         self.leader = prometheus_client.Gauge(
             "agentflows_leader",
             "1 while this replica holds the operator's Lease and works, 0 while it stands by.",
@@ -126,6 +149,15 @@ class Metrics:
     def watch_triggers(self, watches: Callable[[], Mapping[tuple[str, str], bool]]) -> None:
         """Export ``agentflows_trigger_watches{api_version,kind}`` (1: established) per scrape."""
         self.registry.register(_TriggerWatches(watches))
+
+    def queue_timing(self, key: workqueue.Key, waited: float, took: float) -> None:
+        """Observe one reconcile's wait in the queue and its own time."""
+        self.queue_wait.labels(key.kind).observe(waited)
+        self.reconcile_time.labels(key.kind).observe(took)
+
+    def api_answered(self, method: str, seconds: float) -> None:
+        """Observe one answered API request."""
+        self.api_request.labels(method).observe(seconds)
 
     def watch_queue(self, depth: Callable[[], int]) -> None:
         """Export ``agentflows_reconcile_queue_depth`` (keys waiting or in work) per scrape."""

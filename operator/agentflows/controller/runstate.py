@@ -41,6 +41,9 @@ OPERATOR_FIELDS = (
 )
 
 
+_DURATION_KEY = FlowRunStatus.model_fields["duration"].alias or "duration"
+
+
 def _wire(status: FlowRunStatus, field: str) -> Any:
     value = getattr(status, field)
     if isinstance(value, list):
@@ -106,12 +109,17 @@ class RunContext:
         return result if result is not None and result.attempt == self.attempt else None
 
     def refresh(self, obj: dict[str, Any], ctl: context.Controller) -> None:
-        """Take what a write returned (keeping the pending changes) and give it to the cache."""
+        """Take the run as read (keeping the pending changes) and give it to the cache."""
+        pending = {f: getattr(self.status, f) for f in OPERATOR_FIELDS if self._changed(f)}
+        self._take(obj, ctl)
+        self.status = self.stored.model_copy(update=pending)
+
+    def _take(self, obj: dict[str, Any], ctl: context.Controller) -> None:
+        """Take ``obj`` as the stored run, with no pending change, and give it to the cache."""
         ctl.cache.stored(obj)
         self.obj = obj
-        pending = {f: getattr(self.status, f) for f in OPERATOR_FIELDS if self._changed(f)}
         self.stored = FlowRunStatus.model_validate(obj.get("status") or {})
-        self.status = self.stored.model_copy(update=pending)
+        self.status = self.stored.model_copy()
 
     def _changed(self, field: str) -> bool:
         return bool(_wire(self.status, field) != _wire(self.stored, field))
@@ -122,15 +130,16 @@ class RunContext:
         self.status.phase = phase
         self.set_message(reason, message)
         if phase is RunPhase.SUCCEEDED:
-            self.set_condition("Succeeded", "True", reason, message)
+            succeeded = ("Succeeded", "True", reason, message)
         elif phase.terminal:
-            self.set_condition("Succeeded", "False", reason, message)
+            succeeded = ("Succeeded", "False", reason, message)
         else:
-            self.set_condition("Succeeded", "Unknown", phase.value, message)
+            succeeded = ("Succeeded", "Unknown", phase.value, message)
         if phase is RunPhase.WAITING:
-            self.set_condition("Waiting", "True", reason, message)
+            waiting = ("Waiting", "True", reason, message)
         else:
-            self.set_condition("Waiting", "False", phase.value)
+            waiting = ("Waiting", "False", phase.value, "")
+        self._set_conditions(succeeded, waiting)
         self.status.observed_generation = self.obj["metadata"].get("generation")
         if phase.terminal and not self.status.completion_time:
             self.status.completion_time = conditions.timestamp()
@@ -139,12 +148,16 @@ class RunContext:
 
     def set_condition(self, type_: str, status: str, reason: str, message: str = "") -> None:
         """Set one condition (its transition time moves only when its status changes)."""
+        self._set_conditions((type_, status, reason, message))
+
+    def _set_conditions(self, *updates: tuple[str, str, str, str]) -> None:
         current = [c.model_dump(by_alias=True) for c in self.status.conditions]
         generation = self.obj["metadata"].get("generation")
-        updated = conditions.set_condition(
-            current, type_, status, reason, message, generation=generation
-        )
-        self.status.conditions = [common.Condition.model_validate(c) for c in updated]
+        for type_, status, reason, message in updates:
+            current = conditions.set_condition(
+                current, type_, status, reason, message, generation=generation
+            )
+        self.status.conditions = [common.Condition.model_validate(c) for c in current]
 
     def condition(self, type_: str) -> common.Condition | None:
         """The condition of that type, after the pending changes."""
@@ -182,14 +195,14 @@ class RunContext:
 
     async def save(self, ctl: context.Controller) -> None:
         """Write the pending status changes (one merge patch), then post the Events."""
-        if self.changes():
+        changes = self.changes()
+        if changes:
             duration = self._duration()
-            if duration is not None:
+            if duration is not None and duration != self.stored.duration:
                 self.status.duration = duration
-            stored = await ctl.api.merge_patch(
-                self.path + "/status", context.status_patch(self.changes())
-            )
-            self.refresh(stored, ctl)
+                changes[_DURATION_KEY] = duration
+            stored = await ctl.api.merge_patch(self.path + "/status", context.status_patch(changes))
+            self._take(stored, ctl)  # what was pending is written now
         for type_, reason, message in self.pending_events:
             await events.post(ctl.api, self.obj, type_, reason, message)
         self.pending_events = []

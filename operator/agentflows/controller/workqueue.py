@@ -41,6 +41,10 @@ class Key:
 
 Reconciler = Callable[[Key], Awaitable[float | None]]
 ErrorHook = Callable[[Key, BaseException], None]
+#: Called after each reconcile with the seconds the key waited (from the first add since its last
+#: reconcile began: while that reconcile still ran, then in the queue) and the seconds the
+#: reconcile took (the operator's ``agentflows_workqueue_wait_seconds``/``reconcile_seconds``).
+TimingHook = Callable[[Key, float, float], None]
 
 
 class WorkQueue:
@@ -52,11 +56,13 @@ class WorkQueue:
         *,
         workers: int = 8,
         on_error: ErrorHook | None = None,
+        on_timing: TimingHook | None = None,
         max_backoff: float = 60.0,
     ) -> None:
         self._reconcile = reconcile
         self._workers = workers
         self._on_error = on_error
+        self._on_timing = on_timing
         self._max_backoff = max_backoff
         self._queue: asyncio.Queue[Key] = asyncio.Queue()
         self._queued: set[Key] = set()
@@ -64,6 +70,8 @@ class WorkQueue:
         self._dirty: set[Key] = set()
         self._timers: dict[Key, tuple[float, asyncio.TimerHandle]] = {}
         self._failures: dict[Key, int] = {}
+        #: when each queued key was put in the queue
+        self._added_at: dict[Key, float] = {}
 
     def add(self, key: Key, delay: float = 0.0) -> None:
         """Reconcile ``key`` now, or after ``delay`` seconds (the earliest request wins)."""
@@ -71,9 +79,12 @@ class WorkQueue:
             self._add_later(key, delay)
             return
         if key in self._active:
-            self._dirty.add(key)
+            if key not in self._dirty:
+                self._dirty.add(key)
+                self._added_at[key] = asyncio.get_running_loop().time()
         elif key not in self._queued:
             self._queued.add(key)
+            self._added_at.setdefault(key, asyncio.get_running_loop().time())
             self._queue.put_nowait(key)
 
     def _add_later(self, key: Key, delay: float) -> None:
@@ -117,6 +128,9 @@ class WorkQueue:
             key = await self._queue.get()
             self._queued.discard(key)
             self._active.add(key)
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            waited = started - self._added_at.pop(key, started)
             requeue: float | None
             try:
                 requeue = await self._reconcile(key)
@@ -136,6 +150,8 @@ class WorkQueue:
                     self._on_error(key, exc)
             finally:
                 self._active.discard(key)
+            if self._on_timing is not None:
+                self._on_timing(key, waited, loop.time() - started)
             if key in self._dirty:
                 self._dirty.discard(key)
                 self.add(key)

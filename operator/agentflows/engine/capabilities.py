@@ -82,6 +82,14 @@ class AgentTask:
     agent_name: str
     agent: agent_api.AgentSpec
     prompt: str
+    #: The conversation to continue, as evaluated from the node's (else the Agent's) session.
+    session: str | None = None
+    #: Separates parallel calls within the session (the node's, else the Agent's, request).
+    request: str | None = None
+    #: The node's memory settings, overriding the Agent's (``agent.memory``) when set.
+    memory: agent_api.Memory | None = None
+    #: Offer the turn no tools at all (``tools: {skip: true}`` on the node).
+    skip_tools: bool = False
 
 
 @dataclasses.dataclass

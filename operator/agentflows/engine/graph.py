@@ -127,6 +127,7 @@ def _node_templates(
     t: dict[str, expressions.Template] = {}
     if node.agent is not None:
         t["prompt"] = out.template(f"{path}.agent.prompt", node.agent.prompt)
+        _memory_templates(node.agent, f"{path}.agent", out, t)
     elif node.llm is not None:
         t["prompt"] = out.template(f"{path}.llm.prompt", node.llm.prompt)
         t["system"] = out.template(f"{path}.llm.system", node.llm.system)
@@ -142,6 +143,7 @@ def _node_templates(
         t["items"] = out.template(f"{path}.map.items", body.items, expression=True)
         if body.agent is not None:
             t["prompt"] = out.template(f"{path}.map.agent.prompt", body.agent.prompt)
+            _memory_templates(body.agent, f"{path}.map.agent", out, t)
         elif body.tool is not None:
             t["args"] = out.template(f"{path}.map.tool.args", body.tool.args)
         elif body.flow is not None:
@@ -155,6 +157,31 @@ def _node_templates(
     elif node.flow is not None:
         t["input"] = out.template(f"{path}.flow.input", node.flow.input)
     return t
+
+
+def memory_template(value: str) -> expressions.Template:
+    """Compile a ``session`` or ``request``: an expression, or a template.
+
+    ``={{ .run.input.ticket }}`` is read as the template ``{{ .run.input.ticket }}``: that is
+    how the field is written in the docs, and as jq ``{{ ... }}`` would never compile.
+    Raises ExpressionError on a bad one.
+    """
+    if value.startswith("={{"):
+        value = value[1:]
+    return expressions.compile_template(value)
+
+
+def _memory_templates(
+    call: flow_api.AgentCall, path: str, out: _Collector, t: dict[str, expressions.Template]
+) -> None:
+    """The node's ``session`` and ``request`` templates, when it sets them."""
+    for name, value in (("session", call.session), ("request", call.request)):
+        if value is None:
+            continue
+        try:
+            t[name] = memory_template(value)
+        except expressions.ExpressionError as exc:
+            out.add(f"{path}.{name}", str(exc))
 
 
 def _check_schema(schema: Any, path: str, out: _Collector) -> None:
@@ -267,6 +294,19 @@ def _edges(spec: flow_api.FlowSpec, out: _Collector, ids: dict[str, int]) -> lis
             if current.branch is None:
                 add(current.id, following.id)
     return edges
+
+
+def edges(spec: flow_api.FlowSpec) -> list[CompiledEdge]:
+    """The edges the engine runs a flow by: explicit edges, branch cases and defaults, list order.
+
+    For pictures of a flow (:mod:`agentflows.diagram`), which draw a flow whether or not its
+    references resolve: an edge that :func:`validate` would refuse (an unknown node, a branch
+    label that contradicts its case) is left out here, and reported there.
+    """
+    ids: dict[str, int] = {}
+    for index, node in enumerate(spec.nodes):
+        ids.setdefault(node.id, index)
+    return _edges(spec, _Collector(""), ids)
 
 
 def _check_shape(spec: flow_api.FlowSpec, nodes: dict[str, CompiledNode], out: _Collector) -> None:
@@ -465,10 +505,19 @@ def names(items: Iterable[str]) -> str:
 
 
 def validate_agent(spec: agent_api.AgentSpec) -> list[documents.Problem]:
-    """Every problem of an Agent the models alone cannot see: its tools' argument schemas."""
+    """Every problem of an Agent the models alone cannot see.
+
+    Its tools' argument schemas, and its ``session`` and ``request`` expressions.
+    """
     out = _Collector("")
     for index, tool in enumerate(spec.tools):
         _check_schema(tool.parameters, f"spec.tools[{index}].parameters", out)
     for index, skill in enumerate(spec.skills):
         _check_schema(skill.parameters, f"spec.skills[{index}].parameters", out)
+    for name, value in (("session", spec.session), ("request", spec.request)):
+        if value is not None:
+            try:
+                memory_template(value)
+            except expressions.ExpressionError as exc:
+                out.add(f"spec.{name}", str(exc))
     return out.problems

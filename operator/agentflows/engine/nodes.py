@@ -59,9 +59,7 @@ async def dispatch(
     resume = _resume_of(frame, previous)
     ctx = frame.run.context(key, frame.depth, resume)
     if spec.agent is not None:
-        return await _agent(
-            frame, spec.agent, await expressions.evaluate_async(t["prompt"], scope), ctx, previous
-        )
+        return await _agent(frame, spec.agent, node, scope, ctx, previous)
     if spec.llm is not None:
         task = capabilities.LlmTask(
             model=spec.llm.model,
@@ -242,14 +240,24 @@ def _decided(
 async def _agent(
     frame: state.Frame,
     call: flow_api.AgentCall,
-    prompt: Any,
+    node: graph.CompiledNode,
+    scope: expressions.Scope,
     ctx: capabilities.NodeContext,
     previous: flowrun_api.NodeStatus | None,
 ) -> state.Result:
     spec = frame.run.resolver.agent(call.name)
     if spec is None:
         raise state.NodeFailed(f'no Agent "{call.name}"')
-    task = capabilities.AgentTask(call.name, spec, str(prompt))
+    prompt = await expressions.evaluate_async(node.templates["prompt"], scope)
+    task = capabilities.AgentTask(
+        call.name,
+        spec,
+        str(prompt),
+        session=await _memory_key(node, "session", spec.session, call.name, scope),
+        request=await _memory_key(node, "request", spec.request, call.name, scope),
+        memory=call.memory,
+        skip_tools=call.tools is not None and call.tools.skip,
+    )
     # ``previous``, not the record now in the store: the lifecycle has already saved this
     # execution's Running record, which no longer says Waiting
     pending = _pending_request(frame, previous)
@@ -257,6 +265,31 @@ async def _agent(
         return state.Waiting(pending, _saved_state(previous))
     result = await frame.run.caps.run_agent(task, ctx)
     return await _from_capability(frame, ctx.node_key, result)
+
+
+async def _memory_key(
+    node: graph.CompiledNode,
+    field: str,
+    agents: str | None,
+    agent_name: str,
+    scope: expressions.Scope,
+) -> str | None:
+    """The node's ``session``/``request`` (else the Agent's), evaluated; None when unset or empty.
+
+    The Agent's is compiled here, not when the Flow is: Agents are validated on their own.
+    """
+    template = node.templates.get(field)
+    if template is None and agents is not None:
+        try:
+            template = graph.memory_template(agents)
+        except expressions.ExpressionError as exc:
+            raise state.NodeFailed(f'Agent "{agent_name}" spec.{field}: {exc}') from None
+    if template is None:
+        return None
+    value = await expressions.evaluate_async(template, scope)
+    if value is None or value == "":
+        return None
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
 
 
 async def _from_capability(
@@ -453,9 +486,7 @@ async def _map_body(
         )
     ctx = frame.run.context(item_key, frame.depth, _resume_of(frame, previous))
     if spec.agent is not None:
-        return await _agent(
-            frame, spec.agent, await expressions.evaluate_async(t["prompt"], scope), ctx, previous
-        )
+        return await _agent(frame, spec.agent, node, scope, ctx, previous)
     assert spec.tool is not None
     args = await expressions.evaluate_async(t["args"], scope)
     return await _tool(frame, spec.tool, args, ctx, previous)

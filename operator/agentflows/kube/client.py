@@ -18,7 +18,7 @@ import asyncio
 import json
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import aiohttp
@@ -68,6 +68,9 @@ class Client:
         self._timeout = timeout
         self._ssl = kubeconfig.ssl_context(config)
         self._session: aiohttp.ClientSession | None = None
+        #: Called with the method and the seconds of each answered request (the operator's
+        #: ``agentflows_api_request_seconds``); watches are not counted.
+        self.on_response: Callable[[str, float], None] | None = None
 
     def _http(self) -> aiohttp.ClientSession:
         """The connection pool (made in the running event loop, at first use)."""
@@ -129,10 +132,13 @@ class Client:
             try:
                 headers = await self._headers(content_type)
                 headers["Accept"] = accept
+                sent = loop.time()
                 async with self._http().request(
                     method, path, data=content, params=query, headers=headers
                 ) as response:
                     body = await response.read()
+                if self.on_response is not None:
+                    self.on_response(method, loop.time() - sent)
                 if response.status < 400:
                     return body
                 if response.status == 401 and self.config.renewable and not renewed:

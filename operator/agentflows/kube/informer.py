@@ -13,7 +13,8 @@ cache holds no more than that.
 ``on_change(key, old, new)`` is called for every change the cache sees (``new`` None: gone), also
 for what a new list finds different, so a caller can keep indexes and enqueue work. A writer may
 :meth:`Informer.put` the object an API write returned: the cache never goes back to an older
-``resourceVersion`` when the watch delivers the events before it.
+``resourceVersion`` when the watch delivers the events before it, and the watch's echo of that
+version is neither converted again nor reported as a change.
 """
 
 from __future__ import annotations
@@ -89,6 +90,8 @@ class Informer(Generic[T]):
         known = self._versions.get(key)
         if version is not None and known is not None and version < known:
             return
+        if not deleted and version is not None and version == known and key in self._items:
+            return  # held already: the watch's echo of a write that was put
         old = self._items.get(key)
         new = None if deleted else self._convert(obj)
         if new is None:

@@ -29,6 +29,9 @@ MANAGER = "agentflows"
 FLOW = "agentflows.io/flow"
 RUN = "agentflows.io/run"
 ATTEMPT = "agentflows.io/attempt"
+#: Labels of an AgentSession: its memory and (made label-safe) its session.
+MEMORY = "agentflows.io/memory"
+SESSION = "agentflows.io/session"
 GROUP_VERSION = "agentflows.io/v1alpha1"
 
 _NOT_DNS = re.compile(r"[^a-z0-9.-]")
@@ -71,6 +74,20 @@ def offload_prefix(run: str, key: str) -> str:
     suffix = f"-out-{_digest(key, 10)}"
     # each part appends "-" and up to 4 digits
     return fit(run, NAME_MAX - 5 - len(suffix)) + suffix
+
+
+def session_name(memory: str, session: str) -> str:
+    """The AgentSession of a session: ``<memory>-<session, DNS-safe>-<hash of both>``."""
+    readable = _NOT_DNS.sub("-", session.lower()).replace(".", "-").strip("-")
+    digest = _digest(f"{memory}\0{session}", 10)
+    head = f"{memory}-{readable}"[: NAME_MAX - len(digest) - 1].rstrip("-.")
+    return f"{head}-{digest}"
+
+
+def session_labels(memory: str, session: str) -> dict[str, str]:
+    """Labels of an AgentSession (the exact session is in its spec: labels hold 63 characters)."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", session)[:LABEL_VALUE_MAX].strip("-_.")
+    return {MANAGED_BY: MANAGER, MEMORY: label_value(memory), SESSION: safe}
 
 
 def cronjob_name(flow: str, trigger: str) -> str:

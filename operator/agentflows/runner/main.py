@@ -54,8 +54,8 @@ from agentflows.api import flowrun as flowrun_api
 from agentflows.engine import clock, errors, graph, state, store
 from agentflows.engine import run as run_mod
 from agentflows.kube import client as kube_client
+from agentflows.kube import session_store, status_store
 from agentflows.kube import snapshot as snapshot_mod
-from agentflows.kube import status_store
 
 log = logging.getLogger("agentflows.runner")
 
@@ -185,7 +185,9 @@ async def run_attempt(
                 run_name=name,
                 input_value=spec.get("input"),
                 store_=checkpoints,
-                caps=host.LiveCapabilities(resolver),
+                caps=host.LiveCapabilities(
+                    resolver, session_store=session_store.SessionStore(client, namespace)
+                ),
                 resolver=resolver,
                 trigger=spec.get("trigger"),
                 observer=progress,

@@ -54,3 +54,25 @@ def test_an_object_converted_to_nothing_is_not_kept() -> None:
     )
     cache.put(obj("a", 1, "v"))
     assert len(cache) == 0 and changes == []
+
+
+def test_the_watch_echo_of_a_written_version_is_not_converted_or_reported_again() -> None:
+    converted: list[str] = []
+    changes: list[tuple[Any, Any]] = []
+
+    def convert(o: Any) -> str:
+        converted.append(str(o["value"]))
+        return str(o["value"])
+
+    cache: informer.Informer[str] = informer.Informer(
+        None,  # type: ignore[arg-type]
+        "/x",
+        convert,
+        on_change=lambda _key, old, new: changes.append((old, new)),
+    )
+    cache.put(obj("a", 5, "written"))
+    cache._apply(obj("a", 5, "written"))  # the same version, as the watch delivers it
+    assert converted == ["written"]
+    assert changes == [(None, "written")]
+    cache._apply(obj("a", 5, "written"), deleted=True)  # a deletion at that version still counts
+    assert cache.get("ns", "a") is None

@@ -1,0 +1,186 @@
+"""Sessions on the cluster: one ``AgentSession`` object per session, the runner's session store.
+
+The runner passes a :class:`SessionStore` to :class:`agentflows.agents.host.LiveCapabilities`;
+``agentflows sessions -n NS`` uses it too. It implements :class:`agentflows.agents.sessions.Store`
+(the rules of what is stored are there). Why a resource of our own, not a ConfigMap: the
+runner's admission policy confines a runner to the ConfigMaps of its own run, and a session
+outlives runs; a kind of its own gets exactly the RBAC verbs it needs, a typed schema,
+``kubectl get agentsessions`` with its memory, session and turns as columns, and no ConfigMap
+of the namespace can be mistaken for one.
+
+- Name :func:`agentflows.kube.objects.session_name`; labels ``agentflows.io/memory`` and
+  ``agentflows.io/session`` (label-safe), annotations with the exact memory and session, the
+  last write and the size, so a listing reads metadata only (``PartialObjectMetadataList``).
+- Owned by the Agent that first wrote it (not blocking its deletion: a runner may not set
+  finalizers), so deleting the Agent deletes its sessions. When the Agent cannot be read, the
+  session is written without an owner rather than not at all.
+- An update reads the object, applies the change and replaces it with the resourceVersion it
+  read; a conflict (another writer was first, or created it first) reads again and re-applies,
+  up to :data:`CONFLICT_RETRIES` times with a short random backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from typing import Any
+
+from agentflows.agents import sessions
+from agentflows.api import agentsession as agentsession_api
+from agentflows.kube import client as kube_client
+from agentflows.kube import objects
+
+#: Times an update that lost a race is tried again (fifty parallel writers need about fifty).
+CONFLICT_RETRIES = 200
+#: Longest random pause before a retried update, in seconds.
+MAX_BACKOFF_SECONDS = 0.5
+#: Annotations read by listings.
+SESSION_ANNOTATION = "agentflows.io/session"
+UPDATED_ANNOTATION = "agentflows.io/updated-at"
+TURNS_ANNOTATION = "agentflows.io/turns"
+BYTES_ANNOTATION = "agentflows.io/bytes"
+_METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+
+
+class SessionStore:
+    """AgentSessions in one namespace (see module docstring)."""
+
+    def __init__(self, client: kube_client.Client, namespace: str) -> None:
+        self.client = client
+        self.namespace = namespace
+        self._owners: dict[str, dict[str, Any] | None] = {}
+
+    def _path(self, name: str | None = None) -> str:
+        return kube_client.path_of("agentsessions", self.namespace, name)
+
+    async def read(self, memory: str, session: str) -> agentsession_api.AgentSessionSpec | None:
+        """The stored session, or None."""
+        found = await self._get(objects.session_name(memory, session))
+        return None if found is None else _spec_of(found)
+
+    async def update(self, memory: str, session: str, agent: str, change: sessions.Change) -> None:
+        """Apply ``change`` with a resourceVersion-checked replace, retried on conflicts."""
+        name = objects.session_name(memory, session)
+        for attempt in range(CONFLICT_RETRIES):
+            current = await self._get(name)
+            spec = change(None if current is None else _spec_of(current))
+            body = await self._body(name, spec, current)
+            try:
+                if current is None:
+                    await self.client.create(self._path(), body)
+                else:
+                    await self.client.request("PUT", self._path(name), body)
+                return
+            except kube_client.ApiError as exc:
+                if not (exc.conflict or exc.not_found):
+                    raise _store_error(exc) from None
+            await asyncio.sleep(random.uniform(0, min(MAX_BACKOFF_SECONDS, 0.01 * 2**attempt)))
+        raise sessions.StoreError(
+            f"AgentSession {self.namespace}/{name}: still conflicting after {CONFLICT_RETRIES} "
+            "tries",
+            retryable=True,
+        )
+
+    async def list(self, memory: str | None = None) -> list[sessions.SessionInfo]:
+        """The stored sessions (of ``memory`` only when given), oldest write first."""
+        params: dict[str, Any] = {}
+        if memory is not None:
+            params["labelSelector"] = f"{objects.MEMORY}={objects.label_value(memory)}"
+        try:
+            found = await self.client.request(
+                "GET", self._path(), params=params or None, accept=_METADATA_LIST
+            )
+        except kube_client.ApiError as exc:
+            raise _store_error(exc) from None
+        infos = [_info(item["metadata"]) for item in found.get("items") or []]
+        return sorted(
+            (i for i in infos if memory is None or i.memory == memory),
+            key=lambda info: info.updated_at,
+        )
+
+    async def delete(self, memory: str, session: str) -> bool:
+        """Delete one session; False when there was none."""
+        try:
+            await self.client.delete(
+                self._path(objects.session_name(memory, session)), missing_ok=False
+            )
+        except kube_client.ApiError as exc:
+            if exc.not_found:
+                return False
+            raise _store_error(exc) from None
+        return True
+
+    async def _get(self, name: str) -> dict[str, Any] | None:
+        try:
+            found: dict[str, Any] = await self.client.get(self._path(name))
+        except kube_client.ApiError as exc:
+            if exc.not_found:
+                return None
+            raise _store_error(exc) from None
+        return found
+
+    async def _body(
+        self, name: str, spec: agentsession_api.AgentSessionSpec, current: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        wire = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+        metadata: dict[str, Any] = {
+            "name": name,
+            "namespace": self.namespace,
+            "labels": objects.session_labels(spec.memory, spec.session),
+            "annotations": {
+                objects.MEMORY: spec.memory,
+                SESSION_ANNOTATION: spec.session,
+                UPDATED_ANNOTATION: spec.updated_at,
+                TURNS_ANNOTATION: str(spec.turns),
+                BYTES_ANNOTATION: str(len(json.dumps(wire).encode())),
+            },
+        }
+        if current is not None:
+            old = current["metadata"]
+            metadata["resourceVersion"] = old["resourceVersion"]
+            if old.get("ownerReferences"):
+                metadata["ownerReferences"] = old["ownerReferences"]
+        else:
+            owner = await self._owner(spec.agent)
+            if owner is not None:
+                metadata["ownerReferences"] = [
+                    objects.owner_reference(owner, controller=False, block=False)
+                ]
+        return {
+            "apiVersion": objects.GROUP_VERSION,
+            "kind": "AgentSession",
+            "metadata": metadata,
+            "spec": wire,
+        }
+
+    async def _owner(self, agent: str) -> dict[str, Any] | None:
+        """The Agent (read once per store), or None when it cannot be read."""
+        if agent not in self._owners:
+            try:
+                self._owners[agent] = await self.client.get(
+                    kube_client.path_of("agents", self.namespace, agent)
+                )
+            except kube_client.ApiError:
+                self._owners[agent] = None
+        return self._owners[agent]
+
+
+def _spec_of(found: dict[str, Any]) -> agentsession_api.AgentSessionSpec:
+    return agentsession_api.AgentSessionSpec.model_validate(found.get("spec") or {})
+
+
+def _info(metadata: dict[str, Any]) -> sessions.SessionInfo:
+    annotations = metadata.get("annotations") or {}
+    return sessions.SessionInfo(
+        memory=annotations.get(objects.MEMORY, ""),
+        session=annotations.get(SESSION_ANNOTATION, ""),
+        turns=int(annotations.get(TURNS_ANNOTATION, "0")),
+        updated_at=annotations.get(UPDATED_ANNOTATION, ""),
+        size=int(annotations.get(BYTES_ANNOTATION, "0")),
+        where=metadata.get("name", ""),
+    )
+
+
+def _store_error(exc: kube_client.ApiError) -> sessions.StoreError:
+    return sessions.StoreError(str(exc), retryable=exc.retryable)

@@ -1,0 +1,132 @@
+"""The operator's work queue: de-duplication, re-adds while busy, and its timing figures."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from agentflows.controller import metrics as metrics_mod
+from agentflows.controller import workqueue
+
+A = workqueue.Key(workqueue.FLOWRUN, "ns", "a")
+B = workqueue.Key(workqueue.FLOWRUN, "ns", "b")
+
+
+async def until(check: Callable[[], bool]) -> None:
+    """Let the queue work until ``check()`` holds (at most 10 s)."""
+    for _ in range(1000):
+        if check():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the queue did not get there in 10 s")
+
+
+def test_a_key_added_twice_while_queued_is_reconciled_once() -> None:
+    seen: list[workqueue.Key] = []
+
+    async def reconcile(key: workqueue.Key) -> float | None:
+        seen.append(key)
+        return None
+
+    async def main() -> None:
+        queue = workqueue.WorkQueue(reconcile, workers=1)
+        queue.add(A)
+        queue.add(A)
+        worker = asyncio.create_task(queue.run())
+        await until(lambda: not queue.pending())
+        worker.cancel()
+
+    asyncio.run(main())
+    assert seen == [A]
+
+
+def test_a_key_added_while_its_reconcile_runs_is_reconciled_once_more_afterwards() -> None:
+    seen: list[workqueue.Key] = []
+    release = asyncio.Event()
+
+    async def reconcile(key: workqueue.Key) -> float | None:
+        seen.append(key)
+        if len(seen) == 1:
+            await release.wait()
+        return None
+
+    async def main() -> None:
+        queue = workqueue.WorkQueue(reconcile, workers=2)
+        queue.add(A)
+        worker = asyncio.create_task(queue.run())
+        await until(lambda: bool(seen))
+        queue.add(A)
+        queue.add(A)
+        release.set()
+        await until(lambda: not queue.pending())
+        worker.cancel()
+
+    asyncio.run(main())
+    assert seen == [A, A]
+
+
+def test_a_key_behind_a_busy_worker_reports_the_wait_and_each_reconcile_its_time() -> None:
+    timings: dict[workqueue.Key, tuple[float, float]] = {}
+    held = 0.2
+
+    async def reconcile(key: workqueue.Key) -> float | None:
+        if key == A:
+            await asyncio.sleep(held)
+        return None
+
+    def on_timing(key: workqueue.Key, waited: float, took: float) -> None:
+        timings[key] = (waited, took)
+
+    async def main() -> None:
+        queue = workqueue.WorkQueue(reconcile, workers=1, on_timing=on_timing)
+        queue.add(A)
+        queue.add(B)
+        worker = asyncio.create_task(queue.run())
+        await until(lambda: len(timings) == 2)
+        worker.cancel()
+
+    asyncio.run(main())
+    # one worker: B could start only once A's reconcile had held it for `held` seconds
+    assert timings[A][1] >= held
+    assert timings[B][0] >= held
+
+
+def test_queue_timings_are_exported_as_histograms_by_kind() -> None:
+    metrics = metrics_mod.Metrics()
+    metrics.queue_timing(A, 0.003, 0.012)
+    metrics.queue_timing(workqueue.Key(workqueue.FLOW, "ns", "f"), 0.5, 0.1)
+
+    def sample(name: str, kind: str) -> float | None:
+        return metrics.registry.get_sample_value(name, {"kind": kind})
+
+    assert sample("agentflows_workqueue_wait_seconds_count", "FlowRun") == 1
+    assert sample("agentflows_workqueue_wait_seconds_sum", "FlowRun") == 0.003
+    assert sample("agentflows_reconcile_seconds_sum", "FlowRun") == 0.012
+    assert sample("agentflows_reconcile_seconds_sum", "Flow") == 0.1
+
+
+def test_a_key_added_while_its_reconcile_runs_counts_the_rest_of_that_reconcile_as_wait() -> None:
+    waits: list[float] = []
+    added = asyncio.Event()
+    held = 0.2
+
+    async def reconcile(key: workqueue.Key) -> float | None:
+        if not waits and not added.is_set():
+            await added.wait()
+            await asyncio.sleep(held)  # the new add waits this long behind the running reconcile
+        return None
+
+    async def main() -> None:
+        queue = workqueue.WorkQueue(
+            reconcile, workers=1, on_timing=lambda _key, waited, _took: waits.append(waited)
+        )
+        queue.add(A)
+        worker = asyncio.create_task(queue.run())
+        await until(lambda: queue.pending() == 1 and not queue._queued)
+        queue.add(A)
+        added.set()
+        await until(lambda: len(waits) == 2)
+        worker.cancel()
+
+    asyncio.run(main())
+    assert waits[1] >= held
