@@ -13,17 +13,24 @@ tests do (hack/devcluster) and stops it afterwards. It installs crds/ and the ru
   scripted model server (tests/support/model_server.py, in this process) receiving the
   chat-completions request, both on this process's monotonic clock; and the process's peak
   RSS (GNU time's ``%M``). The run must end Succeeded.
+- **runner, traced**: the same with ``OTEL_EXPORTER_OTLP_ENDPOINT`` set to an OTLP/HTTP sink on
+  loopback in this process (it answers 200 and counts the export requests): what turning
+  tracing on costs the cold start (the OpenTelemetry SDK and exporter imports, the provider),
+  and the whole process, whose exit waits for the spans' export.
 - **peer**: ``python -c 'import litellm; litellm.completion(...)'`` against the same server,
   timed the same way: what a bare litellm script pays before its first request.
 
-Runner and peer alternate, so background load hits them alike. The runner's API requests are
-counted by the API server itself: a FlowSchema matching only the runner's ServiceAccount
-(tests/support/api_counts.py) and ``apiserver_flowcontrol_dispatched_requests_total`` of that
-schema, read before and after the runner rounds. The last lines can be read by a script::
+Runner, traced runner and peer alternate, so background load hits them alike. The (untraced)
+runner's API requests are counted by the API server itself: a FlowSchema matching only the
+runner's ServiceAccount (tests/support/api_counts.py) and
+``apiserver_flowcontrol_dispatched_requests_total`` of that schema, read before and after each
+untraced runner. The last lines can be read by a script::
 
     runner start -> first model request p50 N ms
     runner RSS N MB
     runner API requests per run: N
+    traced runner start -> first model request p50 N ms
+    traced runner process p50 N ms (untraced N ms)
 """
 
 from __future__ import annotations
@@ -31,12 +38,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import http.server
 import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -143,6 +152,37 @@ async def create_run(api: kube.Client, namespace: str, spec: dict[str, Any]) -> 
     return name
 
 
+class OtlpSink:
+    """An OTLP/HTTP endpoint on loopback that answers every export 200 and counts them."""
+
+    def __init__(self) -> None:
+        sink = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                sink.exports += 1
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.exports = 0
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
 def timed(argv: list[str], env: dict[str, str]) -> tuple[float, int]:
     """Run ``argv``; return (monotonic start, peak RSS in KiB).
 
@@ -171,6 +211,28 @@ def first_request(server: model_server.ScriptedModelServer, since: int) -> float
     return server.requests[since].received
 
 
+async def runner_round(
+    api: kube.Client,
+    namespace: str,
+    server: model_server.ScriptedModelServer,
+    agentflows: str,
+    env: dict[str, str],
+) -> tuple[float, float, int]:
+    """One runner process on a fresh run: (ms to the first model request, ms in all, KiB)."""
+    name = await create_run(api, namespace, flow(server.url))
+    server.script(model_server.Reply.text("hi"))
+    seen = len(server.requests)
+    started, kib = await asyncio.to_thread(
+        timed, [agentflows, "runner", "--namespace", namespace, "--flowrun", name], env
+    )
+    ended = time.monotonic()
+    run = await api.get(kube.path_of("flowruns", namespace, name))
+    phase = (run["status"].get("result") or {}).get("phase")
+    if phase != "Succeeded":
+        raise SystemExit(f"run {name} ended {phase}: {run['status']}")
+    return (first_request(server, seen) - started) * 1000, (ended - started) * 1000, kib
+
+
 async def bench(admin: Path, rounds: int, agentflows: str) -> None:
     namespace = f"bench-runner-{uuid.uuid4().hex[:6]}"
     install(admin, namespace)
@@ -185,7 +247,13 @@ async def bench(admin: Path, rounds: int, agentflows: str) -> None:
         "KUBECONFIG": str(runner_config),
         "AGENTFLOWS_ATTEMPT": "1",
     }
+    sink = OtlpSink()
+    traced = {**env, "OTEL_EXPORTER_OTLP_ENDPOINT": sink.url}
     runner_ms: list[float] = []
+    runner_whole: list[float] = []
+    traced_ms: list[float] = []
+    traced_whole: list[float] = []
+    traced_kib: list[int] = []
     peer_ms: list[float] = []
     runner_kib: list[int] = []
     peer_kib: list[int] = []
@@ -196,22 +264,16 @@ async def bench(admin: Path, rounds: int, agentflows: str) -> None:
         try:
             counted = 0
             for _ in range(rounds):
-                name = await create_run(api, namespace, flow(server.url))
-                server.script(model_server.Reply.text("hi"))
-                seen = len(server.requests)
                 before = await api_counts.requests_of(api, schema)
-                started, kib = await asyncio.to_thread(
-                    timed,
-                    [agentflows, "runner", "--namespace", namespace, "--flowrun", name],
-                    env,
-                )
+                ms, whole, kib = await runner_round(api, namespace, server, agentflows, env)
                 counted += await api_counts.requests_of(api, schema) - before
-                runner_ms.append((first_request(server, seen) - started) * 1000)
+                runner_ms.append(ms)
+                runner_whole.append(whole)
                 runner_kib.append(kib)
-                run = await api.get(kube.path_of("flowruns", namespace, name))
-                phase = (run["status"].get("result") or {}).get("phase")
-                if phase != "Succeeded":
-                    raise SystemExit(f"run {name} ended {phase}: {run['status']}")
+                ms, whole, kib = await runner_round(api, namespace, server, agentflows, traced)
+                traced_ms.append(ms)
+                traced_whole.append(whole)
+                traced_kib.append(kib)
 
                 server.script(model_server.Reply.text("hi"))
                 seen = len(server.requests)
@@ -224,7 +286,17 @@ async def bench(admin: Path, rounds: int, agentflows: str) -> None:
             await api_counts.remove_schema(api, schema)
             await api.delete(kube.path_of("namespaces", None, namespace))
             server.stop()
+            sink.stop()
     report(runner_ms, peer_ms, runner_kib, peer_kib, counted / rounds)
+    if sink.exports < rounds:
+        raise SystemExit(f"the traced runners exported {sink.exports} times in {rounds} rounds")
+    print(f"  traced runner start -> first model request ms: {[round(v) for v in traced_ms]}")
+    print(f"  traced runner RSS MB: {max(traced_kib) / 1024:.0f}")
+    print(f"traced runner start -> first model request p50 {statistics.median(traced_ms):.0f} ms")
+    print(
+        f"traced runner process p50 {statistics.median(traced_whole):.0f} ms "
+        f"(untraced {statistics.median(runner_whole):.0f} ms)"
+    )
 
 
 def report(

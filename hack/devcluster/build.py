@@ -1,4 +1,4 @@
-"""Build and cache the pinned binaries: the control plane's, helm, prometheus and promtool.
+"""Build and cache the pinned binaries: the control plane's, helm, prometheus, promtool, jaeger.
 
 Called by ``hack/control-plane build`` and, lazily, by :mod:`devcluster.controlplane` when it needs
 the binaries. Kubernetes is built from the Go module proxy through a throwaway wrapper module that
@@ -15,6 +15,11 @@ plain ``go install`` of ``github.com/prometheus/prometheus/cmd/...@<module versi
 use the HTTP API) and with ``remove_all_sd`` (static and file discovery only, which is all a
 loopback scrape needs, and it leaves out the cloud SDKs that dominate the build). Only the
 monitoring tests need them (``hack/control-plane build-prometheus``, :func:`prometheus_binaries`).
+Jaeger (v2, ``cmd/jaeger``: an OpenTelemetry Collector build with memory storage and a query
+API) is built through a wrapper module like etcd, because its ``go.mod`` has a ``replace`` line;
+only the tracing tests need it (``hack/control-plane build-jaeger``, :func:`jaeger_binary`). A
+cold build (empty module and build caches) took 930 s of wall time and 366 s of CPU on the
+shared 2 cores at a load average of 8-10; 81 MiB.
 
 Binaries land in ``${AGENTFLOWS_BIN_CACHE:-/var/cache/agentflows/bin}/<component>-<version>/``;
 a second run finds them there and returns at once. ``AGENTFLOWS_CONTROL_PLANE_BIN`` names a
@@ -40,6 +45,11 @@ ETCD_VERSION = "v3.6.16"
 HELM_VERSION = "v3.22.0"
 PROMETHEUS_MODULE_VERSION = "v0.316.0"
 PROMETHEUS_COMMANDS = ("prometheus", "promtool")
+JAEGER_VERSION = "v1.76.0"
+# What a wrapper needs of Jaeger's go.mod: its ``go`` line and its one ``replace`` line (which is
+# why a plain ``go install ...@version`` refuses it, as it does etcd).
+JAEGER_GO = "1.24.6"
+JAEGER_REPLACES = {"github.com/Shopify/sarama": "v1.33.0"}
 # The Kubernetes version helm assumes without a cluster (``helm template``, ``helm lint``): helm's
 # own release build derives it from its k8s.io/client-go requirement (v0.37 -> 1.37).
 HELM_KUBE_VERSION = ("1", "37")
@@ -127,8 +137,10 @@ def _kubernetes_ldflags(kubernetes_version: str) -> str:
     return " ".join(flags)
 
 
-def _write_wrapper(workdir: Path, requires: dict[str, str], replaces: dict[str, str]) -> None:
-    lines = ["module agentflows.invalid/cpbuild", "", "go 1.24.0", "", "require ("]
+def _write_wrapper(
+    workdir: Path, requires: dict[str, str], replaces: dict[str, str], go: str = "1.24.0"
+) -> None:
+    lines = ["module agentflows.invalid/cpbuild", "", f"go {go}", "", "require ("]
     lines += [f"\t{module} {version}" for module, version in requires.items()]
     lines += [")", ""]
     if replaces:
@@ -294,6 +306,41 @@ def prometheus_binaries(version: str = PROMETHEUS_MODULE_VERSION) -> tuple[Path,
         elapsed = time.monotonic() - started
         _log(f"built prometheus and promtool in {elapsed:.0f}s ({size_mib:.1f} MiB)")
     return prometheus, promtool
+
+
+def jaeger_binary(version: str = JAEGER_VERSION) -> Path:
+    """Return the cached ``jaeger`` (v2, ``cmd/jaeger``), building it from the module proxy."""
+    target = cache_root() / f"jaeger-{version}" / "jaeger"
+    if target.is_file():
+        return target
+    with tempfile.TemporaryDirectory(prefix="agentflows-jaeger-build-") as tmp:
+        workdir = Path(tmp)
+        _write_wrapper(
+            workdir, {"github.com/jaegertracing/jaeger": version}, JAEGER_REPLACES, go=JAEGER_GO
+        )
+        started = time.monotonic()
+        _log(f"building jaeger {version}")
+        out = workdir / "jaeger"
+        package = "github.com/jaegertracing/jaeger"
+        ldflags = f"-s -w -X {package}/internal/version.latestVersion={version}"
+        _run_go(
+            [
+                "build",
+                "-p",
+                "2",
+                "-trimpath",
+                "-ldflags",
+                ldflags,
+                "-o",
+                str(out),
+                f"{package}/cmd/jaeger",
+            ],
+            workdir,
+        )
+        _install(out, target)
+        size_mib = target.stat().st_size / 2**20
+        _log(f"built jaeger in {time.monotonic() - started:.0f}s ({size_mib:.1f} MiB)")
+    return target
 
 
 def ensure_binaries() -> Binaries:

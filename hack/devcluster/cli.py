@@ -2,7 +2,8 @@
 
 ``build`` makes sure the pinned binaries are cached (instant when they are), ``build-helm`` the
 same for helm (which the chart tests use), ``build-prometheus`` for prometheus and promtool
-(which the monitoring tests use); ``write-monitoring`` renders the chart's PodMonitors and
+(which the monitoring tests use), ``build-jaeger`` for jaeger (which the tracing tests use);
+``write-monitoring`` renders the chart's PodMonitors and
 PrometheusRule into ``config/prometheus`` for kustomize users; ``up`` starts a control plane
 (``--audit-log``: with the API server's audit log) in ``$AGENTFLOWS_CP_DIR`` (default
 ``/tmp/agentflows-cp``) and waits until it is ready; ``down`` stops it and removes the
@@ -47,6 +48,14 @@ def _build_prometheus(_: argparse.Namespace) -> int:
     for path in build.prometheus_binaries():
         print(f"{path}  {path.stat().st_size / 2**20:.1f} MiB")
     print(f"prometheus ready in {time.monotonic() - started:.1f}s", file=sys.stderr)
+    return 0
+
+
+def _build_jaeger(_: argparse.Namespace) -> int:
+    started = time.monotonic()
+    path = build.jaeger_binary()
+    print(f"{path}  {path.stat().st_size / 2**20:.1f} MiB")
+    print(f"jaeger ready in {time.monotonic() - started:.1f}s", file=sys.stderr)
     return 0
 
 
@@ -102,6 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser(
         "build-prometheus", help="build or find the cached prometheus and promtool"
     ).set_defaults(run=_build_prometheus)
+    commands.add_parser(
+        "build-jaeger", help="build or find the cached jaeger (the tracing tests' backend)"
+    ).set_defaults(run=_build_jaeger)
     commands.add_parser(
         "write-monitoring", help="render the chart's monitoring objects into config/prometheus"
     ).set_defaults(run=_write_monitoring)

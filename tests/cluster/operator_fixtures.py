@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,15 +42,22 @@ def _free_port() -> int:
 class OperatorProcess:
     """``agentflows operator`` (with extra ``args``) as a child process; its log goes to a file."""
 
-    def __init__(self, kubeconfig: Path, log_path: Path, args: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        kubeconfig: Path,
+        log_path: Path,
+        args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+    ) -> None:
         self.kubeconfig = kubeconfig
         self.log_path = log_path
         self.args = list(args)
+        self.env = dict(env or {})
         self.metrics_port = _free_port()
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        env = {**os.environ, "AGENTFLOWS_RUNNER_IMAGE": "agentflows:test"}
+        env = {**os.environ, "AGENTFLOWS_RUNNER_IMAGE": "agentflows:test", **self.env}
         env.pop("KUBECONFIG", None)
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(

@@ -38,6 +38,11 @@ COMBINATIONS = {
         "operator.leaderElection.enabled=false",
         "operator.replicas=1",
     ],
+    "tracing": [
+        "webhook.enabled=true",
+        "tracing.endpoint=http://otel-collector.observability:4318",
+        "tracing.env.OTEL_RESOURCE_ATTRIBUTES=deployment.environment=prod",
+    ],
     "monitoring": [
         "webhook.enabled=true",
         "monitoring.podMonitor.enabled=true",
@@ -396,3 +401,27 @@ def test_the_console_without_a_trusted_proxy_is_refused_saying_what_to_set(helm:
 def test_the_console_is_off_by_default(helm: Path) -> None:
     names = {doc["metadata"]["name"] for doc in render(helm)}
     assert "agentflows-console" not in names
+def test_a_tracing_endpoint_reaches_the_operator_and_the_webhook_receiver_only_when_set(
+    helm: Path,
+) -> None:
+    def otel_env(documents: list[dict[str, Any]], name: str) -> dict[str, str]:
+        (container,) = one(documents, "Deployment", name, "agentflows-system")["spec"]["template"][
+            "spec"
+        ]["containers"]
+        env = container.get("env") or []
+        return {e["name"]: e["value"] for e in env if e["name"].startswith("OTEL_")}
+
+    traced = render(helm, *COMBINATIONS["tracing"])
+    expected = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "http://otel-collector.observability:4318",
+        "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+        "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "false",
+        "OTEL_RESOURCE_ATTRIBUTES": "deployment.environment=prod",
+    }
+    assert otel_env(traced, "agentflows-operator") == expected
+    assert otel_env(traced, "agentflows-webhook") == expected
+    untraced = render(helm, "webhook.enabled=true")
+    assert otel_env(untraced, "agentflows-operator") == {}
+    assert otel_env(untraced, "agentflows-webhook") == {}
+    bad = run_helm(helm, "template", str(CHART), "--set", "tracing.env.HOME=/x")
+    assert "'HOME' does not match pattern '^OTEL_[A-Z0-9_]+$'" in bad.stderr, bad.stderr

@@ -69,3 +69,21 @@ affinity:
 {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end }}
+
+{{- /* The OTEL_* env of the operator and the webhook receiver (README "Traces"). */}}
+{{- define "agentflows.tracingEnv" -}}
+{{- with .Values.tracing }}
+{{- if .endpoint }}
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ .endpoint | quote }}
+- name: OTEL_EXPORTER_OTLP_PROTOCOL
+  value: http/protobuf
+- name: OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT
+  value: {{ .captureMessageContent | quote }}
+{{- range $name, $value := .env }}
+- name: {{ $name }}
+  value: {{ $value | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}

@@ -14,7 +14,9 @@ else litellm's table, else 128000), the conversation becomes:
 
 If the summary call fails, or there is nothing in the middle, the conversation is kept as it
 is. Each attempt is returned as a record for the node's ``detail.compressions``; the summary's
-tokens count in the node's usage like any model call.
+tokens count in the node's usage like any model call. Each attempt is also a
+``compress_context`` span (:mod:`agentflows.engine.spans`) with the record's figures, parent of
+the summary's model call span.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import Any
 from agentflows.agents import costs, secrets
 from agentflows.agents import model as model_client
 from agentflows.api import agent as agent_api
-from agentflows.engine import capabilities
+from agentflows.engine import capabilities, spans
 
 #: Prefix of the assistant message that replaces the summarised middle.
 SUMMARY_PREFIX = "[Summary of the earlier conversation]\n"
@@ -94,6 +96,31 @@ async def compress_over(
     before = estimate_tokens(spec.model, messages, threshold)
     if before <= threshold:
         return Compression(messages)
+    with spans.span("compress_context", {"gen_ai.request.model": spec.model.name}) as span:
+        result = await _summarise(spec, messages, before, threshold, window, env, redactor)
+        record = result.record or {}
+        span.set(
+            {
+                f"agentflows.compression.{name}": value
+                for name, value in record.items()
+                if isinstance(value, int | str) and name != "at"
+            }
+        )
+        if record.get("status") == "failed":
+            span.fail(str(record.get("error")))
+        return result
+
+
+async def _summarise(
+    spec: agent_api.AgentSpec,
+    messages: list[dict[str, Any]],
+    before: int,
+    threshold: float,
+    window: int,
+    env: Mapping[str, str],
+    redactor: secrets.Redactor,
+) -> Compression:
+    """Summarise the middle of ``messages`` with one model call."""
     head, middle, tail = split(messages)
     record: dict[str, Any] = {
         "at": _now(),

@@ -276,8 +276,11 @@ class LiveCapabilities:
                 return self._tool_result(task, ruling.outcome)
             if ruling.arguments is not None:
                 args = json.loads(ruling.arguments)
-        _, refusal = registry.parse_arguments(name, json.dumps(args))
-        outcome = refusal or await registry.call(name, args, ctx)
+        arguments = json.dumps(args)
+        with tools.tool_span(task.tool_name) as span:
+            _, refusal = registry.parse_arguments(name, arguments)
+            outcome = refusal or await registry.call(name, args, ctx)
+            tools.record_on_span(span, outcome, arguments, self.redactor)
         return self._tool_result(task, outcome)
 
     def _tool_result(

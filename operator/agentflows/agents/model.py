@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
@@ -46,7 +47,7 @@ from agentflows.agents import costs, secrets
 from agentflows.api import agent as agent_api
 from agentflows.api import common
 from agentflows.api import flow as flow_api
-from agentflows.engine import capabilities
+from agentflows.engine import capabilities, spans
 
 #: The variable each provider's API key is usually found in. A model name without a provider
 #: prefix is an OpenAI model, as in litellm.
@@ -173,7 +174,63 @@ async def complete(
     redactor: secrets.Redactor,
     tools: Sequence[Mapping[str, Any]] = (),
 ) -> ModelReply:
-    """Make one chat completion; raise CapabilityError (retryable when it may help) on failure."""
+    """Make one chat completion; raise CapabilityError (retryable when it may help) on failure.
+
+    The call is a ``chat`` span with the GenAI semantic conventions' attributes; the messages
+    and the reply go on it (redacted) only when the tracer captures content.
+    """
+    with spans.span(f"chat {model.name}", _request_attributes(model)) as span:
+        if spans.capture_content():
+            span.set({"gen_ai.input.messages": redactor(_json(messages))})
+        reply = await _complete(model, messages, env=env, redactor=redactor, tools=tools)
+        span.set(_reply_attributes(reply, redactor))
+        return reply
+
+
+def _request_attributes(model: agent_api.ModelSpec) -> spans.Attributes:
+    """GenAI attributes of a chat request (never the API key or base URL's credentials)."""
+    attributes: dict[str, spans.AttributeValue] = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": provider_of(model.name),
+        "gen_ai.request.model": model.name,
+    }
+    optional = {
+        "gen_ai.request.temperature": model.temperature,
+        "gen_ai.request.top_p": model.top_p,
+        "gen_ai.request.max_tokens": model.max_tokens,
+    }
+    attributes.update({key: value for key, value in optional.items() if value is not None})
+    return attributes
+
+
+def _reply_attributes(reply: ModelReply, redactor: secrets.Redactor) -> spans.Attributes:
+    attributes: dict[str, spans.AttributeValue] = {
+        "gen_ai.usage.input_tokens": reply.usage.prompt_tokens,
+        "gen_ai.usage.output_tokens": reply.usage.completion_tokens,
+        "agentflows.usage.cost_usd": reply.usage.cost_usd,
+    }
+    if reply.finish_reason:
+        attributes["gen_ai.response.finish_reasons"] = (reply.finish_reason,)
+    for key, raw_key in (("gen_ai.response.model", "model"), ("gen_ai.response.id", "id")):
+        if isinstance(reply.raw.get(raw_key), str):
+            attributes[key] = reply.raw[raw_key]
+    if spans.capture_content():
+        attributes["gen_ai.output.messages"] = redactor(_json([reply.assistant_message()]))
+    return attributes
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+async def _complete(
+    model: agent_api.ModelSpec,
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    env: Mapping[str, str],
+    redactor: secrets.Redactor,
+    tools: Sequence[Mapping[str, Any]],
+) -> ModelReply:
     api_key = api_key_for(model, env, redactor)
     if openai_compat_handles(model):
         return await _complete_direct(model, messages, api_key, redactor, tools)

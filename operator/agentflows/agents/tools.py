@@ -14,18 +14,22 @@ tool's result and goes on. The one exception that passes through is the engine's
 :class:`~agentflows.engine.state.RunStopped` (a sub-flow hit the run's token or cost limit): the
 whole run stops. Only a bad tool *definition* (a template that does not compile) is a
 :class:`~agentflows.engine.capabilities.CapabilityError`, raised before the model is called.
+
+Every call, an agent's or a tool node's, is an ``execute_tool`` span (:func:`tool_span`,
+:func:`record_on_span`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, Protocol
 
 from agentflows.api import common, schemas
 from agentflows.api import flow as flow_api
-from agentflows.engine import capabilities, state
+from agentflows.engine import capabilities, spans, state
 
 #: What the model is told a tool accepts when its definition gives no schema.
 ANY_OBJECT: dict[str, Any] = {"type": "object", "additionalProperties": True}
@@ -193,3 +197,30 @@ class ToolRegistry:
 
 def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def tool_span(name: str, call_id: str = "") -> contextlib.AbstractContextManager[spans.Span]:
+    """The ``execute_tool`` span of one call (GenAI semantic conventions)."""
+    attributes: dict[str, spans.AttributeValue] = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": name[:128],
+    }
+    if call_id:
+        attributes["gen_ai.tool.call.id"] = call_id[:128]
+    return spans.span(f"execute_tool {name[:128]}", attributes)
+
+
+def record_on_span(
+    span: spans.Span, outcome: ToolOutcome, arguments: str, redact: Callable[[str], str]
+) -> None:
+    """Put a call's outcome on its span; arguments and result only when content is captured."""
+    span.set({"agentflows.tool.status": outcome.status})
+    if spans.capture_content():
+        span.set(
+            {
+                "gen_ai.tool.call.arguments": redact(arguments),
+                "gen_ai.tool.call.result": redact(outcome.content()),
+            }
+        )
+    if outcome.error is not None:
+        span.fail(redact(outcome.error)[:1024])

@@ -33,7 +33,9 @@ never appear in results, details or errors: every text that leaves passes throug
 A turn with a memory (a ``session``, :mod:`agentflows.agents.sessions`) starts from its stored
 conversation instead of the scripted history, and saves the conversation once it has its final
 answer (a paused turn saves nothing until it finishes); the detail's ``memory`` says what was
-saved, and a compaction's summary call counts like any model call.
+saved, and a compaction's summary call counts like any model call. A turn is an
+``invoke_agent`` span, parent of its model calls' ``chat`` spans and its tool calls'
+``execute_tool`` spans (:mod:`agentflows.engine.spans`).
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ from agentflows.agents import approval, compression, files, review, secrets, ses
 from agentflows.agents import model as model_client
 from agentflows.api import agent as agent_api
 from agentflows.api import common
-from agentflows.engine import capabilities, envelope
+from agentflows.engine import capabilities, envelope, spans
 
 #: Tool call records kept in a node's detail; later calls are only counted.
 MAX_RECORDED_TOOL_CALLS = 200
@@ -283,13 +285,53 @@ async def run_turn(
     access: files.FileAccess = files.NO_FILE_ACCESS,
     handed_over: tuple[TurnState, TurnLog] | None = None,
 ) -> capabilities.NodeResult | capabilities.Pause | Handoff:
-    """Run the agent's turn to its final answer, pause it for a human, or hand it over.
+    """Run the agent's turn (an invoke_agent span): answer, pause for a human, or hand over.
 
     With a ``memory``, the turn continues its stored conversation and saves it at the end.
     ``access`` says where reference files may come from (:mod:`agentflows.agents.files`); a
     turn continuing a stored conversation does not attach them again. ``handed_over`` starts
     the turn of a handoff's recipient from the conversation it is given.
     """
+    attributes = {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.name": task.agent_name,
+        "gen_ai.request.model": task.agent.model.name,
+    }
+    with spans.span(f"invoke_agent {task.agent_name}", attributes) as span:
+        result = await _run_turn(
+            task,
+            ctx,
+            registry,
+            env=env,
+            redactor=redactor,
+            memory=memory,
+            access=access,
+            handed_over=handed_over,
+        )
+        usage = result.log.usage if isinstance(result, Handoff) else result.usage
+        span.set(
+            {
+                "gen_ai.usage.input_tokens": usage.prompt_tokens,
+                "gen_ai.usage.output_tokens": usage.completion_tokens,
+                "agentflows.turn.paused": isinstance(result, capabilities.Pause),
+            }
+        )
+        if isinstance(result, Handoff):
+            span.set({"agentflows.turn.handed_to": result.agent})
+        return result
+
+
+async def _run_turn(
+    task: capabilities.AgentTask,
+    ctx: capabilities.NodeContext,
+    registry: tools.ToolRegistry,
+    *,
+    env: Mapping[str, str],
+    redactor: secrets.Redactor,
+    memory: sessions.Memory | None,
+    access: files.FileAccess,
+    handed_over: tuple[TurnState, TurnLog] | None,
+) -> capabilities.NodeResult | capabilities.Pause | Handoff:
     spec = task.agent
     if ctx.resume is not None:
         state, log = TurnState.from_json(ctx.resume.state)
@@ -560,16 +602,24 @@ async def _call_tool(
     redactor: secrets.Redactor,
     ruling: approval.Ruling | None,
 ) -> tuple[tools.ToolOutcome, dict[str, Any]]:
-    """Run one requested tool call (as a human ruled); return its outcome and its record."""
+    """Run one requested tool call (as a human ruled); return its outcome and its record.
+
+    The call is an ``execute_tool`` span; its arguments and result go on it (redacted) only when
+    the tracer captures content.
+    """
     started_at = _now()
     started = time.monotonic()
-    if ruling is not None and ruling.outcome is not None:
-        outcome = ruling.outcome
-    else:
-        arguments = ruling.arguments if ruling and ruling.arguments is not None else call.arguments
-        args, refusal = registry.parse_arguments(call.name, arguments)
-        call_ctx = dataclasses.replace(ctx, node_key=f"{ctx.node_key}/{call_key(call.id)}")
-        outcome = refusal or await registry.call(call.name, args, call_ctx)
+    with tools.tool_span(call.name, call.id) as span:
+        arguments = call.arguments
+        if ruling is not None and ruling.outcome is not None:
+            outcome = ruling.outcome
+        else:
+            if ruling and ruling.arguments is not None:
+                arguments = ruling.arguments
+            args, refusal = registry.parse_arguments(call.name, arguments)
+            call_ctx = dataclasses.replace(ctx, node_key=f"{ctx.node_key}/{call_key(call.id)}")
+            outcome = refusal or await registry.call(call.name, args, call_ctx)
+        tools.record_on_span(span, outcome, arguments, redactor)
     return outcome, _record(call, outcome, started_at, started, redactor)
 
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
+from agentflows import tracing
 from agentflows.api import flowrun as flowrun_api
 from agentflows.cli import (
     commands_agentspec,
@@ -176,24 +177,32 @@ def _execute(
     spec = resolver.flow(snapshot.flow)
     assert spec is not None
     compiled = graph.compile_flow(spec, resolver)
+    path = local.state_path(directory, name)
+    uid = tracing.local_run_uid(path)
+    tracing.configure("agentflows-cli")
     try:
-        outcome = asyncio.run(
-            run.run_flow(
-                compiled,
-                run_name=name,
-                input_value=input_value,
-                store_=store.FileStore(local.state_path(directory, name)),
-                caps=_capabilities(snapshot.mock, resolver, directory, snapshot.files_root),
-                resolver=resolver,
-                observer=_Progress(quiet),
+        with tracing.run_context(uid, None):
+            outcome = asyncio.run(
+                run.run_flow(
+                    compiled,
+                    run_name=name,
+                    input_value=input_value,
+                    store_=store.FileStore(path),
+                    caps=_capabilities(snapshot.mock, resolver, directory, snapshot.files_root),
+                    resolver=resolver,
+                    observer=_Progress(quiet),
+                )
             )
-        )
+        shown = _show(directory, name, output)
+        if outcome.phase.terminal:
+            _trace_run(uid, shown)
     except KeyboardInterrupt:
         local_runs.save_interrupted(directory, name)
         _show(directory, name, output)
         _err(f"run {name} interrupted; continue it with: {_resume_command(name, state_dir)}")
         sys.exit(group.EXIT_INTERRUPTED)
-    shown = _show(directory, name, output)
+    finally:
+        tracing.shutdown()
     phase = outcome.phase.value
     if phase == "Waiting":
         for rid, request in views.pending_requests(shown).items():
@@ -205,6 +214,19 @@ def _execute(
         + (f": {outcome.message}" if outcome.message and phase != "Succeeded" else "")
     )
     sys.exit(0 if phase == "Succeeded" else group.EXIT_FAILED)
+
+
+def _trace_run(uid: str, shown: dict[str, Any]) -> None:
+    """Export a finished local run's own span, the parent of its executions' (as the operator)."""
+    from agentflows.engine import clock
+
+    status, name = shown["status"], shown["metadata"]["name"]
+    if not status.get("startTime") or not status.get("completionTime"):
+        return
+    start_ns = int(clock.parse_time(status["startTime"]).timestamp() * 1e9)
+    end_ns = int(clock.parse_time(status["completionTime"]).timestamp() * 1e9)
+    attributes = {"agentflows.run.name": name, "agentflows.run.phase": status["phase"]}
+    tracing.record_run(uid, None, f"flowrun {name}", attributes, start_ns, max(end_ns, start_ns))
 
 
 def _show(directory: Path, name: str, output: str) -> dict[str, Any]:

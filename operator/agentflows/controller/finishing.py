@@ -2,7 +2,8 @@
 
 :func:`finish` is the one place a run becomes Succeeded, Failed or Cancelled: it writes the
 phase (and, for cancellation and timeouts, deletes the runner pod), observes the run's metrics
-once, and wakes the Flow's queued runs. :func:`after_finished` deletes a finished run when the
+once, exports the run's own trace span (:mod:`agentflows.tracing`), and wakes the Flow's queued
+runs. :func:`after_finished` deletes a finished run when the
 Flow's ``ttlSecondsAfterFinished`` has passed; :func:`enforce_history` (key kind History) keeps
 only the newest ``successfulRunsHistoryLimit`` / ``failedRunsHistoryLimit`` finished runs.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import logging
 
+from agentflows import tracing
 from agentflows.api import flow as flow_api
 from agentflows.api.flowrun import RunPhase
 from agentflows.controller import attempts, cache, conditions, context, runstate, workqueue
@@ -34,6 +36,7 @@ async def finish(
         await ctl.api.delete(path, grace_seconds=5)
     run.set_phase(phase, reason, message)
     await run.save(ctl)
+    _record_span(run, phase, reason)
     snapshot = await ctl.snapshots.of_run(ctl.api, run.obj) if run.attempt else None
     flow_spec = snapshot.flow if snapshot else None
     models = attempts.agent_models(snapshot.agents) if snapshot else {}
@@ -43,6 +46,28 @@ async def finish(
         wake_queued(ctl, run.namespace, run.flow)
     ctl.enqueue(workqueue.HISTORY, run.namespace, run.flow)
     return await after_finished(ctl, run)
+
+
+def _record_span(run: runstate.RunContext, phase: RunPhase, reason: str) -> None:
+    """Export the run's own span, parent of its attempts' (no-op unless tracing is on)."""
+    meta = run.obj["metadata"]
+    started = conditions.parse_time(meta.get("creationTimestamp")) or conditions.now()
+    ended = conditions.parse_time(run.status.completion_time) or conditions.now()
+    tracing.record_run(
+        run.uid,
+        (meta.get("annotations") or {}).get(tracing.TRACEPARENT_ANNOTATION),
+        f"flowrun {run.name}",
+        {
+            "agentflows.run.name": run.name,
+            "agentflows.run.namespace": run.namespace,
+            "agentflows.flow.name": run.flow,
+            "agentflows.run.phase": phase.value,
+            "agentflows.run.reason": reason,
+            "agentflows.run.attempts": run.attempt,
+        },
+        int(started.timestamp() * 1e9),
+        int(max(ended, started).timestamp() * 1e9),
+    )
 
 
 def wake_queued(ctl: context.Controller, namespace: str, flow: str) -> None:

@@ -19,6 +19,7 @@ import signal
 from collections.abc import Mapping
 from typing import Any
 
+from agentflows import tracing
 from agentflows.controller import (
     agents,
     budgets,
@@ -84,6 +85,7 @@ async def run(
 ) -> None:
     """Run the operator until stopped, with kubectl's credentials or in-cluster ones."""
     quiet_libraries()
+    tracing.configure("agentflows-operator")
     api = kube.Client.from_env(kubeconfig, kube_context)
     metrics = metrics_mod.Metrics()
     api.on_response = metrics.api_answered
@@ -129,6 +131,7 @@ async def run(
         await ctl.triggers.close()
         await ctl.tools.close()
         await api.close()
+        tracing.shutdown()
 
 
 async def _until(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentflows import tracing
 from agentflows.agents import secrets
 from agentflows.api import agent as agent_api
 from agentflows.api import budget as budget_api
@@ -98,6 +99,7 @@ def runner_pod(
             else []
         ),
         *secret_env(flows, agents),
+        *tracing.pod_env(),
         *runner_env(runner),
     ]
     resources = runner.resources.model_dump() if runner.resources else DEFAULT_RESOURCES

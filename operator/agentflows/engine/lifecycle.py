@@ -9,7 +9,8 @@
 Plain nodes, map items and the nodes of sub-flows all go through :func:`execute`: it counts
 the execution against limits.maxNodeExecutions, writes the record, retries temporary failures
 with backoff and jitter (keeping the earlier attempts' errors on the record), adds usage to the
-run's total and checks the token and cost limits, and tells the observer. A node kind only
+run's total and checks the token and cost limits, tells the observer, and opens a span per try
+(:mod:`agentflows.engine.spans`). A node kind only
 computes a result (:mod:`agentflows.engine.nodes`).
 
 A record keeps what its node did over all its executions: the start of the first, the attempt
@@ -27,7 +28,7 @@ from typing import NoReturn
 from agentflows.api import common
 from agentflows.api import flow as flow_api
 from agentflows.api import flowrun as flowrun_api
-from agentflows.engine import capabilities, expressions, state
+from agentflows.engine import capabilities, expressions, spans, state
 
 Phase = flowrun_api.NodePhase
 #: A node kind bound to its node: given the node's previous record, compute its result.
@@ -66,18 +67,35 @@ async def execute(
         if kind not in _CHEAP_KINDS:
             await run.save_node(key, record)
         run.emit("started" if tries == 1 else "retrying", key, kind, record)
-        try:
-            result = await body(previous)
-        except state.Paused:
-            run.emit("waiting", key, kind, record)
-            return Phase.WAITING
-        except NODE_ERRORS as exc:
-            if not _retries(exc, retry, tries):
-                await _fail(run, key, kind, record, exc)
-            record = _with_attempt_error(record, exc)
-            await asyncio.sleep(backoff(retry, tries))
-            continue
-        return await _finish(run, key, kind, record, carried, result)
+        with spans.span(f"node {key}", _span_attributes(run, key, kind, record)) as span:
+            try:
+                result = await body(previous)
+            except state.Paused:
+                span.set({"agentflows.node.phase": Phase.WAITING.value})
+                run.emit("waiting", key, kind, record)
+                return Phase.WAITING
+            except NODE_ERRORS as exc:
+                span.fail(str(exc))
+                failure = exc
+            else:
+                phase = await _finish(run, key, kind, record, carried, result)
+                span.set({"agentflows.node.phase": phase.value})
+                return phase
+        if not _retries(failure, retry, tries):
+            await _fail(run, key, kind, record, failure)
+        record = _with_attempt_error(record, failure)
+        await asyncio.sleep(backoff(retry, tries))
+
+
+def _span_attributes(
+    run: state.Run, key: str, kind: str, record: flowrun_api.NodeStatus
+) -> spans.Attributes:
+    return {
+        "agentflows.run.name": run.name,
+        "agentflows.node.key": key,
+        "agentflows.node.kind": kind,
+        "agentflows.node.attempt": record.attempts,
+    }
 
 
 async def _fail(

@@ -10,7 +10,8 @@ finished node start concurrently; a node with several predecessors waits until e
 Every node's record reaches the store before its dependants start, and a node recorded as
 finished is never executed again, so a run resumed from its store continues where it stopped.
 Node kinds live in :mod:`agentflows.engine.nodes`; every node record is written by
-:mod:`agentflows.engine.lifecycle`.
+:mod:`agentflows.engine.lifecycle`. One execution of a run (one attempt: a pod, a CLI call) is
+one ``run`` span (:mod:`agentflows.engine.spans`), parent of its nodes' spans.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from agentflows.engine import (
     graph,
     lifecycle,
     nodes,
+    spans,
     state,
     store,
 )
@@ -213,8 +215,12 @@ async def run_flow(
         checkpoint.run = store.RunRecord(run_name, input_value, trigger, run.timestamp())
         await store_.save_run(checkpoint.run)
     started = clock.parse_time(checkpoint.run.started_at)
-    outcome = await _run_with_limits(run, compiled, checkpoint.run.input, started)
-    outcome.usage = run.usage
+    with spans.span(f"run {run_name}", {"agentflows.run.name": run_name}) as span:
+        outcome = await _run_with_limits(run, compiled, checkpoint.run.input, started)
+        outcome.usage = run.usage
+        span.set(_outcome_attributes(outcome))
+        if outcome.phase is flowrun_api.RunPhase.FAILED:
+            span.fail(outcome.message or outcome.phase.value)
     await store_.save_outcome(outcome)
     return outcome
 
@@ -252,6 +258,16 @@ async def _run_with_limits(
         reason=Reason.SUCCEEDED,
         completed_at=run.timestamp(),
     )
+
+
+def _outcome_attributes(outcome: store.Outcome) -> spans.Attributes:
+    return {
+        "agentflows.run.phase": outcome.phase.value,
+        "agentflows.run.reason": str(outcome.reason or ""),
+        "gen_ai.usage.input_tokens": outcome.usage.prompt_tokens,
+        "gen_ai.usage.output_tokens": outcome.usage.completion_tokens,
+        "agentflows.usage.cost_usd": outcome.usage.cost_usd,
+    }
 
 
 def _failed(run: state.Run, reason: Reason, message: str) -> store.Outcome:

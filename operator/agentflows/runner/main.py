@@ -24,6 +24,10 @@ gone) ends the run, since another pod would meet it again: result Failed, reason
 exit 1. Any other error (the API server away for longer than the client's retries, a
 bug) exits 2 with no result, which the operator treats as a lost attempt to retry.
 
+Traces: with ``OTEL_EXPORTER_OTLP_ENDPOINT`` set (the operator passes its own on), the attempt is
+a ``run`` span in the run's one trace, child of the run's own span (:mod:`agentflows.tracing`),
+exported before the process exits.
+
 Progress: one line per node on stdout (never a secret value: errors from the agents layer are
 redacted there), and ``status.currentNode``, which waits with the Running records: it is
 written with the next status write, or after :data:`agentflows.kube.status_store.RUNNING_DELAY`
@@ -46,6 +50,7 @@ from typing import Any, TextIO
 
 import pydantic
 
+from agentflows import tracing
 from agentflows.api import budget as budget_api
 from agentflows.api import documents
 from agentflows.api import flowrun as flowrun_api
@@ -179,22 +184,25 @@ async def run_attempt(
     from agentflows.agents import host  # litellm is heavy: only once there is a flow to run
 
     progress = Progress(checkpoints)
+    metadata = flowrun.get("metadata") or {}
+    traceparent = (metadata.get("annotations") or {}).get(tracing.TRACEPARENT_ANNOTATION)
     try:
-        outcome = await run_mod.run_flow(
-            compiled,
-            run_name=name,
-            input_value=spec.get("input"),
-            store_=checkpoints,
-            caps=host.LiveCapabilities(
-                resolver,
-                session_store=session_store.SessionStore(client, namespace),
-                file_access=_file_access(client, namespace),
-            ),
-            resolver=resolver,
-            trigger=spec.get("trigger"),
-            observer=progress,
-            ceilings=ceilings,
-        )
+        with tracing.run_context(str(metadata.get("uid") or ""), traceparent):
+            outcome = await run_mod.run_flow(
+                compiled,
+                run_name=name,
+                input_value=spec.get("input"),
+                store_=checkpoints,
+                caps=host.LiveCapabilities(
+                    resolver,
+                    session_store=session_store.SessionStore(client, namespace),
+                    file_access=_file_access(client, namespace),
+                ),
+                resolver=resolver,
+                trigger=spec.get("trigger"),
+                observer=progress,
+                ceilings=ceilings,
+            )
     except errors.PermanentError as exc:  # the stored state is unusable: no retry can help
         return await _fail(checkpoints, flowrun_api.RunReason.STATE_LOST, str(exc))
     except asyncio.CancelledError:
@@ -323,8 +331,14 @@ def main(namespace: str, flowrun: str) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return EXIT_LOST
+    tracing.configure(
+        "agentflows-runner",
+        resource={"agentflows.run.name": flowrun, "agentflows.run.attempt": told or 0},
+    )
     try:
         return asyncio.run(_main(namespace, flowrun, told, ceilings))
     except Exception:
         log.exception("attempt lost: unexpected error")
         return EXIT_LOST
+    finally:
+        tracing.shutdown()

@@ -37,6 +37,10 @@ The receiver needs list/watch on Flows (cluster-wide, or in each of ``namespaces
 Secrets its triggers name, and create on FlowRuns. Secrets are cached for
 ``secret_ttl_seconds``, so a rotated key takes effect within that long. Delivery ids, digests and
 rate limits live in memory (one replica, or sticky routing, gives exact de-duplication).
+
+A request's W3C ``traceparent`` header becomes the parent of the run it starts: the receiver
+stores it (or, when it traces itself, its own request span's) in the FlowRun's
+``agentflows.io/traceparent`` annotation (:mod:`agentflows.tracing`).
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ from typing import Any, Generic, TypeVar
 import prometheus_client
 from aiohttp import web
 
+from agentflows import tracing
 from agentflows.api import flow as flow_api
 from agentflows.kube import client as kube
 from agentflows.kube import informer
@@ -293,9 +298,17 @@ class Receiver:
         return b"".join(chunks), reserved
 
     async def deliver(
-        self, request: web.Request, namespace: str, flow: str, name: str
+        self,
+        request: web.Request,
+        namespace: str,
+        flow: str,
+        name: str,
+        traceparent: str | None = None,
     ) -> tuple[int, dict[str, Any], dict[str, str]]:
-        """Check one delivery and create its FlowRun; return (status, JSON answer, headers)."""
+        """Check one delivery and create its FlowRun; return (status, JSON answer, headers).
+
+        ``traceparent`` is stored on the FlowRun, so the run's trace continues it.
+        """
         limit = self.settings.max_body_bytes
         if request.content_length is not None and request.content_length > limit:
             raise _Reject(413, f"body over {limit} bytes")
@@ -310,7 +323,7 @@ class Receiver:
             target, trigger = known
             signed = await self._verify(namespace, flow, trigger, body, request)
             payload = parse_json(body, self.settings.max_json_depth)
-            return await self._admit(target, trigger, payload, signed)
+            return await self._admit(target, trigger, payload, signed, traceparent)
         finally:
             self._buffered -= reserved
 
@@ -344,7 +357,12 @@ class Receiver:
         return signed
 
     async def _admit(
-        self, target: _Target, trigger: flow_api.Trigger, payload: Any, signed: signing.Signed
+        self,
+        target: _Target,
+        trigger: flow_api.Trigger,
+        payload: Any,
+        signed: signing.Signed,
+        traceparent: str | None,
     ) -> tuple[int, dict[str, Any], dict[str, str]]:
         """Refuse redeliveries and replays, then create the run; a failure frees both claims."""
         meta = target.flow["metadata"]
@@ -360,7 +378,7 @@ class Receiver:
             if self.deliveries.claim(digest_key, self.settings.replay_window_seconds) is not None:
                 raise _Reject(409, "this signed delivery was already accepted (a replay)")
             claimed.append(digest_key)
-            run_name = await self._create(target, trigger, payload, signed.delivery)
+            run_name = await self._create(target, trigger, payload, signed.delivery, traceparent)
         except BaseException:
             for key in claimed:
                 self.deliveries.release(key)
@@ -370,7 +388,12 @@ class Receiver:
         return 202, {"flowRun": run_name, "namespace": meta["namespace"]}, {}
 
     async def _create(
-        self, target: _Target, trigger: flow_api.Trigger, payload: Any, delivery: str
+        self,
+        target: _Target,
+        trigger: flow_api.Trigger,
+        payload: Any,
+        delivery: str,
+        traceparent: str | None,
     ) -> str:
         meta = target.flow["metadata"]
         bucket = f"{meta['namespace']}/{meta['name']}/{trigger.name}"
@@ -378,6 +401,8 @@ class Receiver:
             wait = self.limiter.retry_after(bucket, trigger.rate_limit_per_minute)
             raise _Reject(429, "rate limit exceeded", {"Retry-After": str(max(1, round(wait)))})
         annotations = {common.DELIVERY_ANNOTATION: delivery} if delivery else {}
+        if traceparent:
+            annotations[tracing.TRACEPARENT_ANNOTATION] = traceparent
         request = common.RunRequest(payload=payload, annotations=annotations)
         try:
             run = await common.create_run(self.client, target.flow, trigger, request)
@@ -392,7 +417,14 @@ class Receiver:
         flow = request.match_info["flow"]
         name = request.match_info["trigger"]
         try:
-            status, answer, headers = await self.deliver(request, namespace, flow, name)
+            with tracing.request_span(
+                f"POST /hooks/{namespace}/{flow}/{name}",
+                request.headers.get("traceparent"),
+                {"http.request.method": "POST", "url.path": request.path},
+            ) as traceparent:
+                status, answer, headers = await self.deliver(
+                    request, namespace, flow, name, traceparent
+                )
         except _Reject as reject:
             status, answer, headers = reject.status, {"error": reject.message}, reject.headers
         except kube.ApiError as exc:
@@ -513,6 +545,7 @@ def serve(
     """Run the receiver until SIGINT/SIGTERM (what ``agentflows webhook`` does)."""
 
     async def run() -> None:
+        tracing.configure("agentflows-webhook")
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
@@ -523,5 +556,6 @@ def serve(
                 await stop.wait()
             finally:
                 await listening.close()
+                tracing.shutdown()
 
     asyncio.run(run())

@@ -25,7 +25,9 @@ nodes:
       python: {script: 'print(1)'}
       args:
         x0: &a0 ["=.run", "=.run", "=.run", "=.run", "=.run", "=.run", "=.run", "=.run", "=.run", "=.run"]
-""" + "".join(f"        x{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 5))  # ~0.9 MB expanded: under the loader's 4 MiB bound
+""" + "".join(
+    f"        x{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 5)
+)  # ~0.9 MB expanded: under the loader's 4 MiB bound
 
 
 def in_process(program: str, scope: expressions.Scope | None = None) -> bool:
