@@ -43,6 +43,8 @@ def _local_runs(state_dir: str | None) -> Any:
         directory=directory,
         read_all=lambda: local_runs.read_all(directory),
         read=lambda name: local_runs.read(directory, name),
+        flows=lambda name: local_runs.flows(directory, name),
+        changed_at=lambda name: local_runs.changed_at(directory, name),
         resume_command=[sys.executable, "-m", "agentflows.cli.main", "resume"],
         decided_by=os.environ.get("USER", "local"),
     )

@@ -80,11 +80,19 @@ def local_app(runs: local_pages.LocalRuns) -> web.Application:
     """The console of a local state directory."""
     app = _base(site.Console(csrf=security.Csrf(), namespace=""))
     app[local_pages.KEY] = runs
+    watches = app[local_pages.WATCHES] = local_pages.Watches(runs)
     routes = app.router
     routes.add_get("/runs", local_pages.runs_page)
     routes.add_get("/local/{name}", local_pages.run_page)
+    routes.add_get("/local/{name}/graph.svg", local_pages.graph_svg)
+    routes.add_get("/events/local/{name}", local_pages.run_events)
     routes.add_post("/local/{name}/resume", local_pages.resume)
     routes.add_post("/local/{name}/requests/{rid}", local_pages.decide)
+
+    async def stop(_: web.Application) -> None:
+        await watches.close()
+
+    app.on_shutdown.append(stop)
     return app
 
 

@@ -8,12 +8,14 @@ decision form with its CSRF token. Resuming runs the real ``agentflows resume``.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -232,3 +234,54 @@ async def test_a_run_stopped_part_way_is_resumed_from_its_page(interrupted_run: 
             await asyncio.sleep(0.1)
     assert run["status"]["phase"] == "Succeeded", run["status"]
     assert run["status"]["output"] == {"done": True}
+
+
+async def test_each_nodes_input_is_shown_as_the_outputs_of_the_nodes_it_reads(
+    console: test_utils.TestClient,
+) -> None:
+    page = await (await console.get("/local/gate-1")).text()
+    review = page[page.index('<section class="node" data-node="review">') :]
+    review = review[: review.index("</section>")]
+    assert "no evaluated input is recorded: these are the outputs of the nodes it reads" in review
+    assert "output of write (.nodes.write)" in review
+    assert "&lt;script&gt;alert(" in review and "<script>alert(" not in review
+    first = page[page.index('<section class="node" data-node="write">') :]
+    assert "the run&#x27;s input (.run.input)" in first[: first.index("</section>")]
+
+
+async def test_a_local_run_page_shows_the_runs_graph_drawn_from_its_snapshot(
+    console: test_utils.TestClient,
+) -> None:
+    page = await (await console.get("/local/gate-1")).text()
+    assert '<img src="/local/gate-1/graph.svg"' in page
+    picture = await console.get("/local/gate-1/graph.svg")
+    assert picture.status == 200 and picture.content_type == "image/svg+xml"
+    drawn = await picture.text()
+    assert "<svg" in drawn and "review" in drawn and "<script" not in drawn
+
+
+async def _next_event(stream: Any) -> dict[str, Any]:
+    while True:
+        line = (await stream.content.readline()).decode()
+        if line.startswith("data: "):
+            found: dict[str, Any] = json.loads(line[len("data: ") :])
+            return found
+
+
+async def test_a_local_run_page_follows_the_run_as_its_state_file_changes(
+    console: test_utils.TestClient,
+) -> None:
+    page = await (await console.get("/local/gate-1")).text()
+    assert 'data-live="/events/local/gate-1"' in page
+    stream = await console.get("/events/local/gate-1")
+    assert stream.headers["Content-Type"] == "text/event-stream"
+    first = await _next_event(stream)
+    assert first["phase"] == "Waiting" and first["nodes"]["review"]["phase"] == "Waiting"
+    form = {"decision": "approve", "csrf": _csrf(page)}
+    await console.post("/local/gate-1/requests/review", data=form, allow_redirects=False)
+    seen = first
+    while seen["phase"] in ("Waiting", "Running", "Pending"):
+        seen = await asyncio.wait_for(_next_event(stream), 120)
+    assert seen["phase"] == "Succeeded"
+    assert seen["nodes"]["done"]["phase"] == "Succeeded"
+    stream.close()
