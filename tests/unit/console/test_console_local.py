@@ -285,3 +285,55 @@ async def test_a_local_run_page_follows_the_run_as_its_state_file_changes(
     assert seen["phase"] == "Succeeded"
     assert seen["nodes"]["done"]["phase"] == "Succeeded"
     stream.close()
+
+
+DELETE = {
+    "apiVersion": "agentflows.io/v1alpha1",
+    "kind": "Flow",
+    "metadata": {"name": "clean"},
+    "spec": {
+        "autonomy": "supervised",
+        "nodes": [
+            {
+                "id": "delete",
+                "tool": {
+                    "python": {
+                        "script": "import json, sys\nprint(json.dumps(json.load(sys.stdin)))"
+                    },
+                    "args": {"path": "/tmp/x"},
+                },
+            }
+        ],
+    },
+}
+
+
+@pytest.fixture
+def tool_waiting_run(tmp_path: Path) -> Path:
+    """A local run of DELETE waiting for approval of its tool call; the state directory."""
+    (tmp_path / "clean.yaml").write_text(yaml.safe_dump(DELETE))
+    state = tmp_path / "runs"
+    done = subprocess.run(
+        [AGENTFLOWS, "run", "clean.yaml", "--name", "clean-1", "--state-dir", str(state), "-q"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 3, done.stderr
+    return state
+
+
+async def test_an_edit_that_is_not_the_calls_arguments_is_refused_on_the_page_and_nothing_runs(
+    tool_waiting_run: Path,
+) -> None:
+    state = tool_waiting_run
+    runs = console_command._local_runs(str(state))
+    async with test_utils.TestClient(test_utils.TestServer(app.local_app(runs))) as console:
+        page = await (await console.get("/local/clean-1")).text()
+        assert 'name="edits"' in page
+        form = {"decision": "edit", "edits": '"/tmp/y"', "csrf": _csrf(page)}
+        refused = await console.post("/local/clean-1/requests/delete", data=form)
+        assert refused.status == 400
+        assert "edits: the call&#x27;s arguments are a JSON object" in await refused.text()
+    run = local_runs.read(state, "clean-1")
+    assert run is not None and run["status"]["phase"] == "Waiting"
+    assert "decision" not in run["status"]["requests"]["delete"]
+    assert not (state / "clean-1.console.log").exists()  # no resume was started
