@@ -64,6 +64,12 @@ def _local_runs(state_dir: str | None) -> Any:
 @click.option("--pass-tokens", is_flag=True, help="Act with the bearer token each request sends.")
 @click.option("--local", "local_mode", is_flag=True, help="Show the runs of the state directory.")
 @click.option("--state-dir", help="Where local runs are kept (with --local).")
+@click.option(
+    "--webhook-url",
+    metavar="URL",
+    default="",
+    help="Where the webhook receiver is reached (the Flows page shows trigger URLs under it).",
+)
 def console(
     host: str,
     port: int,
@@ -74,6 +80,7 @@ def console(
     pass_tokens: bool,
     local_mode: bool,
     state_dir: str | None,
+    webhook_url: str,
 ) -> None:
     """Serve the web console: runs, flows and the requests inbox, acting as each user."""
     from agentflows.console import app, identity
@@ -91,7 +98,7 @@ def console(
     else:
         api = commands_cluster._client(kubeconfig, kube_context)
         gate = identity.Gate(api, trusted_proxy=proxy, pass_tokens=pass_tokens)
-        web_app = app.cluster_app(gate, namespace or api.config.namespace)
+        web_app = app.cluster_app(gate, namespace or api.config.namespace, webhook_url=webhook_url)
     try:
         asyncio.run(app.serve(web_app, host, port))
     except OSError as exc:

@@ -50,10 +50,16 @@ def _base(console: site.Console) -> web.Application:
     return app
 
 
-def cluster_app(gate: identity.Gate, namespace: str) -> web.Application:
-    """The console of a cluster, acting as each caller through ``gate``."""
+def cluster_app(gate: identity.Gate, namespace: str, *, webhook_url: str = "") -> web.Application:
+    """The console of a cluster, acting as each caller through ``gate``.
+
+    ``webhook_url``: the webhook receiver's address, to show webhook triggers' URLs under.
+    """
     hub = live.Hub(gate)
-    app = _base(site.Console(csrf=security.Csrf(), namespace=namespace, gate=gate, hub=hub))
+    console = site.Console(
+        csrf=security.Csrf(), namespace=namespace, gate=gate, hub=hub, webhook_url=webhook_url
+    )
+    app = _base(console)
     routes = app.router
     routes.add_get("/runs", pages_runs.runs_page)
     routes.add_get("/runs/{namespace}/{name}", pages_runs.run_page)

@@ -29,6 +29,8 @@ class Console:
     #: How callers are identified and acted for (None: ``--local``, no API server).
     gate: identity.Gate | None = None
     hub: live.Hub | None = None
+    #: Where the webhook receiver is reached (``--webhook-url``; empty: show paths only).
+    webhook_url: str = ""
 
 
 KEY = web.AppKey("console", Console)
