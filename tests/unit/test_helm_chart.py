@@ -410,3 +410,15 @@ def test_the_consoles_webhook_url_is_given_to_it_to_show_trigger_urls_under(helm
     ]
     done = run_helm(helm, "template", str(CHART), *sets)
     assert done.returncode != 0 and "webhookUrl" in done.stderr
+
+
+def test_the_consoles_namespaces_to_look_in_are_each_given_to_it(helm: Path) -> None:
+    deployment = one(
+        render(helm, *CONSOLE, "console.namespaces={team-a,team-b}"),
+        "Deployment",
+        "agentflows-console",
+        "agentflows-system",
+    )
+    command = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
+    given = [arg for arg in command if arg.startswith("--namespace=")]
+    assert given == ["--namespace=agentflows-system", "--namespace=team-a", "--namespace=team-b"]

@@ -53,7 +53,14 @@ def _local_runs(state_dir: str | None) -> Any:
 @click.command("console")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=8765, show_default=True, help="Port to listen on.")
-@commands_cluster.namespace_option
+@click.option(
+    "-n",
+    "--namespace",
+    "namespaces",
+    multiple=True,
+    help="Namespace the pages show first (default: the kubeconfig's); repeat it to name where "
+    "the runs of users who may not list them cluster-wide are looked for.",
+)
 @commands_cluster.kubeconfig_option
 @commands_cluster.context_option
 @click.option(
@@ -73,7 +80,7 @@ def _local_runs(state_dir: str | None) -> Any:
 def console(
     host: str,
     port: int,
-    namespace: str | None,
+    namespaces: tuple[str, ...],
     kubeconfig: str | None,
     kube_context: str | None,
     trust_proxy_from: str | None,
@@ -98,7 +105,12 @@ def console(
     else:
         api = commands_cluster._client(kubeconfig, kube_context)
         gate = identity.Gate(api, trusted_proxy=proxy, pass_tokens=pass_tokens)
-        web_app = app.cluster_app(gate, namespace or api.config.namespace, webhook_url=webhook_url)
+        web_app = app.cluster_app(
+            gate,
+            namespaces[0] if namespaces else api.config.namespace,
+            webhook_url=webhook_url,
+            namespaces=namespaces,
+        )
     try:
         asyncio.run(app.serve(web_app, host, port))
     except OSError as exc:

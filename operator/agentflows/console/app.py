@@ -50,14 +50,26 @@ def _base(console: site.Console) -> web.Application:
     return app
 
 
-def cluster_app(gate: identity.Gate, namespace: str, *, webhook_url: str = "") -> web.Application:
+def cluster_app(
+    gate: identity.Gate,
+    namespace: str,
+    *,
+    webhook_url: str = "",
+    namespaces: tuple[str, ...] = (),
+) -> web.Application:
     """The console of a cluster, acting as each caller through ``gate``.
 
-    ``webhook_url``: the webhook receiver's address, to show webhook triggers' URLs under.
+    ``webhook_url``: the webhook receiver's address, to show webhook triggers' URLs under;
+    ``namespaces``: where to look for the runs of a user who may not list them cluster-wide.
     """
     hub = live.Hub(gate)
     console = site.Console(
-        csrf=security.Csrf(), namespace=namespace, gate=gate, hub=hub, webhook_url=webhook_url
+        csrf=security.Csrf(),
+        namespace=namespace,
+        gate=gate,
+        hub=hub,
+        webhook_url=webhook_url,
+        namespaces=namespaces,
     )
     app = _base(console)
     routes = app.router

@@ -31,6 +31,8 @@ class Console:
     hub: live.Hub | None = None
     #: Where the webhook receiver is reached (``--webhook-url``; empty: show paths only).
     webhook_url: str = ""
+    #: Namespaces to look in for a user who may not list runs cluster-wide (``--namespace``).
+    namespaces: tuple[str, ...] = ()
 
 
 KEY = web.AppKey("console", Console)
