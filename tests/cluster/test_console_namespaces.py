@@ -102,3 +102,13 @@ async def test_a_user_bound_in_two_namespaces_of_three_sees_the_runs_of_exactly_
     keys = {(await _event(stream))["row"]["key"] for _ in range(2)}
     stream.close()
     assert keys == {f"{first}/run-{first}", f"{second}/run-{second}"}
+
+
+async def test_the_inbox_of_a_user_bound_in_two_namespaces_looks_in_those_two(
+    console: test_utils.TestClient, three_namespaces: list[str]
+) -> None:
+    first, second, _ = three_namespaces
+    answer = await console.get("/requests", params={"namespace": ""}, headers=CAROL)
+    page = await answer.text()
+    assert answer.status == 200, page
+    assert f"0 pending request(s) in {first}, {second}" in page

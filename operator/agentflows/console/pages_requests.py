@@ -19,7 +19,7 @@ from aiohttp import web
 from agentflows.agents import approval, review
 from agentflows.api import flowrun as flowrun_api
 from agentflows.api import schemas
-from agentflows.console import forms, markup, runs_view, site
+from agentflows.console import forms, markup, runs_view, scope, site
 from agentflows.kube import actions
 from agentflows.kube import client as kube
 
@@ -102,14 +102,15 @@ def card(
 
 
 async def inbox(request: web.Request) -> web.Response:
-    """GET /requests: pending requests of the runs in the namespace (``namespace=``: all)."""
+    """GET /requests: pending requests in the namespace (``namespace=``: all one may list)."""
     namespace = request.query.get("namespace", site.of(request).namespace).strip()
     async with site.api(request) as api:
-        listed = await api.get(kube.path_of("flowruns", namespace or None))
+        namespaces = await scope.chosen(api, site.of(request).namespaces, namespace)
+        runs = await scope.list_runs(api, namespaces)
     token = site.csrf(request)
     cards = [
         card(run, rid, pending, token)
-        for run in sorted(listed.get("items") or [], key=runs_view.key)
+        for run in sorted(runs, key=runs_view.key)
         for rid, pending in sorted(runs_view.pending(run).items())
     ]
     done = request.query.get("decided")
@@ -117,7 +118,8 @@ async def inbox(request: web.Request) -> web.Response:
     parts.append(
         markup.tag(
             "p",
-            f"{len(cards)} pending request(s) in {namespace or 'all namespaces'}",
+            f"{len(cards)} pending request(s) in "
+            + (namespace or ", ".join(namespaces or []) or "all namespaces"),
             class_="muted",
             id="count",
         )

@@ -67,25 +67,14 @@ def _filter_form(chosen: dict[str, str]) -> markup.Html:
     return markup.tag("form", markup.join(parts), method="get", action="/runs", class_="filters")
 
 
-async def _scope(request: web.Request, api: kube.Client, namespace: str) -> list[str] | None:
-    """The namespaces to list: the one chosen, else those the caller may list (None: all)."""
-    if namespace:
-        return [namespace]
-    allowed = await scope.runs_namespaces(api, site.of(request).namespaces)
-    return allowed or None  # none allowed: the cluster-wide list shows the API server's refusal
-
-
 async def runs_page(request: web.Request) -> web.Response:
     """GET /runs: FlowRuns by namespace, flow, phase and trigger, following a live feed."""
     chosen = filters(request)
-    params = {"fieldSelector": _selector(chosen["flow"])} if chosen["flow"] else {}
+    selector = _selector(chosen["flow"])
+    params = {"fieldSelector": selector} if selector else {}
     async with site.api(request) as api:
-        namespaces = await _scope(request, api, chosen["namespace"])
-        found: list[dict[str, Any]] = []
-        everywhere: list[str | None] = [None]
-        for namespace in namespaces or everywhere:
-            listed = await api.get(kube.path_of("flowruns", namespace), **params)
-            found += listed.get("items") or []
+        namespaces = await scope.chosen(api, site.of(request).namespaces, chosen["namespace"])
+        found = await scope.list_runs(api, namespaces, **params)
     runs = [r for r in found if runs_view.matches(r, chosen["phase"], chosen["trigger"])]
     count = markup.tag("p", f"{len(runs)} run(s)", id="count", class_="muted")
     where = ""
@@ -110,7 +99,7 @@ async def runs_events(request: web.Request) -> web.StreamResponse:
     hub = site.hub(request)
     selector = _selector(chosen["flow"])
     async with site.api(request) as api:
-        namespaces = await _scope(request, api, chosen["namespace"])
+        namespaces = await scope.chosen(api, site.of(request).namespaces, chosen["namespace"])
     if namespaces is None:
         following = hub.subscribe(site.caller(request), None, selector)
     else:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from typing import Any
 
 from agentflows import api as api_pkg
 from agentflows.kube import client as kube
@@ -45,3 +46,26 @@ async def runs_namespaces(api: kube.Client, configured: Sequence[str]) -> list[s
         *(may_list(api, "flowruns", api_pkg.GROUP, ns) for ns in candidates)
     )
     return [ns for ns, ok in zip(candidates, allowed, strict=True) if ok]
+
+
+async def chosen(api: kube.Client, configured: Sequence[str], namespace: str) -> list[str] | None:
+    """The namespaces a page lists: the one chosen, else those the caller may list (None: all).
+
+    When the caller may list runs in none, None: the cluster-wide list then shows the API
+    server's refusal on the page.
+    """
+    if namespace:
+        return [namespace]
+    return await runs_namespaces(api, configured) or None
+
+
+async def list_runs(
+    api: kube.Client, namespaces: list[str] | None, **params: str
+) -> list[dict[str, Any]]:
+    """The FlowRuns of ``namespaces`` (None: every namespace, in one list call)."""
+    everywhere: list[str | None] = [None]
+    found: list[dict[str, Any]] = []
+    for namespace in namespaces or everywhere:
+        listed = await api.get(kube.path_of("flowruns", namespace), **params)
+        found += listed.get("items") or []
+    return found
