@@ -35,17 +35,20 @@ def _crds_established(cluster: Cluster) -> bool:
 
 @pytest.fixture
 def three_namespaces(control_plane: Cluster) -> Iterator[list[str]]:
-    """Three namespaces with a FlowRun each; carol may list runs in the first two only."""
+    """Three namespaces with a Flow and a FlowRun each; carol may list them in the first two."""
     control_plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
     wait_for(lambda: _crds_established(control_plane), 60, "the FlowRun CRD Established")
     suffix = uuid.uuid4().hex[:8]
     names = [f"t-scope-{letter}-{suffix}" for letter in "abc"]
     for namespace in names:
         control_plane.core().create_namespace({"metadata": {"name": namespace}})
+        control_plane.apply({"apiVersion": "agentflows.io/v1alpha1", "kind": "Flow",
+                             "metadata": {"name": f"flow-{namespace}", "namespace": namespace},
+                             "spec": {"nodes": [{"id": "a", "transform": "=1"}]}})  # fmt: skip
         control_plane.apply({"apiVersion": "agentflows.io/v1alpha1", "kind": "FlowRun",
                              "metadata": {"name": f"run-{namespace}", "namespace": namespace},
                              "spec": {"flow": "hello"}})  # fmt: skip
-    rules = [{"apiGroups": ["agentflows.io"], "resources": ["flowruns"],
+    rules = [{"apiGroups": ["agentflows.io"], "resources": ["flowruns", "flows"],
               "verbs": ["get", "list", "watch"]}]  # fmt: skip
     for namespace in names[:2]:
         meta = {"name": "runs-reader", "namespace": namespace}
@@ -112,3 +115,15 @@ async def test_the_inbox_of_a_user_bound_in_two_namespaces_looks_in_those_two(
     page = await answer.text()
     assert answer.status == 200, page
     assert f"0 pending request(s) in {first}, {second}" in page
+
+
+async def test_the_flows_page_of_a_user_bound_in_two_namespaces_shows_those_twos_flows(
+    console: test_utils.TestClient, three_namespaces: list[str]
+) -> None:
+    first, second, third = three_namespaces
+    answer = await console.get("/flows", params={"namespace": ""}, headers=CAROL)
+    page = await answer.text()
+    assert answer.status == 200, page
+    assert f"2 flow(s) in {first}, {second}" in page
+    assert f"<h2>{first}/flow-{first}</h2>" in page and f"<h2>{second}/flow-{second}</h2>" in page
+    assert third not in page

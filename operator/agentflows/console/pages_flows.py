@@ -13,7 +13,7 @@ from typing import Any
 
 from aiohttp import web
 
-from agentflows.console import forms, markup, runs_view, site
+from agentflows.console import forms, markup, runs_view, scope, site
 from agentflows.controller import conditions
 from agentflows.engine import run as run_mod
 from agentflows.kube import actions
@@ -126,8 +126,9 @@ async def flows_page(request: web.Request) -> web.Response:
     """GET /flows: every Flow of the namespace with its runs (two list calls, as the caller)."""
     namespace = request.query.get("namespace", site.of(request).namespace).strip()
     async with site.api(request) as api:
-        flows = (await api.get(kube.path_of("flows", namespace or None))).get("items") or []
-        runs = (await api.get(kube.path_of("flowruns", namespace or None))).get("items") or []
+        namespaces = await scope.chosen(api, site.of(request).namespaces, namespace, "flows")
+        flows = await scope.list_runs(api, namespaces, "flows")
+        runs = await scope.list_runs(api, namespaces)
     by_flow: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for run in runs:
         where = (str(run["metadata"].get("namespace")), str((run.get("spec") or {}).get("flow")))
@@ -145,7 +146,10 @@ async def flows_page(request: web.Request) -> web.Response:
         )
     ]
     count = markup.tag(
-        "p", f"{len(flows)} flow(s) in {namespace or 'all namespaces'}", class_="muted"
+        "p",
+        f"{len(flows)} flow(s) in "
+        + (namespace or ", ".join(namespaces or []) or "all namespaces"),
+        class_="muted",
     )
     return site.page(request, "Flows", markup.join([count, *sections]))
 

@@ -34,21 +34,23 @@ async def may_list(api: kube.Client, plural: str, group: str, namespace: str | N
     return bool(((answer or {}).get("status") or {}).get("allowed"))
 
 
-async def runs_namespaces(api: kube.Client, configured: Sequence[str]) -> list[str] | None:
-    """The namespaces whose FlowRuns the caller may list; None when it may list them all."""
-    if await may_list(api, "flowruns", api_pkg.GROUP, None):
+async def runs_namespaces(
+    api: kube.Client, configured: Sequence[str], plural: str = "flowruns"
+) -> list[str] | None:
+    """The namespaces whose FlowRuns (or ``plural``) the caller may list; None: all of them."""
+    if await may_list(api, plural, api_pkg.GROUP, None):
         return None
     candidates = list(dict.fromkeys(configured))
     if not candidates and await may_list(api, "namespaces", "", None):
         listed = await api.get(kube.path_of("namespaces", None))
         candidates = [str(n["metadata"]["name"]) for n in listed.get("items") or []]
-    allowed = await asyncio.gather(
-        *(may_list(api, "flowruns", api_pkg.GROUP, ns) for ns in candidates)
-    )
+    allowed = await asyncio.gather(*(may_list(api, plural, api_pkg.GROUP, ns) for ns in candidates))
     return [ns for ns, ok in zip(candidates, allowed, strict=True) if ok]
 
 
-async def chosen(api: kube.Client, configured: Sequence[str], namespace: str) -> list[str] | None:
+async def chosen(
+    api: kube.Client, configured: Sequence[str], namespace: str, plural: str = "flowruns"
+) -> list[str] | None:
     """The namespaces a page lists: the one chosen, else those the caller may list (None: all).
 
     When the caller may list runs in none, None: the cluster-wide list then shows the API
@@ -56,16 +58,16 @@ async def chosen(api: kube.Client, configured: Sequence[str], namespace: str) ->
     """
     if namespace:
         return [namespace]
-    return await runs_namespaces(api, configured) or None
+    return await runs_namespaces(api, configured, plural) or None
 
 
 async def list_runs(
-    api: kube.Client, namespaces: list[str] | None, **params: str
+    api: kube.Client, namespaces: list[str] | None, plural: str = "flowruns", **params: str
 ) -> list[dict[str, Any]]:
-    """The FlowRuns of ``namespaces`` (None: every namespace, in one list call)."""
+    """The FlowRuns (or ``plural``) of ``namespaces`` (None: every namespace, one list call)."""
     everywhere: list[str | None] = [None]
     found: list[dict[str, Any]] = []
     for namespace in namespaces or everywhere:
-        listed = await api.get(kube.path_of("flowruns", namespace), **params)
+        listed = await api.get(kube.path_of(plural, namespace), **params)
         found += listed.get("items") or []
     return found
