@@ -423,3 +423,47 @@ def test_an_offloaded_output_is_fetched_on_demand_and_shown_as_text(
     alice.find_element(By.LINK_TEXT, "Fetch the whole output").click()
     shown(alice, "main pre", "line <b>2999</b>", timeout=30)
     assert alice.find_elements(By.CSS_SELECTOR, "main b") == []
+
+
+# ----- local runs --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def local_waiting_run(tmp_path: Path) -> Path:
+    """A local run (``agentflows run``) of the gate Flow waiting at ``review``; its state dir."""
+    flow = gate_flow("local-gate")
+    flow["spec"]["nodes"][1]["approval"].pop("approvers")
+    (tmp_path / "flow.yaml").write_text(yaml.safe_dump({"apiVersion": "agentflows.io/v1alpha1",
+                                                         **flow}))  # fmt: skip
+    state = tmp_path / "runs"
+    done = subprocess.run(
+        [sys.executable, "-m", "agentflows.cli.main", "run", "flow.yaml", "--name", "gate-l",
+         "--state-dir", str(state), "--input", "count=1", "-q"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 3, done.stderr
+    return state
+
+
+def test_a_local_runs_page_draws_its_graph_and_follows_the_run_without_reload(
+    local_waiting_run: Path, browser: Callable[[str, tuple[str, ...]], WebDriver]
+) -> None:
+    kubeconfig = local_waiting_run / "no-kubeconfig"
+    with serving_console(kubeconfig, "--local", "--state-dir", str(local_waiting_run)) as url:
+        page = browser("me", ())
+        page.get(f"{url}/local/gate-l")
+        assert node_phase(page, "review") == "Waiting"
+        WebDriverWait(page, 30).until(
+            lambda d: d.execute_script(
+                "const p = document.getElementById('picture'); return p && p.naturalWidth > 0"
+            ),
+            "the run's graph picture never loaded",
+        )
+        subprocess.run(
+            [sys.executable, "-m", "agentflows.cli.main", "resume", "gate-l", "--state-dir",
+             str(local_waiting_run), "--request", "review", "--decision", "approve", "-q"],
+            capture_output=True, text=True, timeout=120, check=True,
+        )  # fmt: skip
+        shown(page, '[data-field="run-phase"]', "Succeeded")
+        assert node_phase(page, "done") == "Succeeded"
+        page.get("about:blank")  # the page's event stream ends before the console stops

@@ -401,6 +401,8 @@ def test_the_console_without_a_trusted_proxy_is_refused_saying_what_to_set(helm:
 def test_the_console_is_off_by_default(helm: Path) -> None:
     names = {doc["metadata"]["name"] for doc in render(helm)}
     assert "agentflows-console" not in names
+
+
 def test_a_tracing_endpoint_reaches_the_operator_and_the_webhook_receiver_only_when_set(
     helm: Path,
 ) -> None:
@@ -425,3 +427,29 @@ def test_a_tracing_endpoint_reaches_the_operator_and_the_webhook_receiver_only_w
     assert otel_env(untraced, "agentflows-webhook") == {}
     bad = run_helm(helm, "template", str(CHART), "--set", "tracing.env.HOME=/x")
     assert "'HOME' does not match pattern '^OTEL_[A-Z0-9_]+$'" in bad.stderr, bad.stderr
+
+
+def test_the_consoles_webhook_url_is_given_to_it_to_show_trigger_urls_under(helm: Path) -> None:
+    hooks = "console.webhookUrl=https://hooks.example.org"
+    deployment = one(
+        render(helm, *CONSOLE, hooks), "Deployment", "agentflows-console", "agentflows-system"
+    )
+    command = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert "--webhook-url=https://hooks.example.org" in command
+    sets = [
+        arg for value in (*CONSOLE, "console.webhookUrl=hooks here") for arg in ("--set", value)
+    ]
+    done = run_helm(helm, "template", str(CHART), *sets)
+    assert done.returncode != 0 and "webhookUrl" in done.stderr
+
+
+def test_the_consoles_namespaces_to_look_in_are_each_given_to_it(helm: Path) -> None:
+    deployment = one(
+        render(helm, *CONSOLE, "console.namespaces={team-a,team-b}"),
+        "Deployment",
+        "agentflows-console",
+        "agentflows-system",
+    )
+    command = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
+    given = [arg for arg in command if arg.startswith("--namespace=")]
+    assert given == ["--namespace=agentflows-system", "--namespace=team-a", "--namespace=team-b"]

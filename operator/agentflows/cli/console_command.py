@@ -43,6 +43,8 @@ def _local_runs(state_dir: str | None) -> Any:
         directory=directory,
         read_all=lambda: local_runs.read_all(directory),
         read=lambda name: local_runs.read(directory, name),
+        flows=lambda name: local_runs.flows(directory, name),
+        changed_at=lambda name: local_runs.changed_at(directory, name),
         resume_command=[sys.executable, "-m", "agentflows.cli.main", "resume"],
         decided_by=os.environ.get("USER", "local"),
     )
@@ -51,7 +53,14 @@ def _local_runs(state_dir: str | None) -> Any:
 @click.command("console")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=8765, show_default=True, help="Port to listen on.")
-@commands_cluster.namespace_option
+@click.option(
+    "-n",
+    "--namespace",
+    "namespaces",
+    multiple=True,
+    help="Namespace the pages show first (default: the kubeconfig's); repeat it to name where "
+    "the runs of users who may not list them cluster-wide are looked for.",
+)
 @commands_cluster.kubeconfig_option
 @commands_cluster.context_option
 @click.option(
@@ -62,16 +71,23 @@ def _local_runs(state_dir: str | None) -> Any:
 @click.option("--pass-tokens", is_flag=True, help="Act with the bearer token each request sends.")
 @click.option("--local", "local_mode", is_flag=True, help="Show the runs of the state directory.")
 @click.option("--state-dir", help="Where local runs are kept (with --local).")
+@click.option(
+    "--webhook-url",
+    metavar="URL",
+    default="",
+    help="Where the webhook receiver is reached (the Flows page shows trigger URLs under it).",
+)
 def console(
     host: str,
     port: int,
-    namespace: str | None,
+    namespaces: tuple[str, ...],
     kubeconfig: str | None,
     kube_context: str | None,
     trust_proxy_from: str | None,
     pass_tokens: bool,
     local_mode: bool,
     state_dir: str | None,
+    webhook_url: str,
 ) -> None:
     """Serve the web console: runs, flows and the requests inbox, acting as each user."""
     from agentflows.console import app, identity
@@ -89,7 +105,12 @@ def console(
     else:
         api = commands_cluster._client(kubeconfig, kube_context)
         gate = identity.Gate(api, trusted_proxy=proxy, pass_tokens=pass_tokens)
-        web_app = app.cluster_app(gate, namespace or api.config.namespace)
+        web_app = app.cluster_app(
+            gate,
+            namespaces[0] if namespaces else api.config.namespace,
+            webhook_url=webhook_url,
+            namespaces=namespaces,
+        )
     try:
         asyncio.run(app.serve(web_app, host, port))
     except OSError as exc:

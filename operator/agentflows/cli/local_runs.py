@@ -121,3 +121,19 @@ def save_interrupted(directory: Path, name: str) -> None:
         usage=run_mod.total_usage(file_store.read()),
     )
     asyncio.run(file_store.save_outcome(outcome))
+
+
+def flows(directory: Path, name: str) -> dict[str, Any]:
+    """The Flow specs run ``name`` started with, by name (none when it cannot be read)."""
+    try:
+        return dict(local.Snapshot.load(local.snapshot_path(directory, name)).flows)
+    except (OSError, ValueError, TypeError):
+        return {}
+
+
+def changed_at(directory: Path, name: str) -> int | None:
+    """When run ``name``'s checkpoint file last changed, in ns (None: not written yet)."""
+    try:
+        return local.state_path(directory, name).stat().st_mtime_ns
+    except OSError:
+        return None

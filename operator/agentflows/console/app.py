@@ -50,10 +50,28 @@ def _base(console: site.Console) -> web.Application:
     return app
 
 
-def cluster_app(gate: identity.Gate, namespace: str) -> web.Application:
-    """The console of a cluster, acting as each caller through ``gate``."""
+def cluster_app(
+    gate: identity.Gate,
+    namespace: str,
+    *,
+    webhook_url: str = "",
+    namespaces: tuple[str, ...] = (),
+) -> web.Application:
+    """The console of a cluster, acting as each caller through ``gate``.
+
+    ``webhook_url``: the webhook receiver's address, to show webhook triggers' URLs under;
+    ``namespaces``: where to look for the runs of a user who may not list them cluster-wide.
+    """
     hub = live.Hub(gate)
-    app = _base(site.Console(csrf=security.Csrf(), namespace=namespace, gate=gate, hub=hub))
+    console = site.Console(
+        csrf=security.Csrf(),
+        namespace=namespace,
+        gate=gate,
+        hub=hub,
+        webhook_url=webhook_url,
+        namespaces=namespaces,
+    )
+    app = _base(console)
     routes = app.router
     routes.add_get("/runs", pages_runs.runs_page)
     routes.add_get("/runs/{namespace}/{name}", pages_runs.run_page)
@@ -80,11 +98,19 @@ def local_app(runs: local_pages.LocalRuns) -> web.Application:
     """The console of a local state directory."""
     app = _base(site.Console(csrf=security.Csrf(), namespace=""))
     app[local_pages.KEY] = runs
+    watches = app[local_pages.WATCHES] = local_pages.Watches(runs)
     routes = app.router
     routes.add_get("/runs", local_pages.runs_page)
     routes.add_get("/local/{name}", local_pages.run_page)
+    routes.add_get("/local/{name}/graph.svg", local_pages.graph_svg)
+    routes.add_get("/events/local/{name}", local_pages.run_events)
     routes.add_post("/local/{name}/resume", local_pages.resume)
     routes.add_post("/local/{name}/requests/{rid}", local_pages.decide)
+
+    async def stop(_: web.Application) -> None:
+        await watches.close()
+
+    app.on_shutdown.append(stop)
     return app
 
 

@@ -142,6 +142,29 @@ class Hub:
                 if feed.task is not None:
                     feed.task.cancel()
 
+    @contextlib.asynccontextmanager
+    async def subscribe_all(
+        self, who: identity_mod.Identity, namespaces: list[str], selector: str | None
+    ) -> AsyncIterator[asyncio.Queue[Change]]:
+        """One queue of the changes of several namespaces, each followed by its own shared feed."""
+        async with contextlib.AsyncExitStack() as stack:
+            queues = [
+                await stack.enter_async_context(self.subscribe(who, ns, selector))
+                for ns in namespaces
+            ]
+            merged: asyncio.Queue[Change] = asyncio.Queue()
+
+            async def forward(queue: asyncio.Queue[Change]) -> None:
+                while True:
+                    merged.put_nowait(await queue.get())
+
+            tasks = [asyncio.create_task(forward(q)) for q in queues]
+            try:
+                yield merged
+            finally:
+                for task in tasks:
+                    task.cancel()
+
     async def _run(self, feed: Feed, who: identity_mod.Identity) -> None:
         async with self.gate.client(who) as api:
             await feed.follow(api)

@@ -6,21 +6,30 @@ what ``agentflows get`` shows. Resuming runs ``agentflows resume RUN`` (with the
 one is given) as a child process that outlives the request, writing its progress to
 ``<run>.console.log`` beside the run; the page shows the run's saved state, so a reload shows
 how far it got. The console listens on loopback: whoever reaches it is the local user.
+
+A run's page follows the run live: :class:`Watches` keeps one poller per run (not per page)
+that looks at the run's checkpoint file's modification time once a second and, when it
+changed, reads the run and sends its node phases to every page open on it over SSE.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import json
 import os
 import subprocess
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import pydantic
 from aiohttp import web
 
-from agentflows.console import forms, markup, pages_requests, run_detail, runs_view, site
+from agentflows import diagram
+from agentflows.api import flow as flow_api
+from agentflows.console import forms, live, markup, pages_requests, run_detail, runs_view, site
 
 #: Phases from which a local run can go on (waiting for a decision, or stopped part-way).
 RESUMABLE = frozenset({"Waiting", "Pending", "Running"})
@@ -39,9 +48,69 @@ class LocalRuns:
     resume_command: list[str]
     #: Who decides, as ``agentflows resume --by`` records it.
     decided_by: str
+    #: The Flow specs a run started with, by name.
+    flows: Callable[[str], dict[str, Any]]
+    #: When a run's checkpoint file last changed (None: not written yet).
+    changed_at: Callable[[str], int | None]
+
+
+#: Seconds between two looks at a followed run's checkpoint file.
+POLL_SECONDS = 1.0
+
+
+@dataclasses.dataclass
+class _Watch:
+    queues: set[asyncio.Queue[live.Change]] = dataclasses.field(default_factory=set)
+    task: asyncio.Task[None] | None = None
+
+
+class Watches:
+    """One poller per followed run, shared by every page open on it."""
+
+    def __init__(self, runs: LocalRuns) -> None:
+        self.runs = runs
+        self.watches: dict[str, _Watch] = {}
+
+    @contextlib.asynccontextmanager
+    async def subscribe(self, name: str) -> AsyncIterator[asyncio.Queue[live.Change]]:
+        """A queue of the run as it changes; the poller stops with its last subscriber."""
+        watch = self.watches.get(name)
+        if watch is None:
+            watch = self.watches[name] = _Watch()
+            watch.task = asyncio.create_task(self._poll(name, watch))
+        queue: asyncio.Queue[live.Change] = asyncio.Queue()
+        watch.queues.add(queue)
+        try:
+            yield queue
+        finally:
+            watch.queues.discard(queue)
+            if not watch.queues and self.watches.get(name) is watch:
+                del self.watches[name]
+                if watch.task is not None:
+                    watch.task.cancel()
+
+    async def _poll(self, name: str, watch: _Watch) -> None:
+        seen: int | None = -1
+        while True:
+            changed = self.runs.changed_at(name)
+            if changed != seen:
+                seen = changed
+                run = await asyncio.to_thread(self.runs.read, name)
+                if run is not None:
+                    for queue in watch.queues:
+                        queue.put_nowait(("upsert", run))
+            await asyncio.sleep(POLL_SECONDS)
+
+    async def close(self) -> None:
+        """Stop every poller (the server is stopping)."""
+        for watch in self.watches.values():
+            if watch.task is not None:
+                watch.task.cancel()
+        self.watches.clear()
 
 
 KEY = web.AppKey("local-runs", LocalRuns)
+WATCHES = web.AppKey("local-watches", Watches)
 
 
 def _runs(request: web.Request) -> LocalRuns:
@@ -79,19 +148,54 @@ async def run_page(request: web.Request) -> web.Response:
     actions: Any = ""
     if phase in RESUMABLE and not pending:
         actions = markup.button_form(markup.path("local", name, "resume"), "Resume", token)
+    flow_spec = _runs(request).flows(name).get(str((run.get("spec") or {}).get("flow")))
+    src = markup.path("local", name, "graph.svg")
+    picture = markup.void("img", src=src, alt=f"graph of {name}", id="picture", class_="picture")
     body = markup.join(
         [
             markup.tag("div", actions, class_="actions"),
-            run_detail.summary(run),
+            markup.tag(
+                "div",
+                markup.join([picture if flow_spec else "", run_detail.summary(run)]),
+                class_="overview",
+            ),
             markup.tag("h2", "Graph"),
-            run_detail.graph(run, None),
+            run_detail.graph(run, flow_spec),
             markup.tag("h2", "Requests"),
             markup.join(cards) if cards else markup.tag("p", "none pending", class_="muted"),
             markup.tag("h2", "Nodes"),
-            run_detail.nodes(run, None, lambda node: None),
+            run_detail.nodes(run, flow_spec, lambda node: None),
         ]
     )
-    return site.page(request, name, body)
+    return site.page(request, name, body, live_path=markup.path("events", "local", name))
+
+
+async def graph_svg(request: web.Request) -> web.Response:
+    """GET /local/NAME/graph.svg: the run drawn by Graphviz from its snapshot, by node phase."""
+    run = _run_or_404(request)
+    name = run["metadata"]["name"]
+    try:
+        specs = {
+            n: flow_api.FlowSpec.model_validate(s) for n, s in _runs(request).flows(name).items()
+        }
+        spec = specs[str((run.get("spec") or {}).get("flow"))]
+        drawn = diagram.svg(spec, (run.get("status") or {}).get("nodes") or {}, flows=specs)
+    except (KeyError, pydantic.ValidationError):
+        raise web.HTTPNotFound(text=f"no Flow to draw {name} with") from None
+    except diagram.GraphvizMissing as exc:
+        raise web.HTTPServiceUnavailable(text=str(exc)) from None
+    return web.Response(text=drawn, content_type="image/svg+xml")
+
+
+async def run_events(request: web.Request) -> web.StreamResponse:
+    """GET /events/local/NAME: the run's phase and node phases as its file changes (SSE)."""
+    name = _run_or_404(request)["metadata"]["name"]
+
+    def message(kind: str, run: dict[str, Any]) -> dict[str, Any] | None:
+        return runs_view.node_phases(run) if kind == "upsert" else None
+
+    async with request.app[WATCHES].subscribe(name) as changes:
+        return await live.stream(request, changes, message)
 
 
 def _resume(local: LocalRuns, name: str, values: dict[str, Any], rid: str | None) -> None:

@@ -8,15 +8,17 @@ valid input starts a manual run, as ``agentflows start`` does, as the caller.
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 from aiohttp import web
 
-from agentflows.console import forms, markup, runs_view, site
+from agentflows.console import forms, markup, runs_view, scope, site
 from agentflows.controller import conditions
 from agentflows.engine import run as run_mod
 from agentflows.kube import actions
 from agentflows.kube import client as kube
+from agentflows.triggers import schedule as schedule_mod
 
 #: Recent runs shown per Flow.
 RECENT_RUNS = 5
@@ -31,15 +33,26 @@ def _ready(flow: dict[str, Any]) -> markup.Html:
     return markup.join([markup.tag("span", label, class_=css), " ", found.get("message") or ""])
 
 
-def _triggers(flow: dict[str, Any]) -> markup.Html:
+def _schedule(schedule: dict[str, Any], now: datetime.datetime) -> str:
+    cron, zone = str(schedule.get("cron", "")), schedule.get("timeZone")
+    try:
+        at = schedule_mod.next_time(cron, zone, now)
+    except ValueError as exc:
+        return f"schedule {cron} ({zone or 'UTC'}); next: unknown, {exc}"
+    utc = at.astimezone(datetime.UTC).strftime("%H:%M UTC")
+    return f"schedule {cron} ({zone or 'UTC'}); next: {at:%Y-%m-%d %H:%M %Z} ({utc})"
+
+
+def triggers(flow: dict[str, Any], webhook_url: str, now: datetime.datetime) -> markup.Html:
+    """The Flow's triggers: a schedule's next time, a webhook's URL (under ``webhook_url``)."""
     meta, rows = flow["metadata"], []
     for trigger in (flow.get("spec") or {}).get("triggers") or []:
         name = trigger.get("name", "")
         if "schedule" in trigger:
-            schedule = trigger["schedule"] or {}
-            what = f"schedule {schedule.get('cron', '')} ({schedule.get('timeZone') or 'UTC'})"
+            what = _schedule(trigger["schedule"] or {}, now)
         elif "webhook" in trigger:
-            what = f"webhook POST /hooks/{meta.get('namespace')}/{meta['name']}/{name}"
+            hook = markup.path("hooks", meta.get("namespace") or "", meta["name"], name)
+            what = f"webhook POST {webhook_url.rstrip('/')}{hook}"
         elif "kubernetes" in trigger:
             watched = trigger["kubernetes"] or {}
             what = f"kubernetes {watched.get('kind', '')} events"
@@ -88,11 +101,13 @@ def start_form(
     )
 
 
-def _flow_section(flow: dict[str, Any], runs: list[dict[str, Any]], csrf: str) -> markup.Html:
+def _flow_section(
+    flow: dict[str, Any], runs: list[dict[str, Any]], csrf: str, webhook_url: str
+) -> markup.Html:
     meta = flow["metadata"]
     facts = [
         ("Ready", _ready(flow)),
-        ("Triggers", _triggers(flow)),
+        ("Triggers", triggers(flow, webhook_url, conditions.now())),
         ("Recent runs", _recent(runs)),
         ("Input schema", markup.json_block((flow.get("spec") or {}).get("input"))),
         ("Start", start_form(flow, csrf)),
@@ -111,23 +126,30 @@ async def flows_page(request: web.Request) -> web.Response:
     """GET /flows: every Flow of the namespace with its runs (two list calls, as the caller)."""
     namespace = request.query.get("namespace", site.of(request).namespace).strip()
     async with site.api(request) as api:
-        flows = (await api.get(kube.path_of("flows", namespace or None))).get("items") or []
-        runs = (await api.get(kube.path_of("flowruns", namespace or None))).get("items") or []
+        namespaces = await scope.chosen(api, site.of(request).namespaces, namespace, "flows")
+        flows = await scope.list_runs(api, namespaces, "flows")
+        runs = await scope.list_runs(api, namespaces)
     by_flow: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for run in runs:
         where = (str(run["metadata"].get("namespace")), str((run.get("spec") or {}).get("flow")))
         by_flow.setdefault(where, []).append(run)
-    token = site.csrf(request)
+    token, hooks = site.csrf(request), site.of(request).webhook_url
     sections = [
         _flow_section(
-            f, by_flow.get((str(f["metadata"].get("namespace")), f["metadata"]["name"]), []), token
+            f,
+            by_flow.get((str(f["metadata"].get("namespace")), f["metadata"]["name"]), []),
+            token,
+            hooks,
         )
         for f in sorted(
             flows, key=lambda f: (f["metadata"].get("namespace"), f["metadata"]["name"])
         )
     ]
     count = markup.tag(
-        "p", f"{len(flows)} flow(s) in {namespace or 'all namespaces'}", class_="muted"
+        "p",
+        f"{len(flows)} flow(s) in "
+        + (namespace or ", ".join(namespaces or []) or "all namespaces"),
+        class_="muted",
     )
     return site.page(request, "Flows", markup.join([count, *sections]))
 

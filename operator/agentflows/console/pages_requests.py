@@ -4,8 +4,9 @@ A decision is written by :func:`agentflows.kube.actions.decide` — the patch ``
 approve``/``reject``/``respond`` write — as the caller, with ``decidedBy`` the caller's name as
 the API server reports it. The console checks only what makes a decision well-formed (a
 decision the request's kind takes; an answer that matches the request's schema, with the field
-path when not); whether this user may decide is the API server's call (RBAC and the approvers'
-admission policy), and its refusal is shown on the page.
+path when not; edits shaped as the request's kind takes them, :data:`EDITS_CHECKS`); whether
+this user may decide is the API server's call (RBAC and the approvers' admission policy), and
+its refusal is shown on the page.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from typing import Any
 
 from aiohttp import web
 
+from agentflows.agents import approval, review
 from agentflows.api import flowrun as flowrun_api
 from agentflows.api import schemas
-from agentflows.console import forms, markup, runs_view, site
+from agentflows.console import forms, markup, runs_view, scope, site
 from agentflows.kube import actions
 from agentflows.kube import client as kube
 
@@ -100,14 +102,15 @@ def card(
 
 
 async def inbox(request: web.Request) -> web.Response:
-    """GET /requests: pending requests of the runs in the namespace (``namespace=``: all)."""
+    """GET /requests: pending requests in the namespace (``namespace=``: all one may list)."""
     namespace = request.query.get("namespace", site.of(request).namespace).strip()
     async with site.api(request) as api:
-        listed = await api.get(kube.path_of("flowruns", namespace or None))
+        namespaces = await scope.chosen(api, site.of(request).namespaces, namespace)
+        runs = await scope.list_runs(api, namespaces)
     token = site.csrf(request)
     cards = [
         card(run, rid, pending, token)
-        for run in sorted(listed.get("items") or [], key=runs_view.key)
+        for run in sorted(runs, key=runs_view.key)
         for rid, pending in sorted(runs_view.pending(run).items())
     ]
     done = request.query.get("decided")
@@ -115,13 +118,21 @@ async def inbox(request: web.Request) -> web.Response:
     parts.append(
         markup.tag(
             "p",
-            f"{len(cards)} pending request(s) in {namespace or 'all namespaces'}",
+            f"{len(cards)} pending request(s) in "
+            + (namespace or ", ".join(namespaces or []) or "all namespaces"),
             class_="muted",
             id="count",
         )
     )
     parts += cards
     return site.page(request, "Requests", markup.join(parts))
+
+
+#: How each kind of request takes ``edits`` (what would be ignored or refused is a problem).
+EDITS_CHECKS = {
+    flowrun_api.RequestKind.TOOL: approval.edits_problem,
+    flowrun_api.RequestKind.REVIEW: review.edits_problem,
+}
 
 
 def decision_values(request: flowrun_api.HumanRequest, fields: dict[str, str]) -> dict[str, Any]:
@@ -150,6 +161,11 @@ def decision_values(request: flowrun_api.HumanRequest, fields: dict[str, str]) -
             raise forms.FormError(f"edits: not JSON ({exc})") from None
         if values["edits"] is None:
             raise forms.FormError("edits: give the replacement as JSON to decide edit")
+        check = EDITS_CHECKS.get(request.kind)
+        edited = request.model_copy(update={"edits": values["edits"]})
+        problem = check(edited) if check else None
+        if problem is not None:
+            raise forms.FormError(problem)
     return values
 
 

@@ -1,21 +1,23 @@
 """The runs list and a run's page: nodes, requests, pod log, Events; cancel and re-run.
 
 Every read and write is made as the caller (:func:`site.caller`). The list is rendered once on
-the server and then follows the feed of its filter (:mod:`.live`); a run's page follows a feed
-of that one run, so node phases change on the page as the runner writes them.
+the server and then follows the feed of its filter (:mod:`.live`); with no namespace chosen, it
+shows the namespaces the caller may list (:mod:`.scope`), one shared feed per namespace; a run's
+page follows a feed of that one run, so node phases change on the page as the runner writes them.
 """
 
 from __future__ import annotations
 
 import json
 from typing import Any
+from urllib import parse
 
 import pydantic
 from aiohttp import web
 
 from agentflows import diagram
 from agentflows.api import flow as flow_api
-from agentflows.console import live, markup, pages_requests, run_detail, runs_view, site
+from agentflows.console import live, markup, pages_requests, run_detail, runs_view, scope, site
 from agentflows.kube import actions, snapshot, status_store
 from agentflows.kube import client as kube
 
@@ -68,17 +70,20 @@ def _filter_form(chosen: dict[str, str]) -> markup.Html:
 async def runs_page(request: web.Request) -> web.Response:
     """GET /runs: FlowRuns by namespace, flow, phase and trigger, following a live feed."""
     chosen = filters(request)
-    params = {"fieldSelector": _selector(chosen["flow"])} if chosen["flow"] else {}
+    selector = _selector(chosen["flow"])
+    params = {"fieldSelector": selector} if selector else {}
     async with site.api(request) as api:
-        listed = await api.get(kube.path_of("flowruns", chosen["namespace"] or None), **params)
-    runs = [
-        r
-        for r in listed.get("items") or []
-        if runs_view.matches(r, chosen["phase"], chosen["trigger"])
-    ]
+        namespaces = await scope.chosen(api, site.of(request).namespaces, chosen["namespace"])
+        found = await scope.list_runs(api, namespaces, **params)
+    runs = [r for r in found if runs_view.matches(r, chosen["phase"], chosen["trigger"])]
     count = markup.tag("p", f"{len(runs)} run(s)", id="count", class_="muted")
-    body = markup.join([_filter_form(chosen), count, runs_view.runs_table(runs)])
-    live_path = markup.path("events", "runs", **chosen)
+    where = ""
+    if namespaces is not None and not chosen["namespace"]:
+        shown = f"in the namespaces you may list: {', '.join(namespaces)}"
+        where = markup.tag("p", shown, id="scope", class_="muted")
+    body = markup.join([_filter_form(chosen), where, count, runs_view.runs_table(runs)])
+    # every filter, empty ones too: an empty namespace means all, not the default one
+    live_path = "/events/runs?" + parse.urlencode(chosen)
     return site.page(request, "Runs", body, live_path=live_path)
 
 
@@ -93,9 +98,13 @@ async def runs_events(request: web.Request) -> web.StreamResponse:
 
     hub = site.hub(request)
     selector = _selector(chosen["flow"])
-    async with hub.subscribe(
-        site.caller(request), chosen["namespace"] or None, selector
-    ) as changes:
+    async with site.api(request) as api:
+        namespaces = await scope.chosen(api, site.of(request).namespaces, chosen["namespace"])
+    if namespaces is None:
+        following = hub.subscribe(site.caller(request), None, selector)
+    else:
+        following = hub.subscribe_all(site.caller(request), namespaces, selector)
+    async with following as changes:
         return await live.stream(request, changes, message)
 
 

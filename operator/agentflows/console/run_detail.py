@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import pydantic
+
+from agentflows.api import flow as flow_api
 from agentflows.console import markup, runs_view
+from agentflows.engine import graph as graph_mod
+
+#: What a node's input section says it shows (a node record keeps no evaluated input).
+INPUT_NOTE = "no evaluated input is recorded: these are the outputs of the nodes it reads"
 
 
 def _usage(usage: Any) -> str:
@@ -92,8 +99,44 @@ def _tool_calls(detail: Any) -> markup.Html:
     return markup.table(("Tool", "Status", "Started", "Took", "Error"), rows, class_="calls")
 
 
+def upstream(flow_spec: dict[str, Any] | None) -> dict[str, list[str]]:
+    """Each node's upstream nodes by the edges the engine runs the Flow by (none when unknown)."""
+    try:
+        spec = flow_api.FlowSpec.model_validate(flow_spec or {})
+    except pydantic.ValidationError:
+        return {}
+    found: dict[str, list[str]] = {}
+    for edge in graph_mod.edges(spec):
+        found.setdefault(edge.target, []).append(edge.source)
+    return found
+
+
+def _inputs(
+    run: dict[str, Any], node: str, record: dict[str, Any], sources: list[str] | None
+) -> markup.Html:
+    """The node's input as far as the status tells: its record's, else its sources' outputs."""
+    if "input" in record:
+        return markup.json_block(record["input"])
+    if sources is None:
+        unknown = "unknown (no Flow definition to read its edges from)"
+        return markup.tag("span", unknown, class_="muted")
+    records = (run.get("status") or {}).get("nodes") or {}
+    if not sources:
+        shown = [("the run's input (.run.input)", (run.get("spec") or {}).get("input"))]
+    else:
+        shown = [
+            (f"output of {s} (.nodes.{s})", (records.get(s) or {}).get("output")) for s in sources
+        ]
+    items = markup.join(
+        markup.join([markup.tag("dt", label), markup.tag("dd", markup.json_block(value))])
+        for label, value in shown
+    )
+    note = markup.tag("p", INPUT_NOTE, class_="muted")
+    return markup.join([note, markup.tag("dl", items, class_="inputs", data_inputs=node)])
+
+
 def nodes(run: dict[str, Any], flow_spec: dict[str, Any] | None, output_href: Any) -> markup.Html:
-    """A section per node: phase, duration, definition, output, error, tool calls, usage.
+    """A section per node: phase, duration, definition, input, output, error, tool calls, usage.
 
     ``output_href(node)``: where an offloaded output is fetched from (None: nowhere).
     """
@@ -101,6 +144,7 @@ def nodes(run: dict[str, Any], flow_spec: dict[str, Any] | None, output_href: An
     definitions = {
         str(n.get("id")): n for n in (flow_spec or {}).get("nodes") or [] if isinstance(n, dict)
     }
+    sources = upstream(flow_spec) if flow_spec else None
     sections = []
     for node in node_order(run, flow_spec):
         record = records.get(node) or {}
@@ -116,6 +160,9 @@ def nodes(run: dict[str, Any], flow_spec: dict[str, Any] | None, output_href: An
             ]
         )
         facts = [("Definition", markup.json_block(definitions.get(node)))]
+        if node in definitions:
+            reads = None if sources is None else sources.get(node, [])
+            facts.append(("Input", _inputs(run, node, record, reads)))
         if record.get("error"):
             facts.append(("Error", markup.tag("pre", record["error"], class_="error")))
         for failed in record.get("attemptErrors") or []:

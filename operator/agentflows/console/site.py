@@ -29,6 +29,10 @@ class Console:
     #: How callers are identified and acted for (None: ``--local``, no API server).
     gate: identity.Gate | None = None
     hub: live.Hub | None = None
+    #: Where the webhook receiver is reached (``--webhook-url``; empty: show paths only).
+    webhook_url: str = ""
+    #: Namespaces to look in for a user who may not list runs cluster-wide (``--namespace``).
+    namespaces: tuple[str, ...] = ()
 
 
 KEY = web.AppKey("console", Console)

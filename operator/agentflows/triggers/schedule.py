@@ -25,8 +25,11 @@ import datetime
 import hashlib
 import json
 import os
+import zoneinfo
 from collections.abc import Mapping
 from typing import Any
+
+import croniter
 
 from agentflows.api import flow as flow_api
 from agentflows.kube import client as kube
@@ -232,6 +235,21 @@ def scheduled_time_of(job_name: str | None, cronjob: str | None) -> str | None:
         return None
     moment = datetime.datetime.fromtimestamp(int(suffix) * 60, tz=datetime.UTC)
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def next_time(cron: str, time_zone: str | None, after: datetime.datetime) -> datetime.datetime:
+    """When a schedule next fires after ``after``, in its time zone (UTC when none is given).
+
+    Raises ValueError with the reason for a cron expression or time zone that cannot be read.
+    """
+    try:
+        zone = zoneinfo.ZoneInfo(time_zone or "UTC")
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"unknown time zone {time_zone!r}") from None
+    try:
+        return croniter.croniter(cron, after.astimezone(zone)).get_next(datetime.datetime)
+    except (croniter.CroniterError, ValueError) as exc:
+        raise ValueError(f"cron {cron!r} cannot be read: {exc}") from None
 
 
 def _now() -> str:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from agentflows.agents import host
+from agentflows.agents import approval, host
 from agentflows.api import agent as agent_api
 from agentflows.api import flow as flow_api
 from agentflows.api import flowrun as flowrun_api
@@ -193,3 +193,17 @@ async def test_a_waiting_agent_is_not_run_again_while_its_request_is_undecided(
         assert outcome.phase == flowrun_api.RunPhase.WAITING
     assert len(model_server.requests) == 1, "the turn was not run again"
     assert list(st.checkpoint.requests) == ["fix"]
+
+
+def test_edits_that_would_be_ignored_or_are_not_arguments_are_named_as_problems() -> None:
+    calls = [{"id": "d1", "tool": "delete", "args": {}}, {"id": "d2", "tool": "delete", "args": {}}]
+    two = flowrun_api.HumanRequest(node="fix", kind="tool", proposal={"calls": calls})
+    ignored = two.model_copy(update={"edits": {"path": "/y"}})
+    assert approval.edits_problem(ignored) == (
+        "edits: 2 calls wait, so give an object keyed by call id (valid: d1, d2) "
+        "with each call's new arguments"
+    )
+    assert approval.edits_problem(two.model_copy(update={"edits": {"d2": "/y"}})) == (
+        "edits.d2: a call's arguments are a JSON object"
+    )
+    assert approval.edits_problem(two.model_copy(update={"edits": {"d2": {"path": "/y"}}})) is None

@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from agentflows.agents import host
+from agentflows.agents import host, review
 from agentflows.api import agent as agent_api
 from agentflows.api import flow as flow_api
 from agentflows.api import flowrun as flowrun_api
@@ -197,3 +197,14 @@ def test_local_run_pauses_for_review_and_agentflows_resume_continues_the_turn(
     assert final["nodes"]["ship"]["output"]["text"] == "Deployed v1."
     answer = json.loads(model_server.requests[1].messages[-1]["content"])
     assert answer["result"] == {"deployed": "v1"}
+
+
+def test_edits_of_a_proposed_action_that_are_not_its_arguments_are_named_as_a_problem() -> None:
+    asked = flowrun_api.HumanRequest(
+        node="fix", kind="review", proposal={"tool": "delete", "args": {"path": "/x"}}
+    )
+    wrong = asked.model_copy(update={"edits": "/y"})
+    assert review.edits_problem(wrong) == (
+        "edits: they replace the arguments of delete, so give a JSON object"
+    )
+    assert review.edits_problem(asked.model_copy(update={"edits": {"path": "/y"}})) is None

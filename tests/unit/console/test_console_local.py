@@ -8,12 +8,14 @@ decision form with its CSRF token. Resuming runs the real ``agentflows resume``.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -232,3 +234,106 @@ async def test_a_run_stopped_part_way_is_resumed_from_its_page(interrupted_run: 
             await asyncio.sleep(0.1)
     assert run["status"]["phase"] == "Succeeded", run["status"]
     assert run["status"]["output"] == {"done": True}
+
+
+async def test_each_nodes_input_is_shown_as_the_outputs_of_the_nodes_it_reads(
+    console: test_utils.TestClient,
+) -> None:
+    page = await (await console.get("/local/gate-1")).text()
+    review = page[page.index('<section class="node" data-node="review">') :]
+    review = review[: review.index("</section>")]
+    assert "no evaluated input is recorded: these are the outputs of the nodes it reads" in review
+    assert "output of write (.nodes.write)" in review
+    assert "&lt;script&gt;alert(" in review and "<script>alert(" not in review
+    first = page[page.index('<section class="node" data-node="write">') :]
+    assert "the run&#x27;s input (.run.input)" in first[: first.index("</section>")]
+
+
+async def test_a_local_run_page_shows_the_runs_graph_drawn_from_its_snapshot(
+    console: test_utils.TestClient,
+) -> None:
+    page = await (await console.get("/local/gate-1")).text()
+    assert '<img src="/local/gate-1/graph.svg"' in page
+    picture = await console.get("/local/gate-1/graph.svg")
+    assert picture.status == 200 and picture.content_type == "image/svg+xml"
+    drawn = await picture.text()
+    assert "<svg" in drawn and "review" in drawn and "<script" not in drawn
+
+
+async def _next_event(stream: Any) -> dict[str, Any]:
+    while True:
+        line = (await stream.content.readline()).decode()
+        if line.startswith("data: "):
+            found: dict[str, Any] = json.loads(line[len("data: ") :])
+            return found
+
+
+async def test_a_local_run_page_follows_the_run_as_its_state_file_changes(
+    console: test_utils.TestClient,
+) -> None:
+    page = await (await console.get("/local/gate-1")).text()
+    assert 'data-live="/events/local/gate-1"' in page
+    stream = await console.get("/events/local/gate-1")
+    assert stream.headers["Content-Type"] == "text/event-stream"
+    first = await _next_event(stream)
+    assert first["phase"] == "Waiting" and first["nodes"]["review"]["phase"] == "Waiting"
+    form = {"decision": "approve", "csrf": _csrf(page)}
+    await console.post("/local/gate-1/requests/review", data=form, allow_redirects=False)
+    seen = first
+    while seen["phase"] in ("Waiting", "Running", "Pending"):
+        seen = await asyncio.wait_for(_next_event(stream), 120)
+    assert seen["phase"] == "Succeeded"
+    assert seen["nodes"]["done"]["phase"] == "Succeeded"
+    stream.close()
+
+
+DELETE = {
+    "apiVersion": "agentflows.io/v1alpha1",
+    "kind": "Flow",
+    "metadata": {"name": "clean"},
+    "spec": {
+        "autonomy": "supervised",
+        "nodes": [
+            {
+                "id": "delete",
+                "tool": {
+                    "python": {
+                        "script": "import json, sys\nprint(json.dumps(json.load(sys.stdin)))"
+                    },
+                    "args": {"path": "/tmp/x"},
+                },
+            }
+        ],
+    },
+}
+
+
+@pytest.fixture
+def tool_waiting_run(tmp_path: Path) -> Path:
+    """A local run of DELETE waiting for approval of its tool call; the state directory."""
+    (tmp_path / "clean.yaml").write_text(yaml.safe_dump(DELETE))
+    state = tmp_path / "runs"
+    done = subprocess.run(
+        [AGENTFLOWS, "run", "clean.yaml", "--name", "clean-1", "--state-dir", str(state), "-q"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 3, done.stderr
+    return state
+
+
+async def test_an_edit_that_is_not_the_calls_arguments_is_refused_on_the_page_and_nothing_runs(
+    tool_waiting_run: Path,
+) -> None:
+    state = tool_waiting_run
+    runs = console_command._local_runs(str(state))
+    async with test_utils.TestClient(test_utils.TestServer(app.local_app(runs))) as console:
+        page = await (await console.get("/local/clean-1")).text()
+        assert 'name="edits"' in page
+        form = {"decision": "edit", "edits": '"/tmp/y"', "csrf": _csrf(page)}
+        refused = await console.post("/local/clean-1/requests/delete", data=form)
+        assert refused.status == 400
+        assert "edits: the call&#x27;s arguments are a JSON object" in await refused.text()
+    run = local_runs.read(state, "clean-1")
+    assert run is not None and run["status"]["phase"] == "Waiting"
+    assert "decision" not in run["status"]["requests"]["delete"]
+    assert not (state / "clean-1.console.log").exists()  # no resume was started
