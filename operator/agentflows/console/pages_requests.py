@@ -4,7 +4,8 @@ A decision is written by :func:`agentflows.kube.actions.decide` — the patch ``
 approve``/``reject``/``respond`` write — as the caller, with ``decidedBy`` the caller's name as
 the API server reports it. The console checks only what makes a decision well-formed (a
 decision the request's kind takes; an answer that matches the request's schema, with the field
-path when not; edits shaped as the request's kind takes them, :data:`EDITS_CHECKS`); whether
+path when not; edits shaped as the request's kind takes them, as the operator checks them:
+``controller.requests.edits_problem``); whether
 this user may decide is the API server's call (RBAC and the approvers' admission policy), and
 its refusal is shown on the page.
 """
@@ -16,10 +17,10 @@ from typing import Any
 
 from aiohttp import web
 
-from agentflows.agents import approval, review
 from agentflows.api import flowrun as flowrun_api
 from agentflows.api import schemas
 from agentflows.console import forms, markup, runs_view, scope, site
+from agentflows.controller import requests as requests_mod
 from agentflows.kube import actions
 from agentflows.kube import client as kube
 
@@ -128,13 +129,6 @@ async def inbox(request: web.Request) -> web.Response:
     return site.page(request, "Requests", markup.join(parts))
 
 
-#: How each kind of request takes ``edits`` (what would be ignored or refused is a problem).
-EDITS_CHECKS = {
-    flowrun_api.RequestKind.TOOL: approval.edits_problem,
-    flowrun_api.RequestKind.REVIEW: review.edits_problem,
-}
-
-
 def decision_values(request: flowrun_api.HumanRequest, fields: dict[str, str]) -> dict[str, Any]:
     """The decision's fields from the form; forms.FormError when one is not well-formed."""
     decision = fields.get("decision", "")
@@ -161,9 +155,8 @@ def decision_values(request: flowrun_api.HumanRequest, fields: dict[str, str]) -
             raise forms.FormError(f"edits: not JSON ({exc})") from None
         if values["edits"] is None:
             raise forms.FormError("edits: give the replacement as JSON to decide edit")
-        check = EDITS_CHECKS.get(request.kind)
         edited = request.model_copy(update={"edits": values["edits"]})
-        problem = check(edited) if check else None
+        problem = requests_mod.edits_problem(edited)
         if problem is not None:
             raise forms.FormError(problem)
     return values

@@ -24,6 +24,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from agentflows.agents import approval
+from agentflows.agents import review as agent_review
 from agentflows.api import schemas
 from agentflows.api.flowrun import (
     DECISIONS,
@@ -147,6 +149,23 @@ async def _schema(ctl: context.Controller, run: runstate.RunContext, request: Hu
     return schema
 
 
+#: How each kind of request takes ``edits``: what would be ignored or refused is a problem.
+_EDITS_CHECKS = {
+    RequestKind.TOOL: approval.edits_problem,
+    RequestKind.REVIEW: agent_review.edits_problem,
+}
+
+
+def edits_problem(request: HumanRequest) -> str | None:
+    """Why the request's ``edits`` would not set the arguments they mean to, or None.
+
+    The operator takes back such a decision (the human answers again); the console refuses it
+    on the page before writing it.
+    """
+    check = _EDITS_CHECKS.get(request.kind)
+    return check(request) if check is not None else None
+
+
 async def problem(
     ctl: context.Controller, run: runstate.RunContext, request: HumanRequest
 ) -> str | None:
@@ -160,8 +179,12 @@ async def problem(
         shown = decision.value if decision else None
         return f"decision {shown!r} is not valid for {article} {kind} request (valid: {valid})"
     given = request.model_fields_set
-    if decision == Decision.EDIT and "edits" not in given:
-        return "decision 'edit' needs edits (the replacement arguments)"
+    if decision == Decision.EDIT:
+        if "edits" not in given:
+            return "decision 'edit' needs edits (the replacement arguments)"
+        wrong = edits_problem(request)
+        if wrong is not None:
+            return wrong
     if decision == Decision.RESPOND:
         if "data" not in given:
             return "decision 'respond' needs data (the answer)"
