@@ -47,9 +47,13 @@ def test_no_directory_where_scripts_run_holds_a_package_named_after_a_standard_m
     assert shadows == [], f"rename these packages, they shadow the standard library: {shadows}"
 
 
-#: A project document named in text: an upper-case name (DESIGN.md, NOTES.md) or a path under
-#: docs/, optionally relative (../operator/agentflows/kube/NOTES.md).
-_DOCUMENT = re.compile(r"(?<![\w./-])((?:\.\./|[\w.-]+/)*(?:[A-Z][A-Z_]*|docs/[\w-]+)\.md)\b")
+#: A project document named in text: an upper-case name (DESIGN.md, kube/NOTES.md), or the
+#: target of a Markdown link ([the architecture](docs/architecture.md#layers)). A lower-case
+#: path elsewhere is often a user's file in an example (path: docs/policy.md), not ours.
+_DOCUMENT = re.compile(
+    r"(?<![\w./-])((?:\.\./|[\w.-]+/)*[A-Z][A-Z_]*\.md)\b"
+    r"|\]\(((?:\.\./|[\w.-]+/)*[\w.-]+\.md)(?:#[\w-]*)?\)"
+)
 
 
 def test_every_document_the_tree_refers_to_is_in_the_repository() -> None:
@@ -66,7 +70,7 @@ def test_every_document_the_tree_refers_to_is_in_the_repository() -> None:
             text = (REPO / name).read_text(encoding="utf-8")
         except (UnicodeDecodeError, IsADirectoryError):
             continue
-        for reference in set(_DOCUMENT.findall(text)):
+        for reference in {a or b for a, b in _DOCUMENT.findall(text)}:
             relative = (REPO / name).parent.joinpath(reference).resolve()
             found = relative.is_file() or any(
                 f"/{path}".endswith(f"/{reference}") for path in tracked
