@@ -19,7 +19,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from agentflows.cli import group, local
+from agentflows.api import flowrun as flowrun_api
+from agentflows.cli import group, local, local_runs
 from agentflows.cli import main as cli
 from agentflows.engine import store
 
@@ -225,6 +226,17 @@ def test_ctrl_c_exits_130_saves_the_run_and_resume_skips_finished_nodes(tmp_path
     assert done["output"] == {"first": "first", "hold": {"released": True}}
     assert done["nodes"]["hold"]["attempts"] == 2  # interrupted once, run again
     assert "… first" not in resumed.stderr  # the finished node did not start again
+
+
+def test_an_interrupted_run_is_saved_pending_with_the_interrupted_run_reason(
+    tmp_path: Path,
+) -> None:
+    # Reasons are one enum next to RunPhase (issue 10): Ctrl-C's is one of them too.
+    local_runs.save_interrupted(tmp_path, "held-1")
+    outcome = store.FileStore(local.state_path(tmp_path, "held-1")).read().outcome
+    assert outcome is not None
+    assert outcome.phase == flowrun_api.RunPhase.PENDING
+    assert outcome.reason == flowrun_api.RunReason.INTERRUPTED == "Interrupted"
 
 
 # --- resume hints ---------------------------------------------------------------------------

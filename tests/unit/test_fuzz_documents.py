@@ -13,6 +13,9 @@ time; shrinking is off (a hang would be shrunk at 30 s a try): ``bench/fuzz.py -
 writes minimal reproducers. The failure message carries the case's files in full.
 """
 
+from pathlib import Path
+
+import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 
 from tests.support import document_fuzz, fuzz_harness
@@ -36,5 +39,19 @@ HANG_SECONDS = 30
 def test_any_document_is_refused_with_a_located_message_or_runs_to_a_defined_exit_code(
     case: fuzz_harness.Case,
 ) -> None:
+    outcome = fuzz_harness.run_isolated(case, timeout=HANG_SECONDS, memory_mb=MEMORY_LIMIT_MB)
+    assert outcome.ok, outcome.report(case)
+
+
+REPRODUCERS = sorted((document_fuzz.REPO / "tests" / "data" / "fuzz").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("reproducer", REPRODUCERS, ids=[path.stem for path in REPRODUCERS])
+def test_each_filed_reproducer_as_filed_is_refused_with_a_located_message_or_runs(
+    reproducer: Path,
+) -> None:
+    # The generated cases mutate these files; this runs each one unmutated, so every input
+    # issue 10 filed is kept by a test whatever the strategies draw.
+    case = fuzz_harness.Case(((reproducer.name, reproducer.read_bytes()),))
     outcome = fuzz_harness.run_isolated(case, timeout=HANG_SECONDS, memory_mb=MEMORY_LIMIT_MB)
     assert outcome.ok, outcome.report(case)

@@ -34,7 +34,11 @@ from agentflows.engine import capabilities, state
 
 #: Reasons of a stopped run that stop the calling run too (limits), not just the call.
 RUN_LIMIT_REASONS = frozenset(
-    {"TokenLimitExceeded", "CostLimitExceeded", "NodeExecutionLimitExceeded"}
+    {
+        state.Reason.TOKEN_LIMIT_EXCEEDED,
+        state.Reason.COST_LIMIT_EXCEEDED,
+        state.Reason.NODE_EXECUTION_LIMIT_EXCEEDED,
+    }
 )
 SUB_AGENT_TOOL = "call_sub_agent"
 SUB_FLOW_TOOL = "call_sub_flow"

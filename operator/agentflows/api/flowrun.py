@@ -98,6 +98,8 @@ class RunReason(enum.StrEnum):
     RUN_FAILED = "RunFailed"
     #: spec.cancel was set.
     CANCELLED = "Cancelled"
+    #: A local run (agentflows run) stopped by Ctrl-C: saved Pending, so resume continues it.
+    INTERRUPTED = "Interrupted"
     #: Cancelled by the Flow's Forbid concurrency policy.
     CONCURRENCY_FORBID = "ConcurrencyForbid"
 

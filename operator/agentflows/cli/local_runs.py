@@ -8,7 +8,7 @@ namespace and no attempt; a local run is a manual run.
 
 The phase is the checkpoint's outcome, else ``Running`` (a run in progress in another shell, or
 one whose process was killed; ``agentflows resume`` continues either) — ``Pending`` with reason
-``Interrupted`` after Ctrl-C, see :data:`INTERRUPTED`.
+``Interrupted`` after Ctrl-C (:func:`save_interrupted`).
 """
 
 from __future__ import annotations
@@ -22,10 +22,6 @@ from agentflows.cli import local
 from agentflows.controller import conditions
 from agentflows.engine import run as run_mod
 from agentflows.engine import store
-
-#: Reason of a local run stopped by Ctrl-C: saved with phase Pending (not terminal), so
-#: ``agentflows resume`` continues it without re-running its finished nodes.
-INTERRUPTED = "Interrupted"
 
 
 class StateError(Exception):
@@ -112,12 +108,16 @@ def _duration(started: str | None, finished: str | None) -> str | None:
 
 
 def save_interrupted(directory: Path, name: str) -> None:
-    """Record that run ``name`` was stopped by Ctrl-C, keeping it resumable."""
+    """Record that run ``name`` was stopped by Ctrl-C, keeping it resumable.
+
+    The phase is Pending (not terminal), so ``agentflows resume`` continues the run without
+    re-running its finished nodes.
+    """
     file_store = store.FileStore(local.state_path(directory, name))
     outcome = store.Outcome(
         flowrun_api.RunPhase.PENDING,
         message=f"interrupted (Ctrl-C); agentflows resume {name} continues it",
-        reason=INTERRUPTED,
+        reason=flowrun_api.RunReason.INTERRUPTED,
         usage=run_mod.total_usage(file_store.read()),
     )
     asyncio.run(file_store.save_outcome(outcome))
