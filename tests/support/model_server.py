@@ -104,6 +104,9 @@ class ScriptedModelServer:
         self._lock = threading.Lock()
         self._call_ids = itertools.count(1)
         self.requests: list[RecordedRequest] = []
+        #: chat requests being answered now, and the most answered at once (concurrency seen)
+        self.in_flight = 0
+        self.max_in_flight = 0
         self._httpd = QuietHTTPServer((host, port), self._handler_class())
         self._thread = threading.Thread(
             target=self._httpd.serve_forever,
@@ -251,7 +254,14 @@ class ScriptedModelServer:
                 if body.get("stream"):
                     self._send(400, _error_body("the scripted server does not stream"))
                     return
-                status, reply = server._completion(recorded)
+                with server._lock:
+                    server.in_flight += 1
+                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                try:
+                    status, reply = server._completion(recorded)
+                finally:
+                    with server._lock:
+                        server.in_flight -= 1
                 self._send(status, reply)
 
         return Handler

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 from agentflows.agents import host
@@ -43,12 +42,11 @@ async def test_sub_agents_called_in_one_reply_run_concurrently_and_answer_the_ca
     caps = host.LiveCapabilities(resolver, env=model_server.env)
     lead = resolver.agent("lead")
     assert lead is not None
-    started = time.monotonic()
     result = await caps.run_agent(capabilities.AgentTask("lead", lead, "Do it."), ctx)
-    elapsed = time.monotonic() - started
 
     assert isinstance(result, capabilities.NodeResult)
-    assert elapsed < 1.8, f"four 1 s sub-agents took {elapsed:.2f} s: they did not overlap"
+    # each sub-agent's answer takes 1 s: calls made one after another never overlap
+    assert model_server.max_in_flight > 1, "the four sub-agents did not run at the same time"
     [schema] = model_server.requests[0].body["tools"]
     assert schema["function"]["parameters"]["properties"]["agent"]["enum"] == workers
     results = tool_messages(model_server, 5)

