@@ -3,11 +3,13 @@
 Called by :mod:`devcluster.podworker` before it starts a pod's containers. Nothing is mounted
 (no container runtime, no mount namespace): each volume is materialised as a directory under
 ``<state>/pods/<namespace>_<name>_<uid>/volumes/<volume>/`` and each ``volumeMount`` appears as a
-symlink at ``$AGENTFLOWS_POD_ROOT/<mountPath>``, where ``AGENTFLOWS_POD_ROOT`` is set in every
-container's environment. A program that should find ``/etc/config/x`` in a pod reads
-``$AGENTFLOWS_POD_ROOT/etc/config/x`` here. The pod's service-account token (from the
-TokenRequest API, bound to the pod) is written as the projected ``kube-api-access`` volume and as
-a kubeconfig named by ``KUBECONFIG``, so the process has exactly the pod's permissions.
+symlink at ``$AGENTFLOWS_POD_ROOT/<mountPath>`` (a copy, for a read-only mount of a ConfigMap,
+Secret, projected or downward-API volume, so paths under it resolve inside it), where
+``AGENTFLOWS_POD_ROOT`` is set in every container's environment. A program that should find
+``/etc/config/x`` in a pod reads ``$AGENTFLOWS_POD_ROOT/etc/config/x`` here. The pod's
+service-account token (from the TokenRequest API, bound to the pod) is written as the projected
+``kube-api-access`` volume and as a kubeconfig named by ``KUBECONFIG``, so the process has
+exactly the pod's permissions.
 """
 
 from __future__ import annotations
@@ -206,7 +208,12 @@ class PodFiles:
         self.root.mkdir(exist_ok=True)
         (self.directory / "home").mkdir(exist_ok=True)
         paths: dict[str, Path] = {}
+        # volumes whose files are written here once, so a read-only mount may be a copy
+        written: set[str] = set()
         for volume in self.pod.spec.volumes or []:
+            sources = (volume.config_map, volume.secret, volume.projected, volume.downward_api)
+            if any(source is not None for source in sources):
+                written.add(volume.name)
             if volume.host_path is not None:
                 paths[volume.name] = Path(volume.host_path.path)
                 continue
@@ -224,9 +231,14 @@ class PodFiles:
                 source = paths[mount.name] / (mount.sub_path or "")
                 link = self.root / mount.mount_path.lstrip("/")
                 link.parent.mkdir(parents=True, exist_ok=True)
-                if link.is_symlink() or link.exists():
+                if link.is_dir() and not link.is_symlink():
+                    shutil.rmtree(link)
+                elif link.is_symlink() or link.exists():
                     link.unlink()
-                link.symlink_to(source)
+                if mount.read_only and mount.name in written:
+                    _copy(source, link)
+                else:
+                    link.symlink_to(source)
         self._write_kubeconfig()
         self.environments = {c.name: self._environment(c) for c in containers}
 
@@ -318,6 +330,20 @@ class PodFiles:
             else:
                 env[variable.name] = expand(variable.value or "", env)
         return env
+
+
+def _copy(source: Path, target: Path) -> None:
+    """Put a read-only mount in place as a copy of its volume (or of its subPath).
+
+    A copy, not a link, so that a path under the mount resolves inside it, as under a real bind
+    mount: a program that refuses paths leading out of a directory accepts the mount's files.
+    """
+    if source.is_dir():
+        shutil.copytree(source, target, symlinks=True)
+    elif source.exists():
+        shutil.copy2(source, target)
+    else:
+        target.symlink_to(source)
 
 
 def expand(text: str, env: dict[str, str]) -> str:

@@ -48,7 +48,7 @@ from agentflows.engine import capabilities
 #: All reference files of one turn together, in bytes.
 MAX_TOTAL_BYTES = 33_554_432
 #: Where ``path`` files are looked for in a runner pod unless AGENTFLOWS_FILES_ROOT says.
-POD_FILES_ROOT = "/var/run/agentflows/files"
+POD_FILES_ROOT = flow_api.RUNNER_FILES_ROOT
 FILES_ROOT_ENV = "AGENTFLOWS_FILES_ROOT"
 _TEXT_TYPES = frozenset(
     {"application/json", "application/yaml", "application/x-yaml", "application/xml"}

@@ -28,6 +28,14 @@ NODE_KINDS = ("agent", "llm", "tool", "transform", "branch", "map", "approval", 
 MAX_NODE_TOOLS = 32
 #: A field the agent fills: a name a function parameter can have.
 FIELD_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"
+#: Where the runner pod's files volumes are mounted, each in a directory named after it; the
+#: runner reads agents' ``path`` files here unless ``AGENTFLOWS_FILES_ROOT`` says otherwise.
+RUNNER_FILES_ROOT = "/var/run/agentflows/files"
+#: Most files volumes on one runner pod.
+MAX_FILES_VOLUMES = 16
+#: A files volume's name, prefixed with ``files-``, is a pod volume name (a 63-character label).
+FILES_VOLUME_NAME_MAX = 57
+FILES_VOLUME_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 
 
 class NodeTool(common.ApiModel):
@@ -538,8 +546,85 @@ class ResourceRequirements(common.ApiModel):
     limits: dict[str, str] = Field(default_factory=dict, description="Limits.")
 
 
+class ConfigMapFiles(common.ApiModel):
+    """A ConfigMap of the run's namespace whose keys become files."""
+
+    name: common.ObjectName = Field(description="Name of the ConfigMap.")
+
+
+class ClaimFiles(common.ApiModel):
+    """A PersistentVolumeClaim of the run's namespace, always mounted read-only."""
+
+    claim_name: common.ObjectName = Field(description="Name of the PersistentVolumeClaim.")
+    read_only: Literal[True] = Field(
+        default=True, description="Always true: the runner never writes its reference files."
+    )
+
+
+class FilesVolume(common.ApiModel):
+    """A volume mounted read-only at ``<files root>/<name>`` for agents' ``path`` files.
+
+    Exactly one source, a ConfigMap or a PersistentVolumeClaim: no host paths or other volume
+    kinds, so the runner pod keeps to the restricted Pod Security Standard.
+    """
+
+    model_config = common.ApiModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                {
+                    "rule": "[has(self.configMap), has(self.persistentVolumeClaim)]"
+                    ".filter(x, x).size() == 1",
+                    "message": "set exactly one of configMap or persistentVolumeClaim",
+                }
+            ]
+        }
+    }
+
+    name: str = Field(
+        min_length=1,
+        max_length=FILES_VOLUME_NAME_MAX,
+        pattern=FILES_VOLUME_NAME_PATTERN,
+        description="Directory under the files root, and (prefixed) the pod's volume name.",
+    )
+    config_map: ConfigMapFiles | None = Field(default=None, description="A ConfigMap's keys.")
+    persistent_volume_claim: ClaimFiles | None = Field(
+        default=None, description="A PersistentVolumeClaim, mounted read-only."
+    )
+    sub_path: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=4096,
+        description="Mount only this relative path of the volume.",
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> FilesVolume:
+        if (self.config_map is None) == (self.persistent_volume_claim is None):
+            raise ValueError("set exactly one of configMap or persistentVolumeClaim")
+        if self.sub_path is not None and (
+            self.sub_path.startswith("/") or ".." in self.sub_path.split("/")
+        ):
+            raise ValueError(
+                f"subPath {self.sub_path[:100]!r} must be a path inside the volume "
+                "(no leading / and no ..)"
+            )
+        return self
+
+
 class RunnerSpec(common.ApiModel):
     """Overrides for the runner pod."""
+
+    model_config = common.ApiModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!has(self.files) || self.files.all(f, "
+                    "self.files.exists_one(g, g.name == f.name))",
+                    "message": "files: names must be unique",
+                }
+            ]
+        }
+    }
 
     image: str | None = Field(default=None, max_length=1024, description="Runner image.")
     service_account_name: str | None = Field(
@@ -549,6 +634,19 @@ class RunnerSpec(common.ApiModel):
     env: list[EnvVar] = Field(default_factory=list, description="Extra environment.")
     node_selector: dict[str, str] = Field(default_factory=dict, description="Node selector.")
     tolerations: list[Toleration] = Field(default_factory=list, description="Tolerations.")
+    files: list[FilesVolume] = Field(
+        default_factory=list,
+        max_length=MAX_FILES_VOLUMES,
+        description="Volumes mounted read-only at <files root>/<name> for agents' path files.",
+    )
+
+    @model_validator(mode="after")
+    def _unique_files(self) -> RunnerSpec:
+        names = [volume.name for volume in self.files]
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise ValueError(f"files: names must be unique ({', '.join(repeated)} repeated)")
+        return self
 
 
 class Retry(common.ApiModel):

@@ -62,6 +62,29 @@ def runner_env(spec: flow_api.RunnerSpec) -> list[dict[str, Any]]:
     return env
 
 
+def files_volumes(spec: flow_api.RunnerSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The Flow's ``runner.files`` as (volumes, read-only mounts under the files root)."""
+    volumes: list[dict[str, Any]] = []
+    mounts: list[dict[str, Any]] = []
+    for entry in spec.files:
+        volume: dict[str, Any] = {"name": f"files-{entry.name}"}
+        if entry.config_map is not None:
+            volume["configMap"] = {"name": entry.config_map.name}
+        elif entry.persistent_volume_claim is not None:
+            claim = entry.persistent_volume_claim.claim_name
+            volume["persistentVolumeClaim"] = {"claimName": claim, "readOnly": True}
+        mount = {
+            "name": volume["name"],
+            "mountPath": f"{flow_api.RUNNER_FILES_ROOT}/{entry.name}",
+            "readOnly": True,
+        }
+        if entry.sub_path is not None:
+            mount["subPath"] = entry.sub_path
+        volumes.append(volume)
+        mounts.append(mount)
+    return volumes, mounts
+
+
 def runner_pod(
     run: dict[str, Any],
     attempt: int,
@@ -103,6 +126,7 @@ def runner_pod(
         *runner_env(runner),
     ]
     resources = runner.resources.model_dump() if runner.resources else DEFAULT_RESOURCES
+    volumes, mounts = files_volumes(runner)
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": runner.image or config.runner_image,
@@ -111,7 +135,7 @@ def runner_pod(
         "env": env,
         "resources": {k: v for k, v in resources.items() if v},
         "securityContext": podsecurity.container_security_context(),
-        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}, *mounts],
     }
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
@@ -120,7 +144,7 @@ def runner_pod(
         "enableServiceLinks": False,
         "securityContext": podsecurity.pod_security_context(fs_group=True),
         "containers": [container],
-        "volumes": [{"name": "tmp", "emptyDir": {}}],
+        "volumes": [{"name": "tmp", "emptyDir": {}}, *volumes],
     }
     if runner.node_selector:
         spec["nodeSelector"] = dict(runner.node_selector)
