@@ -113,7 +113,7 @@ async def main_async(cluster: oc.Cluster, workdir: Path) -> list[str]:
     oc.add_namespace(cluster.kubeconfig, namespace)
     kubelet = oc.Kubelet(cluster.kubelet)
     if cluster.private:
-        kubelet.lower_pods_priority()
+        oc.progress(f"runner pods: {kubelet.lower_pods_priority()}")
     config = oc.operator_kubeconfig(cluster.kubeconfig, workdir)
     observer = oc.Observer()
     async with kube.Client.from_env(cluster.kubeconfig, retry_seconds=60) as api:

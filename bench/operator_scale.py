@@ -6,10 +6,11 @@ starts a private control plane the way the cluster tests do (hack/devcluster), w
 server's audit log on, or uses the cluster of ``--kubeconfig`` (admin); installs crds/ and
 config/ as they ship; runs ``agentflows operator`` as a subprocess with its ServiceAccount's
 token (exactly the RBAC of config/rbac). Runner pods are local processes of the process kubelet:
-the bench holds the kubelet (SIGSTOP) while it measures pod creation and runs them at nice 19
-otherwise, so the operator is measured alone. Every latency is the difference of two receipt
-times (``time.monotonic``) in this process: the create call returning, or an event on its own
-pod and FlowRun watches. Not a test: it asserts nothing and is bounded by timeouts.
+the bench holds the kubelet (SIGSTOP) while it measures pod creation and runs them at nice 19 in
+a cgroup with the smallest CPU share otherwise, so the operator is measured alone. Every latency
+is the difference of two receipt times (``time.monotonic``) in this process: the create call
+returning, or an event on its own pod and FlowRun watches. Not a test: it asserts nothing and
+is bounded by timeouts.
 
 - ``operator API requests per run`` / ``runner API requests per run``: the ``ResponseComplete``
   lines of the API server's audit log by user (the operator's ServiceAccount, the runners'),
@@ -451,7 +452,7 @@ async def main_async(sizes: Sizes, cluster: oc.Cluster, workdir: Path) -> list[s
     oc.add_namespace(cluster.kubeconfig, namespace)
     kubelet = oc.Kubelet(cluster.kubelet)
     if cluster.private:
-        kubelet.lower_pods_priority()
+        oc.progress(f"runner pods: {kubelet.lower_pods_priority()}")
     async with kube.Client.from_env(cluster.kubeconfig, retry_seconds=60) as api:
         bench = Bench(
             api=api,
@@ -493,6 +494,7 @@ def main() -> None:
             else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-operator-")))
         )
         workdir.mkdir(parents=True, exist_ok=True)
+        stack.callback(oc.release_runners_cgroup)  # after the cluster has stopped
         cluster = stack.enter_context(oc.cluster(args.kubeconfig))
         if args.failover:
             import operator_failover
