@@ -3,8 +3,8 @@
 Called by :mod:`devcluster.podworker` before it starts a pod's containers. Nothing is mounted
 (no container runtime, no mount namespace): each volume is materialised as a directory under
 ``<state>/pods/<namespace>_<name>_<uid>/volumes/<volume>/`` and each ``volumeMount`` appears as a
-symlink at ``$AGENTFLOWS_POD_ROOT/<mountPath>`` (a copy, for a read-only mount of a ConfigMap,
-Secret, projected or downward-API volume, so paths under it resolve inside it), where
+symlink at ``$AGENTFLOWS_POD_ROOT/<mountPath>`` (a copy, for a read-only mount of a ConfigMap
+volume, so paths under it resolve inside it), where
 ``AGENTFLOWS_POD_ROOT`` is set in every container's environment. A program that should find
 ``/etc/config/x`` in a pod reads ``$AGENTFLOWS_POD_ROOT/etc/config/x`` here. The pod's
 service-account token (from the TokenRequest API, bound to the pod) is written as the projected
@@ -211,8 +211,7 @@ class PodFiles:
         # volumes whose files are written here once, so a read-only mount may be a copy
         written: set[str] = set()
         for volume in self.pod.spec.volumes or []:
-            sources = (volume.config_map, volume.secret, volume.projected, volume.downward_api)
-            if any(source is not None for source in sources):
+            if volume.config_map is not None:
                 written.add(volume.name)
             if volume.host_path is not None:
                 paths[volume.name] = Path(volume.host_path.path)
