@@ -297,9 +297,11 @@ def _decided(
                 f"input request rejected by {request.decided_by}", reason=Reason.REJECTED
             )
         if spec.input.schema_ is not None:
-            errors = list(schemas.validator(spec.input.schema_).iter_errors(request.data))
-            if errors:
-                raise state.NodeFailed(f"input does not match the schema: {errors[0].message}")
+            found = schemas.mismatch(spec.input.schema_, request.data)
+            if found is not None:
+                raise state.NodeFailed(
+                    f"input does not match the schema at {found.where}: {found.message}"
+                )
         return capabilities.NodeResult(envelope.from_value(request.data))
     return capabilities.NodeResult(envelope.from_value(_decision_json(request)))
 
