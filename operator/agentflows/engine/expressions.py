@@ -418,6 +418,17 @@ def truthy(value: Any) -> bool:
     return value is not None and value is not False
 
 
+def type_name(value: Any) -> str:
+    """The JSON type of a value as jq's ``type`` names it (null, boolean, number, ...)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    return {str: "string", list: "array", dict: "object"}.get(type(value), type(value).__name__)
+
+
 def case_key(value: Any) -> str:
     """The string a branch value is matched against ``cases`` keys with."""
     if isinstance(value, bool):

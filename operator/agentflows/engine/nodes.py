@@ -485,10 +485,10 @@ async def _map(
     spec = node.spec.map
     assert spec is not None
     items = await expressions.evaluate_async(node.templates["items"], scope)
-    if items is None:
-        items = []
-    if not isinstance(items, list):
-        raise state.NodeFailed(f"map.items must give a list, got {type(items).__name__}")
+    if not isinstance(items, list):  # a misspelt path gives null: never an empty map
+        raise state.NodeFailed(
+            f"map.items {spec.items!r} gave {expressions.type_name(items)}, not an array"
+        )
     if len(items) > spec.max_items:
         raise state.NodeFailed(
             f"map.items gave {len(items)} items, over map.maxItems={spec.max_items}"
