@@ -85,11 +85,13 @@ class McpTool(common.ApiModel):
     headers: dict[str, common.SecretKeyRef] = Field(
         default_factory=dict, description="HTTP headers whose values come from Secrets."
     )
-    command: str | None = Field(
+    command: common.OsText | None = Field(
         default=None, max_length=1024, description="Command that starts a stdio server in the pod."
     )
-    args: list[str] = Field(default_factory=list, description="Arguments of the stdio command.")
-    env: dict[str, str] = Field(
+    args: list[common.OsText] = Field(
+        default_factory=list, description="Arguments of the stdio command."
+    )
+    env: dict[common.OsText, common.OsText] = Field(
         default_factory=dict, description="Extra environment of the stdio server."
     )
     include: list[str] = Field(
@@ -290,7 +292,7 @@ class ReferenceFile(common.ApiModel):
     secret_key_ref: common.SecretKeySelector | None = Field(
         default=None, description="A Secret key (injected into the runner pod like other secrets)."
     )
-    path: str | None = Field(
+    path: common.OsText | None = Field(
         default=None,
         min_length=1,
         max_length=4096,

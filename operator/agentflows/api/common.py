@@ -11,7 +11,7 @@ import json
 import re
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 #: Marker for genuinely free-form JSON leaves (inputs, outputs, schemas, arguments).
@@ -33,6 +33,19 @@ ID_PATTERN = r"^[a-z0-9]([-a-z0-9_]*[a-z0-9])?$"
 ObjectName = Annotated[str, Field(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)]
 Identifier = Annotated[str, Field(min_length=1, max_length=63, pattern=ID_PATTERN)]
 JsonValue = Annotated[Any, Field(json_schema_extra=FREE_FORM)]
+
+
+def _no_nul(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError(
+            "must not contain a NUL character (\\0): the operating system ends a path, "
+            "a command's argument or an environment value at one"
+        )
+    return value
+
+
+#: Text the operating system receives: a file path, a command, its arguments, environment.
+OsText = Annotated[str, AfterValidator(_no_nul)]
 
 
 def name_problem(name: Any, max_length: int = NAME_MAX) -> str | None:

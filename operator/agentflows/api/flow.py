@@ -590,7 +590,7 @@ class FilesVolume(common.ApiModel):
     persistent_volume_claim: ClaimFiles | None = Field(
         default=None, description="A PersistentVolumeClaim, mounted read-only."
     )
-    sub_path: str | None = Field(
+    sub_path: common.OsText | None = Field(
         default=None,
         min_length=1,
         max_length=4096,

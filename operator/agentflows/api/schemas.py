@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import re
 import urllib.parse
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
+
+from agentflows.api import patterns
 
 if TYPE_CHECKING:
     import jsonschema
@@ -234,10 +235,9 @@ class _Walk:
                 )
 
     def pattern(self, value: str, where: str) -> None:
-        try:
-            re.compile(value)
-        except (re.error, OverflowError, RecursionError, ValueError) as exc:
-            self.problems.append((where, f"not a valid regular expression {value[:80]!r}: {exc}"))
+        problem = patterns.problem(value)
+        if problem is not None:
+            self.problems.append((where, problem))
 
 
 def _target(walk: _Walk, ref: str) -> str | None:
@@ -324,11 +324,24 @@ def _registry() -> referencing.Registry[Any]:
     return referencing.Registry(retrieve=_refuse)  # type: ignore[call-arg]
 
 
-def validator(schema: Any) -> jsonschema.Draft202012Validator:
-    """The validator of a user's schema (2020-12); it never fetches a reference."""
+@functools.cache
+def _validator_class() -> type[jsonschema.Draft202012Validator]:
     import jsonschema
 
-    return jsonschema.Draft202012Validator(schema, registry=_registry())
+    extend: Any = jsonschema.validators.extend  # untyped in types-jsonschema
+    extended: type[jsonschema.Draft202012Validator] = extend(
+        jsonschema.Draft202012Validator, patterns.keywords()
+    )
+    return extended
+
+
+def validator(schema: Any) -> jsonschema.Draft202012Validator:
+    """The validator of a user's schema (2020-12), the one every schema check uses.
+
+    It never fetches a reference and matches patterns in linear time
+    (:mod:`agentflows.api.patterns`).
+    """
+    return _validator_class()(schema, registry=_registry())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -348,6 +361,33 @@ class Mismatch:
         return "/".join(str(part) for part in self.path) or "(root)"
 
 
+#: What a check says when the value (or the schema) nests deeper than Python's stack allows.
+TOO_DEEP = "nested too deeply to check against the schema"
+
+
+def _applying(schema: Any, check: Callable[[Any], list[Mismatch]]) -> list[Mismatch]:
+    """``check(validator)``, with a schema that cannot be applied as one bad-schema Mismatch.
+
+    A value nested deeper than the stack (a 300-deep input against ``$ref: "#"``) is a
+    mismatch of the value, not a crash: jsonschema recurses once per level of the data.
+    """
+    import jsonschema
+    import referencing.exceptions
+
+    try:
+        return check(validator(schema))
+    except RecursionError:
+        return [Mismatch((), TOO_DEEP)]
+    except (
+        jsonschema.SchemaError,
+        jsonschema.exceptions.UnknownType,
+        referencing.exceptions.Unresolvable,
+        patterns.PatternError,
+    ) as exc:
+        text = getattr(exc, "message", None) or str(exc).splitlines()[0]
+        return [Mismatch((), text[:512], bad_schema=True)]
+
+
 def mismatch(schema: Any, value: Any) -> Mismatch | None:
     """Why ``value`` does not match ``schema`` (the best error), or None when it matches.
 
@@ -356,19 +396,24 @@ def mismatch(schema: Any, value: Any) -> Mismatch | None:
     bad schemas alike, and an operator never fails a reconcile on a user's schema.
     """
     import jsonschema
-    import referencing.exceptions
 
-    try:
-        error = jsonschema.exceptions.best_match(validator(schema).iter_errors(value))
-    except (
-        jsonschema.SchemaError,
-        jsonschema.exceptions.UnknownType,
-        referencing.exceptions.Unresolvable,
-        re.error,
-        RecursionError,
-    ) as exc:
-        text = getattr(exc, "message", None) or str(exc).splitlines()[0]
-        return Mismatch((), text[:512], bad_schema=True)
-    if error is None:
-        return None
-    return Mismatch(tuple(error.absolute_path), error.message)
+    def best(checker: jsonschema.Draft202012Validator) -> list[Mismatch]:
+        error = jsonschema.exceptions.best_match(checker.iter_errors(value))
+        return [] if error is None else [Mismatch(tuple(error.absolute_path), error.message)]
+
+    found = _applying(schema, best)
+    return found[0] if found else None
+
+
+def mismatches(schema: Any, value: Any) -> list[Mismatch]:
+    """Every reason ``value`` does not match ``schema``, in the order of their paths.
+
+    The same answers as :func:`mismatch` for a schema that cannot be applied or a value too
+    deep to check (one Mismatch).
+    """
+
+    def every(checker: jsonschema.Draft202012Validator) -> list[Mismatch]:
+        errors = sorted(checker.iter_errors(value), key=lambda e: [str(p) for p in e.absolute_path])
+        return [Mismatch(tuple(e.absolute_path), e.message) for e in errors]
+
+    return _applying(schema, every)

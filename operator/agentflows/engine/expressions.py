@@ -53,6 +53,8 @@ DEFAULT_TIMEOUT_SECONDS = 5.0
 CHEAP_INPUT_BYTES = 64 * 1024
 #: Most evaluations one compiled template may expand to (YAML aliases repeat their target).
 MAX_TEMPLATE_VALUES = 100_000
+#: Longest compiling a program (or a batch of them) in the worker pool may take.
+CHECK_SECONDS = 60.0
 
 _INTERPOLATION = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
 
@@ -187,18 +189,37 @@ def _jq_program(source: str) -> Any:
     return jq.compile(source)
 
 
+def _compiles(source: str, cheap: bool) -> None:
+    """Compile ``source`` (ValueError with jq's message when jq refuses it).
+
+    jq folds constant expressions as it compiles (``"x" * 2e9`` allocates 2 GB before
+    anything runs), so only a cheap program, which has no operator that multiplies a size, is
+    compiled in this process; every other one in the worker pool, under its memory limit.
+    """
+    if cheap:
+        _jq_program(source)
+        return
+    try:
+        jqsandbox.check(source, CHECK_SECONDS)
+    except jqsandbox.EvaluationError as exc:
+        raise ValueError(str(exc)) from exc
+
+
 @functools.lru_cache(maxsize=8192)
 def _compile_program(source: str) -> _Program:
+    tokens = jqcheck.tokenize(source)
+    cheap = jqcheck.is_cheap(tokens)
     if source not in _CHECKED:
         try:
-            _jq_program(source)
+            _compiles(source, cheap)
         except ValueError as exc:
             raise ExpressionError(f"jq syntax error in {source!r}: {_clean(str(exc))}") from exc
-    tokens = jqcheck.tokenize(source)
+        except jqsandbox.Exceeded as exc:
+            raise ExpressionLimit(f"jq {source!r}: compiling it: {exc}") from exc
     refused = jqcheck.refusal(tokens)
     if refused is not None:
         raise ExpressionError(f"jq {source!r}: {refused}")
-    return _Program(source, referenced_nodes(source), jqcheck.is_cheap(tokens))
+    return _Program(source, referenced_nodes(source), cheap)
 
 
 def _check_together(sources: Iterable[str]) -> None:
@@ -221,8 +242,8 @@ def _check_together(sources: Iterable[str]) -> None:
     tag = secrets.token_hex(8)
     body = "".join(f"def _af{tag}_{i}: (\n{source}\n);\n" for i, source in enumerate(pending))
     try:
-        jq.compile(body + ".")
-    except ValueError:
+        _compiles(body + ".", all(jqcheck.is_cheap(jqcheck.tokenize(s)) for s in pending))
+    except (ValueError, jqsandbox.Exceeded):
         return
     if len(_CHECKED) + len(pending) > _MAX_CHECKED:
         _CHECKED.clear()
@@ -395,6 +416,21 @@ async def evaluate_async(template: Template, scope: Scope) -> Any:
 def truthy(value: Any) -> bool:
     """Jq truthiness: everything but null and false."""
     return value is not None and value is not False
+
+
+def type_name(value: Any) -> str:
+    """The JSON type of a value as jq's ``type`` names it (null, boolean, number, ...)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object" if isinstance(value, dict) else type(value).__name__
 
 
 def case_key(value: Any) -> str:

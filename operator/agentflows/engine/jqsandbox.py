@@ -44,7 +44,8 @@ MAX_RESULT_BYTES = 16 * 1024 * 1024
 _MIB = 1024 * 1024
 
 _OK, _JQ_ERROR, _NO_MEMORY, _TOO_LARGE = 0, 1, 2, 3
-_REQUEST = struct.Struct("!IId")
+_EVALUATE, _COMPILE = 0, 1
+_REQUEST = struct.Struct("!BIId")
 _REPLY = struct.Struct("!BI")
 
 #: The worker program. It imports nothing of agentflows: it runs with an empty environment.
@@ -56,7 +57,7 @@ resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
 resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
 import jq
 read, write = sys.stdin.buffer.read, sys.stdout.buffer
-request, reply = struct.Struct("!IId"), struct.Struct("!BI")
+request, reply = struct.Struct("!BIId"), struct.Struct("!BI")
 programs = {}
 write.write(b"R")
 write.flush()
@@ -64,19 +65,23 @@ while True:
     head = read(request.size)
     if len(head) < request.size:
         break
-    source_size, input_size, seconds = request.unpack(head)
+    mode, source_size, input_size, seconds = request.unpack(head)
     source = read(source_size).decode(errors="surrogatepass")
     text = read(input_size).decode(errors="surrogatepass")
     usage = resource.getrusage(resource.RUSAGE_SELF)
     budget = int(usage.ru_utime + usage.ru_stime + seconds) + 1
     resource.setrlimit(resource.RLIMIT_CPU, (budget, resource.RLIM_INFINITY))
     try:
-        program = programs.get(source)
-        if program is None:
-            if len(programs) >= 256:
-                programs.clear()
-            program = programs[source] = jq.compile(source)
-        body = json.dumps(program.input_text(text).all(), ensure_ascii=False).encode()
+        if mode == 1:  # compile only: jq folds constants ("x" * 1e9) as it compiles
+            jq.compile(source)
+            body = b"[]"
+        else:
+            program = programs.get(source)
+            if program is None:
+                if len(programs) >= 256:
+                    programs.clear()
+                program = programs[source] = jq.compile(source)
+            body = json.dumps(program.input_text(text).all(), ensure_ascii=False).encode()
         status = 0 if len(body) <= max_result else 3
     except MemoryError:
         status, body = 2, b""
@@ -216,6 +221,21 @@ def evaluate(source: str, text: str, seconds: float) -> list[Any]:
 
     Raises :class:`Exceeded` at a bound and :class:`EvaluationError` for jq's own errors.
     """
+    return _request(_EVALUATE, source, text, seconds)
+
+
+def check(source: str, seconds: float) -> None:
+    """Compile jq ``source`` in a worker, within ``seconds`` and the limits; run nothing.
+
+    jq folds constant expressions while it compiles (``"x" * 2e9`` is a 2 GB string before
+    anything runs), so a program that is not provably cheap is compiled here, never in the
+    caller's process. Raises :class:`EvaluationError` with jq's message for a program jq
+    refuses, :class:`Exceeded` at a bound.
+    """
+    _request(_COMPILE, source, "", seconds)
+
+
+def _request(mode: int, source: str, text: str, seconds: float) -> list[Any]:
     try:
         worker = _POOL.acquire(time.monotonic() + seconds)
     except TimeoutError:
@@ -223,7 +243,7 @@ def evaluate(source: str, text: str, seconds: float) -> list[Any]:
     # The program's own time starts once it has a worker: time spent waiting for one (other
     # programs held them all) is reported as Busy, never blamed on this program.
     try:
-        return _exchange(worker, source, text, seconds, time.monotonic() + seconds)
+        return _exchange(worker, mode, source, text, seconds, time.monotonic() + seconds)
     except _Gone:
         pass  # it died while idle (killed from outside): one fresh worker gets the request
     try:
@@ -231,7 +251,7 @@ def evaluate(source: str, text: str, seconds: float) -> list[Any]:
     except TimeoutError:
         raise Busy(f"expression waited {_seconds(seconds)} s for a free evaluator") from None
     try:
-        return _exchange(worker, source, text, seconds, time.monotonic() + seconds)
+        return _exchange(worker, mode, source, text, seconds, time.monotonic() + seconds)
     except _Gone:
         raise Exceeded(_memory_message()) from None
 
@@ -251,11 +271,11 @@ def _memory_message() -> str:
 
 
 def _exchange(
-    worker: _Worker, source: str, text: str, seconds: float, deadline: float
+    worker: _Worker, mode: int, source: str, text: str, seconds: float, deadline: float
 ) -> list[Any]:
     encoded_source = source.encode(errors="surrogatepass")
     encoded_text = text.encode(errors="surrogatepass")
-    head = _REQUEST.pack(len(encoded_source), len(encoded_text), seconds)
+    head = _REQUEST.pack(mode, len(encoded_source), len(encoded_text), seconds)
     try:
         worker.stdin.write(head + encoded_source + encoded_text)
         worker.stdin.flush()

@@ -297,9 +297,11 @@ def _decided(
                 f"input request rejected by {request.decided_by}", reason=Reason.REJECTED
             )
         if spec.input.schema_ is not None:
-            errors = list(schemas.validator(spec.input.schema_).iter_errors(request.data))
-            if errors:
-                raise state.NodeFailed(f"input does not match the schema: {errors[0].message}")
+            found = schemas.mismatch(spec.input.schema_, request.data)
+            if found is not None:
+                raise state.NodeFailed(
+                    f"input does not match the schema at {found.where}: {found.message}"
+                )
         return capabilities.NodeResult(envelope.from_value(request.data))
     return capabilities.NodeResult(envelope.from_value(_decision_json(request)))
 
@@ -483,10 +485,10 @@ async def _map(
     spec = node.spec.map
     assert spec is not None
     items = await expressions.evaluate_async(node.templates["items"], scope)
-    if items is None:
-        items = []
-    if not isinstance(items, list):
-        raise state.NodeFailed(f"map.items must give a list, got {type(items).__name__}")
+    if not isinstance(items, list):  # a misspelt path gives null: never an empty map
+        raise state.NodeFailed(
+            f"map.items {spec.items!r} gave {expressions.type_name(items)}, not an array"
+        )
     if len(items) > spec.max_items:
         raise state.NodeFailed(
             f"map.items gave {len(items)} items, over map.maxItems={spec.max_items}"

@@ -156,11 +156,11 @@ def input_problems(schema: Any, value: Any) -> list[str]:
     """Why ``value`` does not match the Flow's input ``schema``, one ``input.<path>: ...`` each."""
     if schema is None:
         return []
-    validator = schemas.validator(schema)
     problems = []
-    for error in sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path)):
-        path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
-        problems.append(f"input{path}: {error.message}")
+    for found in schemas.mismatches(schema, value):
+        path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in found.path)
+        where = "spec.input (the schema)" if found.bad_schema else f"input{path}"
+        problems.append(f"{where}: {found.message}")
     return problems
 
 

@@ -175,10 +175,10 @@ def test_a_looping_expression_fails_at_its_bound_and_the_evaluator_recovers() ->
 
 
 def test_an_expression_that_allocates_without_end_fails_on_its_memory_limit() -> None:
-    template = expressions.compile_expression('"x" * 1e9 | length')
+    # jq folds the constant as it compiles: the bound is hit there, in the worker
     scope = expressions.Scope({}, deadline=time.monotonic() + 30)
     with pytest.raises(expressions.ExpressionLimit, match=r"exceeded its memory limit \(512 MiB\)"):
-        expressions.evaluate(template, scope)
+        expressions.evaluate(expressions.compile_expression('"x" * 1e9 | length'), scope)
 
 
 @pytest.mark.parametrize("flow", sorted(LOOPING_FLOWS))
