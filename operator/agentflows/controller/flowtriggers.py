@@ -108,10 +108,12 @@ def _summary(flow_obj: Mapping[str, Any], cronjobs: list[str]) -> str:
     parts = []
     if cronjobs:
         parts.append("CronJobs: " + ", ".join(cronjobs))
+    own = str(flow_obj["metadata"]["namespace"])
     watched = sorted(
-        f"{t['kubernetes'].get('apiVersion')}/{t['kubernetes'].get('kind')}"
-        for t in (flow_obj.get("spec") or {}).get("triggers") or []
-        if isinstance(t, dict) and t.get("kubernetes")
+        f"{t.kubernetes.api_version}/{t.kubernetes.kind} in "
+        + (t.kubernetes.watched_namespace(own) or "every namespace")
+        for t in common.triggers_of(flow_obj)
+        if t.kubernetes is not None
     )
     if watched:
         parts.append("watching: " + ", ".join(dict.fromkeys(watched)))

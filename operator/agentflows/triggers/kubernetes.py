@@ -6,9 +6,11 @@ manager keeps one watch per (apiVersion, kind) that some trigger names, starts a
 as triggers come and go, and hands each watch event to every trigger of that kind:
 
 1. event type in the trigger's ``eventTypes`` (default ADDED, MODIFIED);
-2. the trigger's ``namespace``, ``labelSelector`` and ``fieldSelector`` match (always checked
-   here; when every trigger of a kind agrees on a namespace or selector, the watch itself is
-   narrowed to it as well, so the API server does the filtering);
+2. the trigger's namespace (its Flow's own unless it names another, or ``*`` for all — a
+   wider scope is admitted only for a writer who may list and watch the kind there,
+   ``config/policies/trigger-scope.yaml``), ``labelSelector`` and ``fieldSelector`` match
+   (always checked here; when every trigger of a kind agrees on a namespace or selector, the
+   watch itself is narrowed to it as well, so the API server does the filtering);
 3. the jq ``filter`` over ``{event: {type, object}}`` is truthy, evaluated within
    ``common.EXPRESSION_SECONDS`` and a memory limit (in a worker process unless it is provably
    cheap) while the triggers of the same event are evaluated concurrently; a filter that hits
@@ -175,6 +177,11 @@ class _Binding:
         return f"{meta['namespace']}/{meta['name']}/{self.trigger.name}"
 
     @property
+    def namespace(self) -> str | None:
+        """The namespace this trigger sees (None: every namespace)."""
+        return self.source.watched_namespace(str(self.flow["metadata"]["namespace"]))
+
+    @property
     def identity(self) -> tuple[str, Any, str]:
         """The trigger as written: the Flow's uid and generation and the trigger's name."""
         meta = self.flow["metadata"]
@@ -186,7 +193,7 @@ class _Binding:
         meta = obj.get("metadata") or {}
         if event_type not in source.event_types:
             return False
-        if source.namespace and meta.get("namespace") != source.namespace:
+        if self.namespace is not None and meta.get("namespace") != self.namespace:
             return False
         if not label_selector_matches(source.label_selector, meta.get("labels") or {}):
             return False
@@ -242,7 +249,7 @@ class _Scope:
             return values.pop() if len(values) == 1 else None
 
         return cls(
-            agreed({b.source.namespace for b in bindings}),
+            agreed({b.namespace for b in bindings}),
             agreed({b.source.label_selector for b in bindings}),
             agreed({b.source.field_selector for b in bindings}),
         )
