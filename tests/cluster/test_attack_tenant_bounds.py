@@ -26,12 +26,17 @@ def test_a_run_whose_input_is_over_the_limit_fails_at_once_naming_the_field(
             "kind": "Flow",
             "metadata": {"name": "echo"},
             "spec": {"nodes": [{"id": "echo", "transform": "=.run.input"}]},
-        },
-        {
-            "kind": "FlowRun",
-            "metadata": {"name": "huge"},
-            "spec": {"flow": "echo", "input": {"document": "a" * 1_200_000}},
-        },
+        }
+    )
+    # created, not applied: kubectl apply would copy it into an annotation, which is bounded
+    huge = {
+        "apiVersion": "agentflows.io/v1alpha1",
+        "kind": "FlowRun",
+        "metadata": {"name": "huge"},
+        "spec": {"flow": "echo", "input": {"document": "a" * 1_200_000}},
+    }
+    runs.custom.create_namespaced_custom_object(
+        "agentflows.io", "v1alpha1", runs.namespace, "flowruns", huge
     )
     status = runs.wait_phase("huge", "Succeeded", "Failed")
     assert status["phase"] == "Failed"
