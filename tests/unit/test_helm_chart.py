@@ -354,7 +354,7 @@ def test_the_console_account_may_impersonate_and_nothing_else(helm: Path) -> Non
     assert role["rules"] == [
         {
             "apiGroups": [""],
-            "resources": ["users", "groups", "serviceaccounts"],
+            "resources": ["users", "groups"],
             "verbs": ["impersonate"],
         }
     ]
@@ -369,6 +369,25 @@ def test_the_console_account_may_impersonate_and_nothing_else(helm: Path) -> Non
         and any(s.get("name") == "agentflows-console" for s in doc.get("subjects", []))
     ]
     assert bound == [binding]
+
+
+def test_the_console_may_impersonate_only_the_service_accounts_its_values_allow(
+    helm: Path,
+) -> None:
+    allowed = "console.allowSystemIdentities={system:serviceaccount:ops:auditor,system:masters}"
+    documents = render(helm, *CONSOLE, allowed)
+    role = one(documents, "ClusterRole", "agentflows-console")
+    assert role["rules"][1] == {
+        "apiGroups": [""],
+        "resources": ["serviceaccounts"],
+        "resourceNames": ["auditor"],
+        "verbs": ["impersonate"],
+    }
+    command = one(documents, "Deployment", "agentflows-console", "agentflows-system")["spec"][
+        "template"
+    ]["spec"]["containers"][0]["command"]
+    assert "--allow-system-identity=system:serviceaccount:ops:auditor" in command
+    assert "--allow-system-identity=system:masters" in command
 
 
 def test_the_console_trusts_only_the_configured_proxy_and_runs_restricted(helm: Path) -> None:

@@ -130,3 +130,48 @@ def test_a_key_added_while_its_reconcile_runs_counts_the_rest_of_that_reconcile_
 
     asyncio.run(main())
     assert waits[1] >= held
+
+
+def test_a_namespace_with_a_thousand_keys_delays_another_namespaces_key_by_one_turn() -> None:
+    # One worker, 1,000 FlowRuns of team-b queued before team-a's one: team-a's is the second
+    # reconciled (after the team-b key first in line), not the 1,001st; team-b's keep order.
+    crowd = [workqueue.Key(workqueue.FLOWRUN, "team-b", f"run-{i}") for i in range(1000)]
+    alone = workqueue.Key(workqueue.FLOWRUN, "team-a", "run")
+    seen: list[workqueue.Key] = []
+
+    async def reconcile(key: workqueue.Key) -> float | None:
+        seen.append(key)
+        return None
+
+    async def main() -> None:
+        queue = workqueue.WorkQueue(reconcile, workers=1)
+        for key in crowd:
+            queue.add(key)
+        queue.add(alone)
+        worker = asyncio.create_task(queue.run())
+        await until(lambda: not queue.pending())
+        worker.cancel()
+
+    asyncio.run(main())
+    assert seen.index(alone) == 1
+    assert [key for key in seen if key != alone] == crowd
+
+
+def test_namespaces_take_turns_whatever_order_their_keys_came_in() -> None:
+    keys = [workqueue.Key(workqueue.FLOWRUN, ns, f"r{i}") for ns in "abc" for i in range(3)]
+    seen: list[str] = []
+
+    async def reconcile(key: workqueue.Key) -> float | None:
+        seen.append(key.namespace)
+        return None
+
+    async def main() -> None:
+        queue = workqueue.WorkQueue(reconcile, workers=1)
+        for key in keys:
+            queue.add(key)
+        worker = asyncio.create_task(queue.run())
+        await until(lambda: not queue.pending())
+        worker.cancel()
+
+    asyncio.run(main())
+    assert "".join(seen) == "abcabcabc"

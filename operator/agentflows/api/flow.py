@@ -400,6 +400,8 @@ class Webhook(common.ApiModel):
 
 
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
+#: A kubernetes trigger's ``namespace`` for every namespace.
+ALL_NAMESPACES = "*"
 
 
 def _default_event_types() -> list[EventType]:
@@ -411,7 +413,14 @@ class KubernetesSource(common.ApiModel):
 
     api_version: str = Field(max_length=256, description="API version, e.g. v1.")
     kind: str = Field(max_length=256, description="Kind, e.g. Event or Pod.")
-    namespace: str | None = Field(default=None, description="Namespace to watch (default: all).")
+    namespace: str | None = Field(
+        default=None,
+        max_length=63,
+        pattern=r"^(\*|[a-z0-9]([-a-z0-9]*[a-z0-9])?)$",
+        description="Namespace to watch (default: the Flow's own; '*': every namespace). "
+        "Another namespace, or '*', is admitted only if the Flow's writer may list and watch "
+        "the kind there (config/policies/trigger-scope.yaml).",
+    )
     label_selector: str | None = Field(default=None, max_length=1024, description="Labels.")
     field_selector: str | None = Field(default=None, max_length=1024, description="Fields.")
     event_types: list[EventType] = Field(
@@ -423,6 +432,12 @@ class KubernetesSource(common.ApiModel):
     dedup_window_seconds: int = Field(
         default=600, ge=0, le=86400, description="Drop repeats of the same object and reason."
     )
+
+    def watched_namespace(self, own: str) -> str | None:
+        """The namespace watched for a Flow in ``own``: its own unless named; None for all."""
+        if self.namespace == ALL_NAMESPACES:
+            return None
+        return self.namespace or own
 
 
 class Trigger(common.ApiModel):

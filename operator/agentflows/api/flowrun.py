@@ -8,7 +8,8 @@ requests) and humans (the decision fields of a request).
 from __future__ import annotations
 
 import enum
-from typing import Annotated, Literal
+import json
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, StringConstraints
 
@@ -41,6 +42,24 @@ class RunPhase(enum.StrEnum):
     def terminal(self) -> bool:
         """True once the run can change no more."""
         return self in (RunPhase.SUCCEEDED, RunPhase.FAILED, RunPhase.CANCELLED)
+
+
+#: Most bytes of JSON a run's ``spec.input`` may hold (compact JSON, as counted by
+#: :func:`input_size_problem`). Every FlowRun is held in the operator's memory while it is
+#: active, so an input over this is refused at ``agentflows start`` and fails the run at once
+#: (reason InputTooLarge); larger data is passed by reference (a ConfigMap, a URL).
+MAX_INPUT_BYTES = 262_144
+
+
+def input_size_problem(value: Any, where: str = "spec.input") -> str | None:
+    """Why ``value`` is too large to be a run's input (None when it is not)."""
+    size = len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+    if size <= MAX_INPUT_BYTES:
+        return None
+    return (
+        f"{where}: {size} bytes of JSON, over the {MAX_INPUT_BYTES} a run's input may hold; "
+        "pass larger data by reference (a ConfigMap, a URL)"
+    )
 
 
 class RunReason(enum.StrEnum):
@@ -90,6 +109,8 @@ class RunReason(enum.StrEnum):
     FLOW_NOT_FOUND = "FlowNotFound"
     #: The Flow (or the snapshot of it) does not validate.
     FLOW_INVALID = "FlowInvalid"
+    #: The run's spec.input is over MAX_INPUT_BYTES.
+    INPUT_TOO_LARGE = "InputTooLarge"
     #: Stored state the run needs is malformed or gone (e.g. an offloaded output).
     STATE_LOST = "StateLost"
     #: Runner pods were lost more often than spec.retry.maxAttempts allows.
@@ -160,7 +181,11 @@ class FlowRunSpec(common.ApiModel):
     """Desired state of a FlowRun."""
 
     flow: common.ObjectName = Field(description="Name of the Flow to run (same namespace).")
-    input: common.JsonValue = Field(default=None, description="Run input (the Flow's schema).")
+    input: common.JsonValue = Field(
+        default=None,
+        description="Run input (the Flow's schema); at most 262144 bytes of JSON, or the run "
+        "fails with reason InputTooLarge.",
+    )
     trigger: TriggerRef | None = Field(default=None, description="What started the run.")
     cancel: bool = Field(default=False, description="Set true to cancel the run.")
 

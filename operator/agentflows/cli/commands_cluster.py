@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 
 import click
 
+from agentflows.api import flowrun as flowrun_api
 from agentflows.api import schemas
 from agentflows.cli import completion, group, local, views
 
@@ -86,6 +87,9 @@ def start(
         value = local.parse_inputs(inputs, input_json)
     except local.UsageError as exc:
         _fail(exc)
+    too_large = flowrun_api.input_size_problem(value, "--input/--input-json")
+    if too_large is not None:
+        _fail(local.UsageError(too_large))
     api = _client(kubeconfig, kube_context)
     ns = namespace or api.config.namespace
 

@@ -68,6 +68,14 @@ def _local_runs(state_dir: str | None) -> Any:
     metavar="CIDR",
     help="Believe X-Forwarded-User/-Groups from this network only (an authenticating proxy).",
 )
+@click.option(
+    "--allow-system-identity",
+    "allowed_system",
+    multiple=True,
+    metavar="NAME",
+    help="A system: user or group (system:serviceaccount:NS:NAME, system:masters...) the "
+    "console may act for when its proxy forwards it; repeat it. Default: none.",
+)
 @click.option("--pass-tokens", is_flag=True, help="Act with the bearer token each request sends.")
 @click.option("--local", "local_mode", is_flag=True, help="Show the runs of the state directory.")
 @click.option("--state-dir", help="Where local runs are kept (with --local).")
@@ -84,6 +92,7 @@ def console(
     kubeconfig: str | None,
     kube_context: str | None,
     trust_proxy_from: str | None,
+    allowed_system: tuple[str, ...],
     pass_tokens: bool,
     local_mode: bool,
     state_dir: str | None,
@@ -104,7 +113,9 @@ def console(
         web_app = app.local_app(_local_runs(state_dir))
     else:
         api = commands_cluster._client(kubeconfig, kube_context)
-        gate = identity.Gate(api, trusted_proxy=proxy, pass_tokens=pass_tokens)
+        gate = identity.Gate(
+            api, trusted_proxy=proxy, pass_tokens=pass_tokens, allowed_system=allowed_system
+        )
         web_app = app.cluster_app(
             gate,
             namespaces[0] if namespaces else api.config.namespace,

@@ -7,7 +7,11 @@ Three ways, chosen when the console starts (:class:`Gate`):
   them) are believed only on connections from that network; the console calls the API server
   with ``Impersonate-User``/``Impersonate-Group`` headers on its own client, whose credentials
   may impersonate and nothing more. A request from anywhere else is refused (401): a header
-  anyone can write is not an identity.
+  anyone can write is not an identity. A forwarded user or group in Kubernetes' reserved
+  ``system:`` namespace (``system:masters``, ``system:serviceaccount:...``, ``system:node:...``)
+  is refused (403) unless ``--allow-system-identity`` names it: those are the cluster's own
+  components (the operator, whom the decision policy trusts; the nodes; the superusers), never
+  a person a proxy signs in, and a proxy that forwards one is misconfigured or forged.
 - With ``--pass-tokens``: a request's ``Authorization: Bearer`` token is passed to the API
   server on a client that holds no credentials of the console's own (no client certificate
   either: the API server would authenticate that first).
@@ -25,7 +29,8 @@ import contextlib
 import dataclasses
 import hashlib
 import ipaddress
-from collections.abc import AsyncIterator
+import logging
+from collections.abc import AsyncIterator, Iterable
 
 from aiohttp import web
 
@@ -35,6 +40,12 @@ FORWARDED_USER = "X-Forwarded-User"
 FORWARDED_GROUPS = "X-Forwarded-Groups"
 #: Longest forwarded user or group name taken (a Kubernetes user name has no set limit).
 MAX_NAME = 253
+#: Kubernetes reserves this prefix for its own users, groups and service accounts.
+SYSTEM_PREFIX = "system:"
+#: How many refused names are remembered so that each is logged once.
+MAX_LOGGED = 1024
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,10 +80,13 @@ class Gate:
         *,
         trusted_proxy: ipaddress.IPv4Network | ipaddress.IPv6Network | None = None,
         pass_tokens: bool = False,
+        allowed_system: Iterable[str] = (),
     ) -> None:
         self.api = api
         self.trusted_proxy = trusted_proxy
         self.pass_tokens = pass_tokens
+        self.allowed_system = frozenset(allowed_system)
+        self._logged: set[str] = set()
 
     @property
     def local(self) -> bool:
@@ -86,10 +100,12 @@ class Gate:
         forwarded = request.headers.get(FORWARDED_USER, "").strip()
         if self.trusted_proxy is not None and forwarded and self._from_proxy(request):
             groups = request.headers.get(FORWARDED_GROUPS, "")
-            return Identity(
+            vouched = Identity(
                 user=forwarded[:MAX_NAME],
                 groups=tuple(g.strip()[:MAX_NAME] for g in groups.split(",") if g.strip()),
             )
+            self._refuse_system(vouched)
+            return vouched
         scheme, _, token = request.headers.get("Authorization", "").partition(" ")
         if self.pass_tokens and scheme.lower() == "bearer" and token.strip():
             return Identity(token=token.strip())
@@ -97,6 +113,26 @@ class Gate:
             text="sign in: this console acts only for a user its proxy vouches for"
             + (" or who sends a bearer token" if self.pass_tokens else "")
         )
+
+    def _refuse_system(self, vouched: Identity) -> None:
+        """403 when the proxy vouches for a ``system:`` name the configuration does not allow."""
+        names = [("user", vouched.user or "")] + [("group", g) for g in vouched.groups]
+        for kind, name in names:
+            if not name.startswith(SYSTEM_PREFIX) or name in self.allowed_system:
+                continue
+            if name not in self._logged and len(self._logged) < MAX_LOGGED:
+                self._logged.add(name)
+                log.warning(
+                    "refused to impersonate the forwarded %s %r: system: identities are "
+                    "acted for only when --allow-system-identity names them",
+                    kind,
+                    name,
+                )
+            raise web.HTTPForbidden(
+                text=f"refused: the proxy forwarded the {kind} {name!r}, a Kubernetes system "
+                "identity; this console never acts as one unless its configuration allows it "
+                "(--allow-system-identity, chart value console.allowSystemIdentities)"
+            )
 
     def _from_proxy(self, request: web.Request) -> bool:
         peer = request.remote or ""

@@ -23,6 +23,7 @@ import asyncio
 import enum
 
 from agentflows.api import flow as flow_api
+from agentflows.api import flowrun as flowrun_api
 from agentflows.api.flowrun import RunPhase, RunReason
 from agentflows.controller import attempts, budgets, cache, finishing, flows, runstate
 from agentflows.controller import context as context_mod
@@ -84,6 +85,10 @@ async def decide(
 
 async def start(ctl: context_mod.Controller, run: runstate.RunContext) -> float | None:
     """Admit a new run and create its first pod, or queue, forbid or fail it."""
+    too_large = flowrun_api.input_size_problem((run.obj.get("spec") or {}).get("input"))
+    if too_large is not None:
+        reason = RunReason.INPUT_TOO_LARGE
+        return await finishing.finish(ctl, run, RunPhase.FAILED, reason, too_large)
     flow = ctl.cache.flow(run.namespace, run.flow)
     if flow is None:
         message = f'Flow "{run.flow}" does not exist in namespace {run.namespace}'

@@ -21,6 +21,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from agentflows.controller import cache
 from agentflows.kube import client as kube
 from agentflows.triggers import common, kubernetes, schedule
 
@@ -104,14 +105,36 @@ class FlowTriggers:
             await self.manager.sync(list(self._watched.values()))
 
 
+def run_lineage(cache_: cache.Cache) -> kubernetes.Lineage:
+    """What the watch manager asks to tell a run's own objects (its FlowRun, its pods)."""
+
+    def lineage(namespace: str, kind: str, name: str) -> tuple[str, int] | None:
+        if kind == "Pod":
+            pod = cache_.pod(namespace, name)
+            # a pod the cache no longer holds is named <run>-<attempt>
+            name = pod.run if pod is not None else name.rpartition("-")[0]
+        elif kind != "FlowRun":
+            return None
+        run = cache_.run_of(namespace, name)
+        if run is None:
+            return None
+        annotations = run.obj["metadata"].get("annotations") or {}
+        depth = str(annotations.get(common.DEPTH_ANNOTATION, "0"))
+        return run.model.spec.flow, int(depth) if depth.isdigit() else 0
+
+    return lineage
+
+
 def _summary(flow_obj: Mapping[str, Any], cronjobs: list[str]) -> str:
     parts = []
     if cronjobs:
         parts.append("CronJobs: " + ", ".join(cronjobs))
+    own = str(flow_obj["metadata"]["namespace"])
     watched = sorted(
-        f"{t['kubernetes'].get('apiVersion')}/{t['kubernetes'].get('kind')}"
-        for t in (flow_obj.get("spec") or {}).get("triggers") or []
-        if isinstance(t, dict) and t.get("kubernetes")
+        f"{t.kubernetes.api_version}/{t.kubernetes.kind} in "
+        + (t.kubernetes.watched_namespace(own) or "every namespace")
+        for t in common.triggers_of(flow_obj)
+        if t.kubernetes is not None
     )
     if watched:
         parts.append("watching: " + ", ".join(dict.fromkeys(watched)))

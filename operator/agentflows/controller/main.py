@@ -66,14 +66,14 @@ def quiet_libraries() -> None:
     logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
-def _trigger_suspended(api: kube.Client) -> kubernetes.Suspended:
-    """Tell a Flow's author, with a Warning Event on the Flow, that a trigger was suspended."""
+def _trigger_suspended(api: kube.Client, reason: str = "TriggerSuspended") -> kubernetes.Suspended:
+    """A Warning Event on the Flow: a trigger was suspended, or refused a loop (TriggerLoop)."""
 
     async def post(flow: Mapping[str, Any], trigger: str, message: str) -> None:
         text = f"trigger {trigger}: {message}"
         # a listed object carries no kind: the Event names it fully
         involved = {**flow, "apiVersion": "agentflows.io/v1alpha1", "kind": "Flow"}
-        await events.post(api, involved, events.WARNING, "TriggerSuspended", text)
+        await events.post(api, involved, events.WARNING, reason, text)
 
     return post
 
@@ -99,7 +99,12 @@ async def run(
     ctl.cache = cache.Cache(api, config.namespaces, config.owns, ctl.enqueue)
     ctl.snapshots = snapshots.Snapshots(ctl.cache)
     ctl.triggers = flowtriggers.FlowTriggers(
-        kubernetes.WatchManager(api, on_suspended=_trigger_suspended(api)),
+        kubernetes.WatchManager(
+            api,
+            on_suspended=_trigger_suspended(api),
+            lineage=flowtriggers.run_lineage(ctl.cache),
+            on_loop=_trigger_suspended(api, "TriggerLoop"),
+        ),
         schedule.Settings.from_env(),
     )
     metrics.watch_triggers(ctl.triggers.manager.watches)

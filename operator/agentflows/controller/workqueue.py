@@ -6,11 +6,17 @@ its reconcile runs is processed once more afterwards; a reconcile returns how ma
 it wants to look again (a backoff, a deadline, a TTL), or None. A reconcile that raises is retried
 with a per-key exponential backoff. Kept in memory only: a restarted operator rebuilds it from
 the cache's first lists.
+
+Namespaces share the workers fairly (:class:`FairQueue`): waiting keys are kept in one line
+per namespace and workers take from the lines in turn, so 1,000 FlowRuns created in team-b
+delay team-a's one run by at most one reconcile per worker, not by 1,000. Within a namespace
+keys keep their order.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
@@ -49,6 +55,38 @@ ErrorHook = Callable[[Key, BaseException], None]
 TimingHook = Callable[[Key, float, float], None]
 
 
+class FairQueue:
+    """Keys waiting for a worker: a line per namespace, served round-robin."""
+
+    def __init__(self) -> None:
+        self._lines: dict[str, collections.deque[Key]] = {}
+        #: namespaces with waiting keys, in the order they are served next
+        self._turns: collections.deque[str] = collections.deque()
+        #: one permit per waiting key: ``get`` waits for one (and is cancellable while it does)
+        self._waiting = asyncio.Semaphore(0)
+
+    def put(self, key: Key) -> None:
+        """Put ``key`` at the end of its namespace's line."""
+        line = self._lines.get(key.namespace)
+        if line is None:
+            line = self._lines[key.namespace] = collections.deque()
+            self._turns.append(key.namespace)
+        line.append(key)
+        self._waiting.release()
+
+    async def get(self) -> Key:
+        """The first key of the namespace whose turn it is (waiting for one if none is)."""
+        await self._waiting.acquire()
+        namespace = self._turns.popleft()
+        line = self._lines[namespace]
+        key = line.popleft()
+        if line:
+            self._turns.append(namespace)
+        else:
+            del self._lines[namespace]
+        return key
+
+
 class WorkQueue:
     """Runs ``reconcile(key)`` for added keys with a bounded number of workers."""
 
@@ -66,7 +104,7 @@ class WorkQueue:
         self._on_error = on_error
         self._on_timing = on_timing
         self._max_backoff = max_backoff
-        self._queue: asyncio.Queue[Key] = asyncio.Queue()
+        self._queue = FairQueue()
         self._queued: set[Key] = set()
         self._active: set[Key] = set()
         self._dirty: set[Key] = set()
@@ -87,7 +125,7 @@ class WorkQueue:
         elif key not in self._queued:
             self._queued.add(key)
             self._added_at.setdefault(key, asyncio.get_running_loop().time())
-            self._queue.put_nowait(key)
+            self._queue.put(key)
 
     def _add_later(self, key: Key, delay: float) -> None:
         loop = asyncio.get_running_loop()

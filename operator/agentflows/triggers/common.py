@@ -40,6 +40,9 @@ MANAGED_BY = objects.MANAGER
 DEDUP_ANNOTATION = "agentflows.io/dedup-key"
 DELIVERY_ANNOTATION = "agentflows.io/delivery-id"
 SCHEDULED_TIME_ANNOTATION = "agentflows.io/scheduled-time"
+#: On a run a kubernetes trigger started from another run's object (its Events, its pods):
+#: how many such hops led to it (see :data:`agentflows.triggers.kubernetes.MAX_TRIGGER_DEPTH`).
+DEPTH_ANNOTATION = "agentflows.io/trigger-depth"
 #: Annotation values are bounded so a hostile delivery id cannot bloat the object.
 MAX_ANNOTATION = 256
 #: Longest a trigger's ``input`` or ``filter`` expression may run for one event.

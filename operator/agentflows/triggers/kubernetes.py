@@ -6,9 +6,11 @@ manager keeps one watch per (apiVersion, kind) that some trigger names, starts a
 as triggers come and go, and hands each watch event to every trigger of that kind:
 
 1. event type in the trigger's ``eventTypes`` (default ADDED, MODIFIED);
-2. the trigger's ``namespace``, ``labelSelector`` and ``fieldSelector`` match (always checked
-   here; when every trigger of a kind agrees on a namespace or selector, the watch itself is
-   narrowed to it as well, so the API server does the filtering);
+2. the trigger's namespace (its Flow's own unless it names another, or ``*`` for all — a
+   wider scope is admitted only for a writer who may list and watch the kind there,
+   ``config/policies/trigger-scope.yaml``), ``labelSelector`` and ``fieldSelector`` match
+   (always checked here; when every trigger of a kind agrees on a namespace or selector, the
+   watch itself is narrowed to it as well, so the API server does the filtering);
 3. the jq ``filter`` over ``{event: {type, object}}`` is truthy, evaluated within
    ``common.EXPRESSION_SECONDS`` and a memory limit (in a worker process unless it is provably
    cheap) while the triggers of the same event are evaluated concurrently; a filter that hits
@@ -19,6 +21,13 @@ as triggers come and go, and hands each watch event to every trigger of that kin
    BackOff Events start one run; for other kinds the reason is ``status.reason`` or the event
    type);
 5. within the trigger's ``rateLimitPerMinute`` (a flood is dropped, never queued);
+6. not a loop: when the object is one of a run's own (the FlowRun, its runner pod, or an Event
+   about either — the operator's ``lineage`` lookup answers from its cache), a trigger never
+   fires for its own Flow's runs, and a chain of runs started by other runs' objects (A's run's
+   Event starts B, whose run's Event starts A, ...) stops after :data:`MAX_TRIGGER_DEPTH` hops,
+   counted in each run's ``agentflows.io/trigger-depth`` annotation. A refused delivery is
+   counted (:attr:`WatchManager.loops_refused`) and the Flow's author told once per Flow
+   generation (``on_loop``: a Warning Event ``TriggerLoop`` on the Flow);
 
 then a FlowRun is created with ``payload = {type, object}``, the object trimmed to its identity,
 labels and, for Events, reason, message and the involved object. The Flow's concurrency policy
@@ -33,6 +42,7 @@ happens while they watch. The operator needs list/watch on every kind its users'
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import logging
@@ -175,6 +185,11 @@ class _Binding:
         return f"{meta['namespace']}/{meta['name']}/{self.trigger.name}"
 
     @property
+    def namespace(self) -> str | None:
+        """The namespace this trigger sees (None: every namespace)."""
+        return self.source.watched_namespace(str(self.flow["metadata"]["namespace"]))
+
+    @property
     def identity(self) -> tuple[str, Any, str]:
         """The trigger as written: the Flow's uid and generation and the trigger's name."""
         meta = self.flow["metadata"]
@@ -186,7 +201,7 @@ class _Binding:
         meta = obj.get("metadata") or {}
         if event_type not in source.event_types:
             return False
-        if source.namespace and meta.get("namespace") != source.namespace:
+        if self.namespace is not None and meta.get("namespace") != self.namespace:
             return False
         if not label_selector_matches(source.label_selector, meta.get("labels") or {}):
             return False
@@ -242,7 +257,7 @@ class _Scope:
             return values.pop() if len(values) == 1 else None
 
         return cls(
-            agreed({b.source.namespace for b in bindings}),
+            agreed({b.namespace for b in bindings}),
             agreed({b.source.label_selector for b in bindings}),
             agreed({b.source.field_selector for b in bindings}),
         )
@@ -262,15 +277,47 @@ class _Watch:
 _BUSY_PATIENCE_SECONDS = 60.0
 #: Called with the Flow, the trigger's name and why, when a trigger is suspended.
 Suspended = Callable[[Mapping[str, Any], str, str], Awaitable[None]]
+#: (namespace, kind, name) of an object -> (Flow, trigger depth) of the run it belongs to.
+Lineage = Callable[[str, str, str], tuple[str, int] | None]
+#: The most trigger hops from run to run through their own objects (a loop ends there).
+MAX_TRIGGER_DEPTH = 3
+
+
+def _no_lineage(namespace: str, kind: str, name: str) -> None:
+    return None
+
+
+def about(key: WatchKey, obj: Mapping[str, Any]) -> tuple[str, str, str]:
+    """(namespace, kind, name) of what a change is about: an Event's object, else itself."""
+    if key in EVENT_KINDS:
+        target = obj.get("involvedObject") or obj.get("regarding") or {}
+        meta = obj.get("metadata") or {}
+        namespace = target.get("namespace") or meta.get("namespace") or ""
+        return str(namespace), str(target.get("kind", "")), str(target.get("name", ""))
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace", "")), key[1], str(meta.get("name", ""))
 
 
 class WatchManager:
     """Shared watches for the ``kubernetes`` triggers of every Flow, and the runs they start."""
 
-    def __init__(self, client: kube.Client, on_suspended: Suspended | None = None) -> None:
+    def __init__(
+        self,
+        client: kube.Client,
+        on_suspended: Suspended | None = None,
+        *,
+        lineage: Lineage = _no_lineage,
+        on_loop: Suspended | None = None,
+    ) -> None:
         self.client = client
         #: Told when a trigger is suspended, so the Flow's author learns it (an Event).
         self.on_suspended = on_suspended
+        self.lineage = lineage
+        #: Told once per trigger (and Flow generation) when a delivery is refused as a loop.
+        self.on_loop = on_loop
+        #: Deliveries refused as loops, by trigger (``namespace/flow/trigger``).
+        self.loops_refused: collections.Counter[str] = collections.Counter()
+        self._loops_told: set[tuple[str, Any, str]] = set()
         self.limiter = common.RateLimiter()
         self.dedup = common.Deduplicator()
         self._bindings: dict[WatchKey, list[_Binding]] = {}
@@ -289,6 +336,7 @@ class WatchManager:
         self._bindings = wanted
         current = {b.identity for bindings in wanted.values() for b in bindings}
         self._suspended &= current
+        self._loops_told &= current
         for key in list(self._watches):
             watch = self._watches[key]
             if key not in wanted or _Scope.common_to(wanted[key]) != watch.scope:
@@ -437,6 +485,9 @@ class WatchManager:
     async def _fire(
         self, binding: _Binding, key: WatchKey, event_type: str, obj: Mapping[str, Any]
     ) -> None:
+        depth = await self._depth(binding, key, obj)
+        if depth is None:
+            return
         identity = dedup_identity(key, event_type, obj)
         flow_uid = binding.flow["metadata"].get("uid", "")
         dedup_key = f"{flow_uid}/{binding.trigger.name}/{identity}"
@@ -448,7 +499,7 @@ class WatchManager:
             return
         request = common.RunRequest(
             payload={"type": event_type, "object": trim(obj)},
-            annotations={common.DEDUP_ANNOTATION: identity},
+            annotations={common.DEDUP_ANNOTATION: identity, common.DEPTH_ANNOTATION: str(depth)},
         )
         try:
             run = await common.create_run(self.client, binding.flow, binding.trigger, request)
@@ -457,3 +508,29 @@ class WatchManager:
             raise
         self.dedup.settle(dedup_key, str(run["metadata"]["name"]))
         log.info("trigger %s started %s for %s", binding.name, run["metadata"]["name"], identity)
+
+    async def _depth(self, binding: _Binding, key: WatchKey, obj: Mapping[str, Any]) -> int | None:
+        """The new run's trigger depth; None (counted, told once) when it would be a loop."""
+        namespace, kind, name = about(key, obj)
+        origin = self.lineage(namespace, kind, name)
+        if origin is None:
+            return 0
+        flow, depth = origin
+        meta = binding.flow["metadata"]
+        if (namespace, flow) == (meta["namespace"], meta["name"]):
+            why = f"{kind} {name} belongs to a run of this Flow"
+        elif depth + 1 > MAX_TRIGGER_DEPTH:
+            why = (
+                f"{kind} {name} belongs to a run of Flow {flow} started by {depth} trigger hops "
+                f"from run to run (at most {MAX_TRIGGER_DEPTH})"
+            )
+        else:
+            return depth + 1
+        self.loops_refused[binding.name] += 1
+        if binding.identity not in self._loops_told:
+            self._loops_told.add(binding.identity)
+            message = f"{why}: a trigger never fires on its own runs' objects (a loop)"
+            log.warning("trigger %s: refused: %s", binding.name, message)
+            if self.on_loop is not None:
+                await self.on_loop(binding.flow, binding.trigger.name, message)
+        return None

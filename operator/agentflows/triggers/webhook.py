@@ -25,9 +25,11 @@ Outsiders cost nothing but their bytes: which triggers exist comes from an in-me
 Flows fed by one list and one watch (:mod:`agentflows.kube.informer`), so no request makes an
 API call before its trigger is known; the Secret is read (and cached) only for a known trigger;
 the signature is checked before the body is parsed or counted against the rate limit.
-Connections are bounded in number (``max_connections``; more are answered 503 and closed) and
-in time: request headers must arrive within ``header_timeout_seconds`` (also the idle keep-alive
-limit) and the body within ``body_timeout_seconds``. ``GET /healthz`` (alive), ``GET /readyz``
+Connections are bounded in number (``max_connections``, and ``max_connections_per_peer`` from
+one source address, so one client's slow connections cannot take the slots of the others; more
+are answered 503 and closed) and in time: request headers must arrive within
+``header_timeout_seconds`` (also the idle keep-alive limit) and the body within
+``body_timeout_seconds``. ``GET /healthz`` (alive), ``GET /readyz``
 (the Flow cache is complete) and ``GET /metrics`` (Prometheus: requests by namespace, flow,
 trigger and code, and refused signatures by reason — ``unknown_trigger``, ``missing_secret``,
 ``bad_signature``, ``stale_timestamp`` — with unknown triggers counted under empty labels so a
@@ -58,7 +60,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, Generic, TypeVar
 
 import prometheus_client
-from aiohttp import web
+from aiohttp import web, web_server
 
 from agentflows import tracing
 from agentflows.api import flow as flow_api
@@ -86,6 +88,9 @@ class Settings:
     #: Body bytes held at once over all requests; beyond it deliveries get 503.
     max_buffered_bytes: int = 32 * MIB
     max_connections: int = 256
+    #: Connections one source address may hold at once (behind a proxy that hides the
+    #: source, the proxy is that address: raise it, or limit per client at the proxy).
+    max_connections_per_peer: int = 32
     header_timeout_seconds: float = 10.0
     body_timeout_seconds: float = 10.0
     max_json_depth: int = 64
@@ -493,6 +498,35 @@ class _Busy(asyncio.Protocol):
         transport.close()
 
 
+class _PeerGate(asyncio.Protocol):
+    """Hands a connection to the receiver unless its source holds too many already."""
+
+    def __init__(self, handlers: web_server.Server, limit: int) -> None:
+        self.handlers = handlers
+        self.limit = limit
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        peer = _host(transport)
+        held = sum(
+            1
+            for handler in self.handlers.connections
+            if handler.transport is not None and _host(handler.transport) == peer
+        )
+        if held >= self.limit:
+            transport.write(_BUSY_RESPONSE)
+            transport.close()
+            return
+        handler = self.handlers()
+        transport.set_protocol(handler)
+        handler.connection_made(transport)
+
+
+def _host(transport: asyncio.BaseTransport) -> str:
+    peer = transport.get_extra_info("peername")
+    return str(peer[0]) if isinstance(peer, tuple) and peer else ""
+
+
 @dataclasses.dataclass
 class Listening:
     """A running receiver: its aiohttp runner and listening socket."""
@@ -529,7 +563,7 @@ async def listen(app: web.Application, host: str, port: int) -> Listening:
     def protocol() -> asyncio.BaseProtocol:
         if len(handlers.connections) >= settings.max_connections:
             return _Busy()
-        return handlers()
+        return _PeerGate(handlers, settings.max_connections_per_peer)
 
     server = await asyncio.get_running_loop().create_server(protocol, host, port)
     return Listening(runner, server)

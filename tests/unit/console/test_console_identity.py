@@ -100,3 +100,45 @@ def test_a_trusted_proxy_that_is_not_a_network_is_refused_with_an_example() -> N
     result = CliRunner().invoke(cli.main, ["console", "--trust-proxy-from", "proxy"])
     assert result.exit_code == 2
     assert "'proxy' is not an address or network (e.g. 10.0.0.5/32" in result.stderr
+
+
+OPERATOR = "system:serviceaccount:agentflows-system:agentflows-operator"
+
+
+async def test_a_forwarded_system_service_account_is_refused_and_never_impersonated(
+    serve: Serve, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with serve(trusted_proxy=ipaddress.ip_network("127.0.0.1/32")) as console:
+        for _ in range(2):
+            answer = await console.get("/runs", headers={"X-Forwarded-User": OPERATOR})
+            # refused before any call: one to the API server would have answered 502
+            assert answer.status == 403
+            assert f"the proxy forwarded the user {OPERATOR!r}, a Kubernetes system" in (
+                await answer.text()
+            )
+    refusals = [r for r in caplog.records if "refused to impersonate" in r.getMessage()]
+    assert len(refusals) == 1, "each refused name is logged once"
+
+
+async def test_a_forwarded_system_masters_group_is_refused(serve: Serve) -> None:
+    async with serve(trusted_proxy=ipaddress.ip_network("127.0.0.1/32")) as console:
+        answer = await console.post(
+            "/flows/ns/f/start",
+            data={"csrf": "x"},
+            headers={"X-Forwarded-User": "vic", "X-Forwarded-Groups": "viewers, system:masters"},
+        )
+        assert answer.status == 403
+        assert "the group 'system:masters', a Kubernetes system identity" in await answer.text()
+
+
+async def test_a_system_identity_the_configuration_allows_is_acted_for(serve: Serve) -> None:
+    async with serve(
+        trusted_proxy=ipaddress.ip_network("127.0.0.1/32"), allowed_system=[OPERATOR]
+    ) as console:
+        answer = await console.get("/runs", headers={"X-Forwarded-User": OPERATOR})
+        assert answer.status == 502
+        assert "cannot reach https://127.0.0.1:9" in await answer.text()
+        other = await console.get(
+            "/runs", headers={"X-Forwarded-User": OPERATOR, "X-Forwarded-Groups": "system:nodes"}
+        )
+        assert other.status == 403

@@ -216,6 +216,9 @@ class FakeApiServer:
         self.app = web.Application()
         self.app.router.add_get("/api/v1", self.discovery)
         self.app.router.add_get("/api/v1/configmaps", self.configmaps)
+        self.app.router.add_get("/api/v1/namespaces/{ns}/configmaps", self.configmaps)
+        #: The paths of the list and watch requests, in order.
+        self.paths: list[str] = []
         self.app.router.add_post("/apis/agentflows.io/v1alpha1/namespaces/{ns}/flowruns", self.run)
 
     async def discovery(self, request: web.Request) -> web.Response:
@@ -224,6 +227,7 @@ class FakeApiServer:
         )
 
     async def configmaps(self, request: web.Request) -> web.StreamResponse:
+        self.paths.append(request.path)
         if request.query.get("watch") != "true":
             return web.json_response({"metadata": {"resourceVersion": "1"}, "items": []})
         response = web.StreamResponse()

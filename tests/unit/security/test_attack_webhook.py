@@ -154,6 +154,30 @@ async def test_connections_over_the_cap_are_refused_and_the_held_ones_expire(
     assert (await post(base, HOOK, body, signed(body)))[0] == 202
 
 
+async def test_one_peers_slow_connections_leave_room_for_signed_deliveries_of_others(
+    start: Start,
+) -> None:
+    # Before the fix any source could take every slot: 5 slow connections from 127.0.0.1
+    # made a signed delivery from 127.0.0.2 get 503.
+    base, _ = await start(max_connections=6, max_connections_per_peer=5, header_timeout_seconds=30)
+    held = [await raw(base) for _ in range(5)]
+    for _, writer in held:
+        writer.write(b"POST /hooks/team/ci/push HTTP/1.1\r\n")
+        await writer.drain()
+    reader, writer = await raw(base)
+    assert (await answer(reader)).startswith(b"HTTP/1.1 503")  # the same peer: refused
+    writer.close()
+    body = b'{"ref": "main"}'
+    connector = aiohttp.TCPConnector(local_addr=("127.0.0.2", 0))
+    async with (
+        aiohttp.ClientSession(connector=connector) as session,
+        session.post(base + HOOK, data=body, headers=signed(body)) as response,
+    ):
+        assert response.status == 202, await response.text()
+    for _, held_writer in held:
+        held_writer.close()
+
+
 async def test_body_buffering_is_bounded_over_all_requests(start: Start) -> None:
     base, fake = await start(max_buffered_bytes=64 * 1024, body_timeout_seconds=5)
     _, writer = await raw(base)
