@@ -543,7 +543,7 @@ def operator_command(
         )
     except operator_settings.ConfigError as exc:
         _usage(str(exc))
-    with _cluster_errors():
+    with _cluster_errors(), group.listening("--metrics-port", metrics_port):
         try:
             asyncio.run(operator_main.run(config, kubeconfig, kube_context))
         except leader.LeadershipLost:
@@ -604,7 +604,7 @@ def webhook_command(
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    with _cluster_errors():
+    with _cluster_errors(), group.listening("--port", port, host):
         webhook.serve(host, port, kubeconfig, webhook.Settings(namespaces=namespaces), kube_context)
 
 
