@@ -476,10 +476,11 @@ def _decision_fields(
     type=click.BOOL,
     is_flag=False,
     flag_value=True,
-    default=True,
+    default=False,
     show_default=True,
     metavar="[BOOL]",
-    help="Work only while holding the Lease, so other replicas stand by (false: work alone).",
+    help="Work only while holding the Lease, so other replicas stand by (the chart and "
+    "config/manager turn it on; off: work alone, as a one-off operator run by hand does).",
 )
 @click.option("--no-leader-elect", is_flag=True, help="The same as --leader-elect=false.")
 @click.option(
@@ -525,13 +526,14 @@ def operator_command(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     try:
-        election = None
-        if leader_elect and not no_leader_elect:
-            election = operator_settings.LeaderElection(
-                namespace=leader_election_namespace or operator_settings.own_namespace(),
-                lease_name=operator_settings.lease_name(lease_name, shard_index, shard_count),
-                identity=operator_settings.identity_from_env(),
-            )
+        # built (so its flags are checked) whether or not it is used
+        election: operator_settings.LeaderElection | None = operator_settings.LeaderElection(
+            namespace=leader_election_namespace or operator_settings.own_namespace(),
+            lease_name=operator_settings.lease_name(lease_name, shard_index, shard_count),
+            identity=operator_settings.identity_from_env(),
+        )
+        if not leader_elect or no_leader_elect:
+            election = None
         config = operator_settings.OperatorConfig(
             namespaces=namespaces or operator_settings.namespaces_from_env(),
             runner_image=operator_settings.runner_image_from_env(),
