@@ -11,6 +11,7 @@ Takeover times are printed, not asserted: the machine is shared.
 
 from __future__ import annotations
 
+import functools
 import random
 import signal
 import threading
@@ -363,13 +364,17 @@ def test_a_lease_namespace_that_is_missing_or_forbidden_is_said_once_and_on_read
         code, body = waiting.readyz()
         return body if code == 503 and words in body else None
 
-    body = wait_for(lambda: readyz_says("does not exist"), 60, "/readyz to name the namespace")
+    body = wait_for(
+        functools.partial(readyz_says, "does not exist"), 60, "/readyz to name the namespace"
+    )
     assert f"create it (kubectl create namespace {lease_namespace})" in body
     assert "--leader-elect=false" in body
 
     # the namespace appears, but the operator's account may not use Leases there
     control_plane.core().create_namespace({"metadata": {"name": lease_namespace}})
-    body = wait_for(lambda: readyz_says("may not use Lease"), 60, "/readyz to name the grant")
+    body = wait_for(
+        functools.partial(readyz_says, "may not use Lease"), 60, "/readyz to name the grant"
+    )
     assert "config/rbac/leader_election_role.yaml" in body
 
     control_plane.kubectl(
