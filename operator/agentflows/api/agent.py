@@ -97,6 +97,7 @@ class McpTool(common.ApiModel):
     args: list[str] = Field(default_factory=list, description="Arguments of the stdio command.")
     env: dict[str, str] = Field(
         default_factory=dict,
+        max_length=64,
         description="Extra environment of the stdio server (no name starting with "
         f"{common.OPERATOR_ENV_PREFIX}).",
     )
