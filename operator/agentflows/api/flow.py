@@ -654,7 +654,9 @@ class RunnerSpec(common.ApiModel):
         default=None, max_length=253, description="Service account of the runner pod."
     )
     resources: ResourceRequirements | None = Field(default=None, description="Resources.")
-    env: list[EnvVar] = Field(default_factory=list, max_length=128, description="Extra environment.")
+    env: list[EnvVar] = Field(
+        default_factory=list, max_length=128, description="Extra environment."
+    )
     node_selector: dict[str, str] = Field(default_factory=dict, description="Node selector.")
     tolerations: list[Toleration] = Field(default_factory=list, description="Tolerations.")
     files: list[FilesVolume] = Field(
