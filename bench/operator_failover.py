@@ -119,7 +119,10 @@ async def main_async(cluster: oc.Cluster, workdir: Path) -> list[str]:
     async with kube.Client.from_env(cluster.kubeconfig, retry_seconds=60) as api:
         watchers = observer.watch(api, namespace)
         names = ("operator-a", "operator-b")
-        ops = {name: oc.Operator(config, workdir / f"{name}.log", name) for name in names}
+        ops = {
+            name: oc.Operator(config, workdir / f"{name}.log", name, "--leader-elect")
+            for name in names
+        }
         try:
             for operator in ops.values():
                 await operator.serving()

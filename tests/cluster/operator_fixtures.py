@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -57,6 +58,11 @@ class OperatorProcess:
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
+        self.launch()
+        wait_for(self.ready, 60, "the operator's /readyz")
+
+    def launch(self) -> None:
+        """Start the process and return at once (:meth:`start` also waits for /readyz)."""
         env = {**os.environ, "AGENTFLOWS_RUNNER_IMAGE": "agentflows:test", **self.env}
         env.pop("KUBECONFIG", None)
         with self.log_path.open("ab") as log:
@@ -77,19 +83,24 @@ class OperatorProcess:
                 env=env,
                 start_new_session=True,
             )
-        wait_for(self.ready, 60, "the operator's /readyz")
 
     def ready(self) -> bool:
         """True once the operator answers /readyz with 200 (its cache holds the first lists)."""
+        return self.readyz()[0] == 200
+
+    def readyz(self) -> tuple[int, str]:
+        """The status and body of /readyz (0 and "" while nothing listens)."""
         assert self.process is not None
         if self.process.poll() is not None:
             pytest.fail(f"the operator exited with {self.process.returncode}:\n{self.log_tail()}")
         url = f"http://127.0.0.1:{self.metrics_port}/readyz"
         try:
             with urllib.request.urlopen(url, timeout=5) as response:
-                return bool(response.status == 200)
+                return int(response.status), response.read().decode()
+        except urllib.error.HTTPError as exc:
+            return int(exc.code), exc.read().decode()
         except OSError:
-            return False
+            return 0, ""
 
     def stop(self) -> None:
         if self.process is None or self.process.poll() is not None:

@@ -11,6 +11,7 @@ Takeover times are printed, not asserted: the machine is shared.
 
 from __future__ import annotations
 
+import functools
 import random
 import signal
 import threading
@@ -73,7 +74,8 @@ class Replicas:
 
     def start(self, *args: str) -> OperatorProcess:
         log = self.directory / f"operator-{len(self.started)}.log"
-        process = OperatorProcess(self.kubeconfig, log, ["--lease-name", self.lease, *args])
+        argv = ["--leader-elect", "--lease-name", self.lease, *args]
+        process = OperatorProcess(self.kubeconfig, log, argv)
         process.start()
         self.started.append(process)
         return process
@@ -327,3 +329,70 @@ def test_two_shards_each_handle_only_the_runs_of_their_own_namespaces(
         for names in shards.values():
             for namespace in names:
                 control_plane.core().delete_namespace(namespace)
+
+
+def test_an_operator_run_by_hand_without_flags_works_alone_and_takes_no_lease(
+    control_plane: Cluster, replicas: Replicas, namespace: str
+) -> None:
+    # README's "Development cluster": `agentflows operator`, nothing else (issue 19, item 18)
+    prepare_flow_namespace(control_plane, namespace)
+    runs = FlowRuns(control_plane, namespace)
+    log = replicas.directory / "by-hand.log"
+    by_hand = OperatorProcess(replicas.kubeconfig, log)
+    by_hand.start()
+    replicas.started.append(by_hand)
+    assert leading(by_hand) == 1.0
+    runs.apply(one_node_flow("echo"), flowrun("by-hand", "echo", 7))
+    status = runs.wait_phase("by-hand", "Succeeded", "Failed")
+    assert (status["phase"], status["output"]) == ("Succeeded", {"n": 7})
+    assert replicas.holder(settings.DEFAULT_LEASE_NAME) == ""
+    text = log.read_text()
+    assert "acquired lease" not in text and "standing by" not in text
+
+
+def test_a_lease_namespace_that_is_missing_or_forbidden_is_said_once_and_on_readyz(
+    control_plane: Cluster, replicas: Replicas, namespace: str
+) -> None:
+    lease_namespace = f"lease-{uuid.uuid4().hex[:8]}"
+    log = replicas.directory / "no-lease-namespace.log"
+    elect = ["--leader-elect", "--leader-election-namespace", lease_namespace]
+    waiting = OperatorProcess(replicas.kubeconfig, log, [*elect, "--lease-name", replicas.lease])
+    waiting.launch()
+    replicas.started.append(waiting)
+
+    def readyz_says(words: str) -> str | None:
+        code, body = waiting.readyz()
+        return body if code == 503 and words in body else None
+
+    # the account may not use Leases there (the API server answers 403 before it looks
+    # whether the namespace exists: the 404 case is tests/unit/test_operator_needs.py)
+    control_plane.core().create_namespace({"metadata": {"name": lease_namespace}})
+    body = wait_for(
+        functools.partial(readyz_says, "may not use Lease"), 60, "/readyz to name the grant"
+    )
+    assert "config/rbac/leader_election_role.yaml" in body
+
+    control_plane.kubectl(
+        "-n",
+        lease_namespace,
+        "create",
+        "role",
+        "leases",
+        "--verb=get,create,update",
+        "--resource=leases.coordination.k8s.io",
+    )
+    control_plane.kubectl(
+        "-n",
+        lease_namespace,
+        "create",
+        "rolebinding",
+        "leases",
+        "--role=leases",
+        f"--serviceaccount={OPERATOR_NAMESPACE}:agentflows-operator",
+    )
+    wait_for(waiting.ready, 60, "the operator to lead once it may")
+    lines = log.read_text().splitlines()
+    forbidden = [line for line in lines if "may not use Lease" in line]
+    assert len(forbidden) == 1 and " ERROR " in forbidden[0], forbidden
+    assert not [line for line in lines if " WARNING " in line and "lease" in line], lines
+    assert any("acquired lease" in line for line in lines)

@@ -1,8 +1,10 @@
-"""Referencing a Secret requires being allowed to read it (issue 11), enforced by the API server.
+"""Naming a Secret, ConfigMap or claim requires being allowed to read it (issues 11 and 19).
 
 Real users of the dev control plane apply Agents and Flows with kubectl, as the README shows.
 Both alice and mallory may edit agentflows resources in the namespace; only alice may `get` the
-Secrets. The ValidatingAdmissionPolicy in config/policies/secret-references.yaml decides.
+Secrets, ConfigMaps and claims named. The ValidatingAdmissionPolicy in
+config/policies/secret-references.yaml (generated from agentflows.api.references) decides. Every
+place a name can sit is tried (REFERENCES covers each pattern of the walk, as a test checks).
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ __all__ = ["crds"]
 
 POLICY = REPO / "config" / "policies" / "secret-references.yaml"
 SECRETS = ("llm-keys", "mcp-token", "tool-token", "node-key", "map-token", "env-secret", "hook")
+#: ConfigMaps and claims alice may get (mallory may not): they need not exist either.
+CONFIG_MAPS = ("handbook", "node-notes", "map-notes", "volume-notes")
+CLAIMS = ("docs",)
 #: alice may get these too; they need not exist for the authorizer to answer.
 GRANTED = (*SECRETS, *(f"extra-{i}" for i in range(13)))
 
@@ -84,7 +89,19 @@ def tenants(control_plane: Cluster, namespace: str, policy: None) -> str:
                     "resources": ["secrets"],
                     "resourceNames": list(GRANTED),
                     "verbs": ["get"],
-                }
+                },
+                {
+                    "apiGroups": [""],
+                    "resources": ["configmaps"],
+                    "resourceNames": list(CONFIG_MAPS),
+                    "verbs": ["get"],
+                },
+                {
+                    "apiGroups": [""],
+                    "resources": ["persistentvolumeclaims"],
+                    "resourceNames": list(CLAIMS),
+                    "verbs": ["get"],
+                },
             ],
         }
     )
@@ -142,6 +159,19 @@ def flow(name: str, nodes: list[dict[str, Any]] | None = None, **spec: Any) -> d
         "metadata": {"name": name},
         "spec": {"nodes": nodes or [{"id": "a", "transform": "=1"}], **spec},
     }
+
+
+def file_of(source: str, name: str) -> dict[str, Any]:
+    return {"name": "notes.txt", source: {"name": name, "key": "key"}}
+
+
+def agent_node(node_id: str, file: dict[str, Any]) -> dict[str, Any]:
+    return {"id": node_id, "agent": {"name": "helper", "prompt": "hi", "files": [file]}}
+
+
+def map_agent_node(node_id: str, file: dict[str, Any]) -> dict[str, Any]:
+    call = {"name": "helper", "prompt": "hi", "files": [file]}
+    return {"id": node_id, "map": {"items": "=[1]", "agent": call}}
 
 
 HTTP = {"url": "http://127.0.0.1:9/x", "secretHeaders": {"Authorization": api_key("tool-token")}}
@@ -213,6 +243,80 @@ REFERENCES = {
             triggers=[{"name": "push", "webhook": {"secret": {"name": "hook", "key": "key"}}}],
         ),
     ),
+    "agent files secretKeyRef": (
+        "llm-keys",
+        agent("a4", files=[file_of("secretKeyRef", "llm-keys")]),
+    ),
+    "agent files configMapKeyRef": (
+        "ConfigMap handbook",
+        agent("a5", files=[file_of("configMapKeyRef", "handbook")]),
+    ),
+    "flow inline mcp header": (
+        "mcp-token",
+        flow(
+            "f6",
+            [
+                {
+                    "id": "call",
+                    "tool": {
+                        "name": "search",
+                        "mcp": {
+                            "url": "http://127.0.0.1:9/mcp",
+                            "headers": {"X": api_key("mcp-token")},
+                        },
+                    },
+                }
+            ],
+        ),
+    ),
+    "flow map inline mcp header": (
+        "map-token",
+        flow(
+            "f7",
+            [
+                {
+                    "id": "each",
+                    "map": {
+                        "items": "=[1]",
+                        "tool": {
+                            "name": "search",
+                            "mcp": {
+                                "url": "http://127.0.0.1:9/mcp",
+                                "headers": {"X": api_key("map-token")},
+                            },
+                        },
+                    },
+                }
+            ],
+        ),
+    ),
+    "flow agent node files secretKeyRef": (
+        "node-key",
+        flow("f8", [agent_node("ask", file_of("secretKeyRef", "node-key"))]),
+    ),
+    "flow agent node files configMapKeyRef": (
+        "ConfigMap node-notes",
+        flow("f9", [agent_node("ask", file_of("configMapKeyRef", "node-notes"))]),
+    ),
+    "flow map agent files secretKeyRef": (
+        "tool-token",
+        flow("f10", [map_agent_node("each", file_of("secretKeyRef", "tool-token"))]),
+    ),
+    "flow map agent files configMapKeyRef": (
+        "ConfigMap map-notes",
+        flow("f11", [map_agent_node("each", file_of("configMapKeyRef", "map-notes"))]),
+    ),
+    "flow runner files configMap": (
+        "ConfigMap volume-notes",
+        flow("f12", runner={"files": [{"name": "notes", "configMap": {"name": "volume-notes"}}]}),
+    ),
+    "flow runner files claim": (
+        "PersistentVolumeClaim docs",
+        flow(
+            "f13",
+            runner={"files": [{"name": "docs", "persistentVolumeClaim": {"claimName": "docs"}}]},
+        ),
+    ),
 }
 
 
@@ -220,12 +324,13 @@ REFERENCES = {
 def test_a_user_who_cannot_get_a_secret_cannot_reference_it(
     control_plane: Cluster, tenants: str, where: str
 ) -> None:
-    secret, manifest = REFERENCES[where]
+    named, manifest = REFERENCES[where]
+    kind, name = named.split(" ") if " " in named else ("Secret", named)
     denied = apply(control_plane, tenants, "mallory", manifest)
     assert denied.returncode != 0
     assert (
-        f"this {manifest['kind']} references Secret {secret}, which mallory may not get in"
-        f" namespace {tenants}: referencing a Secret requires permission to read it"
+        f"this {manifest['kind']} references {kind} {name}, which mallory may not get in"
+        f" namespace {tenants}: referencing a {kind} requires permission to read it"
     ) in denied.stderr
     allowed = apply(control_plane, tenants, "alice", manifest)
     assert allowed.returncode == 0, allowed.stderr
@@ -281,6 +386,6 @@ def test_repeated_references_are_checked_once_and_too_many_are_refused(
     late = [*(["llm-keys"] * 20), "hook"]
     refused = apply(control_plane, tenants, "alice", agent("late", tools=tools(late)))
     assert (
-        "references Secret hook only after 20 other Secret references, and at most 20 are checked"
+        "references Secret hook only after 20 other references, and at most 20 are checked"
         in refused.stderr
     )

@@ -302,6 +302,7 @@ def test_cross_field_rules_sit_on_the_object_they_constrain():
     assert rules_at(tool["properties"]["mcp"]) == [
         "has(self.url) != has(self.command)",
         "!has(self.sse) || !self.sse || has(self.url)",
+        "!has(self.env) || self.env.all(k, !k.startsWith('AGENTFLOWS_'))",
     ]
 
 

@@ -10,7 +10,7 @@ import enum
 import posixpath
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from agentflows.api import common
 
@@ -71,6 +71,12 @@ class McpTool(common.ApiModel):
                     "rule": "!has(self.sse) || !self.sse || has(self.url)",
                     "message": "sse needs url",
                 },
+                {
+                    "rule": "!has(self.env) || self.env.all(k, "
+                    + common.OPERATOR_ENV_CEL.format(name="k")
+                    + ")",
+                    "message": common.operator_env_message("env"),
+                },
             ]
         }
     }
@@ -92,7 +98,10 @@ class McpTool(common.ApiModel):
         default_factory=list, description="Arguments of the stdio command."
     )
     env: dict[common.OsText, common.OsText] = Field(
-        default_factory=dict, description="Extra environment of the stdio server."
+        default_factory=dict,
+        max_length=64,
+        description="Extra environment of the stdio server (no name starting with "
+        f"{common.OPERATOR_ENV_PREFIX}).",
     )
     include: list[str] = Field(
         default_factory=list, description="Only these server tools are offered (empty: all)."
@@ -101,6 +110,15 @@ class McpTool(common.ApiModel):
     timeout_seconds: float = Field(
         default=60, gt=0, le=3600, description="Timeout of one tool call, in seconds."
     )
+
+    @field_validator("env")
+    @classmethod
+    def _not_the_operators(cls, env: dict[str, str]) -> dict[str, str]:
+        for name in env:
+            problem = common.operator_env_problem(name)
+            if problem:
+                raise ValueError(problem)
+        return env
 
     @model_validator(mode="after")
     def _one_transport(self) -> McpTool:

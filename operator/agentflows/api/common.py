@@ -48,6 +48,32 @@ def _no_nul(value: str) -> str:
 OsText = Annotated[str, AfterValidator(_no_nul)]
 
 
+#: Variables of the runner pod that only the operator sets (``AGENTFLOWS_ATTEMPT``,
+#: ``AGENTFLOWS_BUDGET``, ``AGENTFLOWS_SECRET_*``...): a Flow or Agent may not set any, or a
+#: run could empty its own budget or stand in for a secret.
+OPERATOR_ENV_PREFIX = "AGENTFLOWS_"
+#: The same rule for the CRDs (CEL), so the API server refuses what the models refuse.
+OPERATOR_ENV_CEL = f"!{{name}}.startsWith('{OPERATOR_ENV_PREFIX}')"
+
+
+def operator_env_problem(name: str) -> str | None:
+    """Why a Flow or Agent may not set the variable ``name`` (None: it may)."""
+    if name.startswith(OPERATOR_ENV_PREFIX):
+        return (
+            f"{name!r}: variables starting with {OPERATOR_ENV_PREFIX} are set by the operator "
+            "and cannot be set by a Flow or Agent; choose another name"
+        )
+    return None
+
+
+def operator_env_message(field: str) -> str:
+    """The CRD's message for a variable of the operator's set in ``field``."""
+    return (
+        f"{field}: variables starting with {OPERATOR_ENV_PREFIX} are set by the operator and "
+        "cannot be set by a Flow or Agent; choose another name"
+    )
+
+
 def name_problem(name: Any, max_length: int = NAME_MAX) -> str | None:
     """Why ``name`` is not a valid object name (None when it is), in the API server's terms."""
     if name is None or name == "":

@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from agentflows.api import agent as agent_api
 from agentflows.api import common
@@ -530,13 +530,36 @@ class Autonomy(enum.StrEnum):
 
 
 class EnvVar(common.ApiModel):
-    """A plain environment variable for the runner pod."""
+    """A plain environment variable for the runner pod (never one of the operator's own)."""
 
-    name: str = Field(min_length=1, max_length=256, description="Variable name.")
+    model_config = common.ApiModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                {
+                    "rule": common.OPERATOR_ENV_CEL.format(name="self.name"),
+                    "message": common.operator_env_message("name"),
+                }
+            ]
+        }
+    }
+
+    name: str = Field(
+        min_length=1,
+        max_length=256,
+        description=f"Variable name (not starting with {common.OPERATOR_ENV_PREFIX}).",
+    )
     value: str | None = Field(default=None, max_length=32768, description="Literal value.")
     secret_key_ref: common.SecretKeySelector | None = Field(
         default=None, description="Value from a Secret."
     )
+
+    @field_validator("name")
+    @classmethod
+    def _not_the_operators(cls, name: str) -> str:
+        problem = common.operator_env_problem(name)
+        if problem:
+            raise ValueError(problem)
+        return name
 
 
 class Toleration(common.ApiModel):
@@ -646,7 +669,9 @@ class RunnerSpec(common.ApiModel):
         default=None, max_length=253, description="Service account of the runner pod."
     )
     resources: ResourceRequirements | None = Field(default=None, description="Resources.")
-    env: list[EnvVar] = Field(default_factory=list, description="Extra environment.")
+    env: list[EnvVar] = Field(
+        default_factory=list, max_length=128, description="Extra environment."
+    )
     node_selector: dict[str, str] = Field(default_factory=dict, description="Node selector.")
     tolerations: list[Toleration] = Field(default_factory=list, description="Tolerations.")
     files: list[FilesVolume] = Field(

@@ -122,8 +122,5 @@ def console(
             webhook_url=webhook_url,
             namespaces=namespaces,
         )
-    try:
+    with group.listening("--port", port, host):
         asyncio.run(app.serve(web_app, host, port))
-    except OSError as exc:
-        click.echo(f"error: cannot listen on {host}:{port}: {exc.strerror or exc}", err=True)
-        sys.exit(group.EXIT_INVALID)

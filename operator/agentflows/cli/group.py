@@ -14,9 +14,12 @@ both would read as a failed run, so :class:`Group` maps them to 130 and 70.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import sys
 import traceback
+from collections.abc import Iterator
 from typing import Any
 
 import click
@@ -80,3 +83,27 @@ class Group(click.Group):
                 err=True,
             )
             sys.exit(EXIT_INTERNAL)
+
+
+@contextlib.contextmanager
+def listening(option: str, port: int, host: str = "") -> Iterator[None]:
+    """A server that cannot bind its port exits 2 naming the port and the option that chose it.
+
+    Wrapped around every server command's run (the operator's ``--metrics-port``, the webhook
+    receiver's and the console's ``--port``): only a bind fails with these errors, and it is a
+    bad input (another process holds the port), not a bug.
+    """
+    try:
+        yield
+    except OSError as exc:
+        where = f"{host}:{port}" if host else f"port {port}"
+        if exc.errno == errno.EADDRINUSE:
+            message = f"port {port} is in use ({option}): stop what listens there or choose another"
+        elif exc.errno == errno.EACCES:
+            message = f"may not listen on {where} ({option}): choose a port above 1023"
+        elif exc.errno == errno.EADDRNOTAVAIL:
+            message = f"cannot listen on {where} (--host): no interface has that address"
+        else:
+            raise
+        click.echo(f"error: {message}", err=True)
+        sys.exit(EXIT_INVALID)

@@ -476,10 +476,11 @@ def _decision_fields(
     type=click.BOOL,
     is_flag=False,
     flag_value=True,
-    default=True,
+    default=False,
     show_default=True,
     metavar="[BOOL]",
-    help="Work only while holding the Lease, so other replicas stand by (false: work alone).",
+    help="Work only while holding the Lease, so other replicas stand by (the chart and "
+    "config/manager turn it on; off: work alone, as a one-off operator run by hand does).",
 )
 @click.option("--no-leader-elect", is_flag=True, help="The same as --leader-elect=false.")
 @click.option(
@@ -525,13 +526,14 @@ def operator_command(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     try:
-        election = None
-        if leader_elect and not no_leader_elect:
-            election = operator_settings.LeaderElection(
-                namespace=leader_election_namespace or operator_settings.own_namespace(),
-                lease_name=operator_settings.lease_name(lease_name, shard_index, shard_count),
-                identity=operator_settings.identity_from_env(),
-            )
+        # built (so its flags are checked) whether or not it is used
+        election: operator_settings.LeaderElection | None = operator_settings.LeaderElection(
+            namespace=leader_election_namespace or operator_settings.own_namespace(),
+            lease_name=operator_settings.lease_name(lease_name, shard_index, shard_count),
+            identity=operator_settings.identity_from_env(),
+        )
+        if not leader_elect or no_leader_elect:
+            election = None
         config = operator_settings.OperatorConfig(
             namespaces=namespaces or operator_settings.namespaces_from_env(),
             runner_image=operator_settings.runner_image_from_env(),
@@ -543,7 +545,7 @@ def operator_command(
         )
     except operator_settings.ConfigError as exc:
         _usage(str(exc))
-    with _cluster_errors():
+    with _cluster_errors(), group.listening("--metrics-port", metrics_port):
         try:
             asyncio.run(operator_main.run(config, kubeconfig, kube_context))
         except leader.LeadershipLost:
@@ -604,7 +606,7 @@ def webhook_command(
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    with _cluster_errors():
+    with _cluster_errors(), group.listening("--port", port, host):
         webhook.serve(host, port, kubeconfig, webhook.Settings(namespaces=namespaces), kube_context)
 
 

@@ -25,8 +25,11 @@ The protocol (client-go's, with its names):
 - On a clean stop (SIGTERM) the leader releases the Lease: no holder and a one-second duration,
   so a standby takes over at its next poll instead of waiting for the lease to run out.
 
-Errors talking to the API server are logged and retried at ``retry_seconds``; they never crash
-a standby. ``agentflows_leader`` (1 leading, 0 standing by) shows the state on ``/metrics``.
+Errors talking to the API server are retried at ``retry_seconds`` and logged when they change;
+they never crash a standby. One that no retry mends — the Lease's namespace does not exist, or
+the operator's account may not use Leases there — is logged once as an error that says what to
+do and shown on ``/readyz`` (:mod:`agentflows.controller.unmet`) until it is mended.
+``agentflows_leader`` (1 leading, 0 standing by) shows the state on ``/metrics``.
 """
 
 from __future__ import annotations
@@ -39,13 +42,15 @@ from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn
 
 from agentflows.controller import metrics as metrics_mod
-from agentflows.controller import settings
+from agentflows.controller import settings, unmet
 from agentflows.kube import client as kube
 
 log = logging.getLogger(__name__)
 
 #: A stopping leader waits at most this long to release the Lease.
 RELEASE_TIMEOUT_SECONDS = 5.0
+#: The key of leader election's needs in :class:`~agentflows.controller.unmet.Unmet`.
+NEED = "leader election"
 
 
 class LeadershipLost(Exception):
@@ -65,10 +70,12 @@ class Elector:
         api: kube.Client,
         election: settings.LeaderElection,
         on_change: Callable[[bool], None] | None = None,
+        needs: unmet.Unmet | None = None,
     ) -> None:
         self.api = api
         self.election = election
         self._on_change = on_change
+        self._needs = needs or unmet.Unmet()
         self._path = kube.path_of("leases", election.namespace, election.lease_name)
         #: The Lease as last read or written, and when (loop time) its spec last changed.
         self._lease: dict[str, Any] | None = None
@@ -88,9 +95,11 @@ class Elector:
     async def acquire(self) -> None:
         """Return once this process holds the Lease; poll it every ``retry_seconds`` till then."""
         waiting_for = None
+        failed_with = ""
         while True:
             try:
                 if await self._try_acquire():
+                    self._needs.met(NEED)
                     self._set_leading(True)
                     spec = (self._lease or {}).get("spec") or {}
                     log.info(
@@ -100,12 +109,37 @@ class Elector:
                         spec.get("leaseTransitions", 0),
                     )
                     return
+                self._needs.met(NEED)
+                failed_with = ""
                 if self.holder() != waiting_for:
                     waiting_for = self.holder()
                     log.info("standing by: lease %s is held by %s", self.where, waiting_for)
             except kube.ApiError as exc:
-                log.warning("standing by: cannot take lease %s: %s", self.where, exc)
+                need = self._need(exc)
+                if need:
+                    self._needs.report(NEED, need)
+                elif str(exc) != failed_with:
+                    failed_with = str(exc)
+                    log.warning("standing by: cannot take lease %s: %s (retrying)", self.where, exc)
             await asyncio.sleep(self._jittered())
+
+    def _need(self, exc: kube.ApiError) -> str:
+        """What a person must do when ``exc`` is one no retry mends ("" when a retry may)."""
+        namespace = self.election.namespace
+        alone = "or run this operator alone with --leader-elect=false; nothing is reconciled"
+        if exc.not_found:
+            return (
+                f"leader election: the Lease's namespace {namespace} does not exist ({exc}): "
+                f"create it (kubectl create namespace {namespace}), name another with "
+                f"--leader-election-namespace, {alone} until then"
+            )
+        if exc.status in (401, 403):
+            return (
+                f"leader election: may not use Lease {self.where} ({exc}): grant the operator's "
+                f"account get, create and update on leases in {namespace} "
+                f"(config/rbac/leader_election_role.yaml), {alone} until then"
+            )
+        return ""
 
     async def hold(self) -> None:
         """Renew the Lease every ``retry_seconds``.
@@ -292,7 +326,9 @@ async def run_leading(
         return
     # its own connection, no retries of its own: the renew deadline bounds every attempt
     client = kube.Client(api.config, retry_seconds=0, timeout=election.retry_seconds * 2)
-    elector = Elector(client, election, lambda leading: metrics.leader.set(int(leading)))
+    elector = Elector(
+        client, election, lambda leading: metrics.leader.set(int(leading)), metrics.unmet
+    )
     try:
         await elector.acquire()
         await _work_while_holding(elector, work)

@@ -21,7 +21,7 @@ from prometheus_client import metrics_core
 from agentflows.api import budget as budget_api
 from agentflows.api import flow as flow_api
 from agentflows.api import flowrun as flowrun_api
-from agentflows.controller import conditions, workqueue
+from agentflows.controller import conditions, unmet, workqueue
 
 _DURATION_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600, 24 * 3600)
 _QUEUE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
@@ -41,6 +41,8 @@ class Metrics:
 
     def __init__(self, registry: prometheus_client.CollectorRegistry | None = None) -> None:
         self.registry = registry or prometheus_client.CollectorRegistry()
+        #: What the operator needs and cannot get (``/readyz`` answers 503 with it).
+        self.unmet = unmet.Unmet()
         r = self.registry
         self.runs = prometheus_client.Gauge(
             "agentflows_runs", "FlowRuns by phase.", ["namespace", "flow", "phase"], registry=r
@@ -201,10 +203,11 @@ class Metrics:
         """Serve ``/metrics``, ``/healthz`` and ``/readyz`` on ``port`` in a background thread.
 
         ``/healthz`` answers while the process runs; ``/readyz`` answers 200 once ``ready()``
-        (the operator's cache has its first lists), else 503. A thread, so a busy event loop
-        never fails a probe.
+        (the operator's cache has its first lists) and nothing is :attr:`unmet`, else 503 with
+        what is missing, one line each. A thread, so a busy event loop never fails a probe.
         """
         registry = self.registry
+        needs = self.unmet
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self) -> None:
@@ -218,8 +221,13 @@ class Metrics:
                 elif path == "/healthz":
                     self._answer(200, b"ok\n")
                 elif path == "/readyz":
-                    synced = ready()
-                    self._answer(200 if synced else 503, b"ok\n" if synced else b"syncing\n")
+                    missing = needs.messages()
+                    if missing:
+                        self._answer(503, "".join(f"not ready: {m}\n" for m in missing).encode())
+                    elif ready():
+                        self._answer(200, b"ok\n")
+                    else:
+                        self._answer(503, b"syncing\n")
                 else:
                     self._answer(404, b"not found: /metrics, /healthz, /readyz\n")
 

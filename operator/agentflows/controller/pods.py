@@ -46,9 +46,15 @@ def secret_env(
 
 
 def runner_env(spec: flow_api.RunnerSpec) -> list[dict[str, Any]]:
-    """The Flow's ``runner.env`` as container env."""
+    """The Flow's ``runner.env`` as container env, without a variable of the operator's.
+
+    The models and the CRD refuse such a name; one stored before that rule existed is left out
+    here, and the operator's variables come after the Flow's anyway (the last of a name wins).
+    """
     env: list[dict[str, Any]] = []
     for var in spec.env:
+        if common.operator_env_problem(var.name):
+            continue
         if var.secret_key_ref is not None:
             ref = var.secret_key_ref
             env.append(
@@ -107,6 +113,7 @@ def runner_pod(
     runner = flow_spec.runner
     pod_labels = {**objects.run_labels(name, flow_name), objects.ATTEMPT: str(attempt)}
     env = [
+        *runner_env(runner),
         {"name": "LITELLM_LOCAL_MODEL_COST_MAP", "value": "True"},
         {"name": "HOME", "value": "/tmp"},
         {"name": "TMPDIR", "value": "/tmp"},
@@ -123,7 +130,6 @@ def runner_pod(
         ),
         *secret_env(flows, agents),
         *tracing.pod_env(),
-        *runner_env(runner),
     ]
     resources = runner.resources.model_dump() if runner.resources else DEFAULT_RESOURCES
     volumes, mounts = files_volumes(runner)

@@ -1,6 +1,8 @@
 """What a Flow or Agent refers to, read from the API: other Agents and Flows, named Secrets.
 
-Used by the Agent and Flow validators and by the runner pod's env. Agents and Flows come from
+Used by the Agent and Flow validators and by the runner pod's env. Which Secrets a spec names
+comes from the one reference walk, :mod:`agentflows.api.references` (the admission policy that
+authorizes them is generated from it too). Agents and Flows come from
 the operator's cache (:class:`agentflows.controller.cache.Namespace`). A Secret is checked with a
 metadata-only GET (``PartialObjectMetadata``): the operator learns that it exists, never a value.
 """
@@ -10,77 +12,41 @@ from __future__ import annotations
 import dataclasses
 
 from agentflows.api import agent as agent_api
-from agentflows.api import common, documents
+from agentflows.api import common, documents, references
 from agentflows.api import flow as flow_api
 from agentflows.controller import cache
 from agentflows.kube import client as kube
 
 #: Ask for metadata only, so a GET on a Secret never returns its data.
 PARTIAL_METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+#: A Secret named, with the path of the field naming it.
+SecretRef = tuple[str, common.SecretKeySelector]
 
 
 # ----- secrets ----------------------------------------------------------------------------------
 
 
-def agent_secret_refs(spec: agent_api.AgentSpec) -> list[tuple[str, common.SecretKeySelector]]:
+def _secrets(found: list[references.Reference], for_runner: bool) -> list[SecretRef]:
+    return [
+        (ref.path, common.SecretKeySelector(name=ref.name, key=ref.key or ""))
+        for ref in found
+        if ref.kind == references.SECRET and ref.for_runner == for_runner
+    ]
+
+
+def agent_secret_refs(spec: agent_api.AgentSpec) -> list[SecretRef]:
     """Every secret an Agent names, with the path of the field naming it."""
-    refs: list[tuple[str, common.SecretKeySelector]] = []
-    if spec.model.api_key is not None:
-        refs.append(("spec.model.apiKey", spec.model.api_key.secret_key_ref))
-    for index, tool in enumerate(spec.tools):
-        if tool.mcp is not None:
-            for header, ref in tool.mcp.headers.items():
-                refs.append((f"spec.tools[{index}].mcp.headers.{header}", ref.secret_key_ref))
-        if tool.http is not None:
-            for header, ref in tool.http.secret_headers.items():
-                path = f"spec.tools[{index}].http.secretHeaders.{header}"
-                refs.append((path, ref.secret_key_ref))
-    refs.extend(_file_secret_refs(spec.files, "spec"))
-    return refs
+    return _secrets(references.agent_references(spec), for_runner=True)
 
 
-def _file_secret_refs(
-    files: list[agent_api.ReferenceFile], path: str
-) -> list[tuple[str, common.SecretKeySelector]]:
-    """Secrets of reference files: injected like every other secret the runner needs."""
-    return [
-        (f"{path}.files[{index}].secretKeyRef", file.secret_key_ref)
-        for index, file in enumerate(files)
-        if file.secret_key_ref is not None
-    ]
-
-
-def flow_secret_refs(spec: flow_api.FlowSpec) -> list[tuple[str, common.SecretKeySelector]]:
+def flow_secret_refs(spec: flow_api.FlowSpec) -> list[SecretRef]:
     """Every secret the runner needs for a Flow's own nodes and runner env (not its Agents')."""
-    refs: list[tuple[str, common.SecretKeySelector]] = []
-    for index, node in enumerate(spec.nodes):
-        path = f"spec.nodes[{index}]"
-        if node.llm is not None and node.llm.model.api_key is not None:
-            refs.append((f"{path}.llm.model.apiKey", node.llm.model.api_key.secret_key_ref))
-        for where, tool in ((f"{path}.tool", node.tool), (f"{path}.map.tool", _map_tool(node))):
-            if tool is not None and tool.http is not None:
-                for header, ref in tool.http.secret_headers.items():
-                    refs.append((f"{where}.http.secretHeaders.{header}", ref.secret_key_ref))
-        for where, call in ((f"{path}.agent", node.agent), (f"{path}.map.agent", _map_agent(node))):
-            if call is not None:
-                refs.extend(_file_secret_refs(call.files, where))
-    for index, env in enumerate(spec.runner.env):
-        if env.secret_key_ref is not None:
-            refs.append((f"spec.runner.env[{index}].secretKeyRef", env.secret_key_ref))
-    return refs
+    return _secrets(references.flow_references(spec), for_runner=True)
 
 
-def trigger_secret_refs(spec: flow_api.FlowSpec) -> list[tuple[str, common.SecretKeySelector]]:
+def trigger_secret_refs(spec: flow_api.FlowSpec) -> list[SecretRef]:
     """Secrets of webhook triggers (read by the webhook receiver, not the runner)."""
-    return [
-        (f"spec.triggers[{index}].webhook.secret", trigger.webhook.secret)
-        for index, trigger in enumerate(spec.triggers)
-        if trigger.webhook is not None
-    ]
-
-
-def _map_agent(node: flow_api.Node) -> flow_api.AgentCall | None:
-    return node.map.agent if node.map is not None else None
+    return _secrets(references.flow_references(spec), for_runner=False)
 
 
 def _map_tool(node: flow_api.Node) -> flow_api.ToolCall | None:
@@ -105,7 +71,7 @@ async def secret_exists(api: kube.Client, namespace: str, name: str) -> bool | N
 
 
 async def missing_secrets(
-    api: kube.Client, namespace: str, refs: list[tuple[str, common.SecretKeySelector]]
+    api: kube.Client, namespace: str, refs: list[SecretRef]
 ) -> list[documents.Problem]:
     """A problem for every reference whose Secret does not exist (each Secret checked once)."""
     seen: dict[str, bool | None] = {}
