@@ -40,7 +40,7 @@ class ModuleError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class ToolModule:
-    """A module of tool functions: its text and the public functions it defines."""
+    """A module of tool functions: its text, file name and the public functions it defines."""
 
     source: str
     filename: str
@@ -62,7 +62,8 @@ def read_module(path: Path) -> ToolModule:
     )
     if not names:
         raise ModuleError(f"--tools {path}: the module defines no public function")
-    return ToolModule(source=source, filename=str(path), functions=names)
+    # The file's name only: tracebacks name it; the resource does not carry this machine's paths.
+    return ToolModule(source=source, filename=path.name, functions=names)
 
 
 @dataclasses.dataclass(frozen=True)
