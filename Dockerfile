@@ -4,9 +4,9 @@
 # an emptyDir at /tmp for scratch space (python tools, MCP stdio servers).
 FROM python:3.11-slim AS build
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md constraints.txt ./
 COPY operator ./operator
-RUN pip install --no-cache-dir --prefix=/install .
+RUN pip install --no-cache-dir --prefix=/install -c constraints.txt .
 
 FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 \

@@ -18,6 +18,7 @@ The rules of the reference runtime, plus what the agentflows engine needs:
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 
 from agentflows.agentspec import errors, model
@@ -480,8 +481,12 @@ def _data_problems(graph: Graph, out: list[documents.Problem]) -> None:
 
 
 def _parallel_problems(node: model.ParallelFlowNode, path: str) -> list[documents.Problem]:
-    """Sub-flows of a ParallelFlowNode give distinct outputs and end on one branch each."""
-    out, seen = [], set()
+    """Sub-flows of a ParallelFlowNode give distinct outputs and type a shared input alike.
+
+    The node has one input per name, given to every sub-flow that takes it, so sub-flows
+    declaring an input of one name with different types cannot all be given it.
+    """
+    out, seen = _parallel_input_problems(node, path), set()
     for j, subflow in enumerate(node.subflows):
         for title in titles(flow_outputs(subflow)):
             if title in seen:
@@ -494,6 +499,32 @@ def _parallel_problems(node: model.ParallelFlowNode, path: str) -> list[document
                 )
             seen.add(title)
     return out
+
+
+def _parallel_input_problems(node: model.ParallelFlowNode, path: str) -> list[documents.Problem]:
+    out: list[documents.Problem] = []
+    first: dict[str, tuple[int, dict[str, object]]] = {}
+    for j, subflow in enumerate(node.subflows):
+        for prop in flow_inputs(subflow):
+            title = str(prop.get("title"))
+            kind = {k: v for k, v in prop.items() if k not in _NOT_TYPE}
+            if title not in first:
+                first[title] = (j, kind)
+            elif first[title][1] != kind:
+                out.append(
+                    errors.problem(
+                        f"{path}.subflows[{j}]",
+                        f"input {title!r} of ParallelFlowNode {node.name!r} is "
+                        f"{json.dumps(kind)} here but {json.dumps(first[title][1])} in "
+                        f"subflows[{first[title][0]}]; sub-flows run in parallel share their "
+                        "inputs by name: give the inputs one type or distinct names",
+                    )
+                )
+    return out
+
+
+#: Property keys that document a property rather than say what values it takes.
+_NOT_TYPE = frozenset({"title", "description", "default", "examples"})
 
 
 def _catch_problems(node: model.CatchExceptionNode, path: str) -> list[documents.Problem]:

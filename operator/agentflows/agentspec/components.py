@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 from urllib import parse
 
-from agentflows.agentspec import checks, errors, mapping, model
+from agentflows.agentspec import checks, errors, implementations, mapping, model
 from agentflows.api import agent as agent_api
 from agentflows.api import documents
 
@@ -22,20 +22,29 @@ _METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 ASK_USER_TOOL = "ask_user"
 
 
-def python_script(tool: model.ServerTool, path: str, out: list[documents.Problem]) -> str:
-    """The script a ServerTool is bound to."""
+def python_script(
+    tool: model.ServerTool,
+    path: str,
+    out: list[documents.Problem],
+    impl: implementations.Implementations = implementations.NONE,
+) -> str:
+    """The script a ServerTool is bound to: the document's, else the ``--tools`` module's."""
     meta = (tool.metadata or {}).get(mapping.METADATA_KEY)
     script = meta.get("python") if isinstance(meta, dict) else None
-    if not isinstance(script, str) or not script.strip():
-        out.append(
-            errors.problem(
-                f"{path}.metadata.{mapping.METADATA_KEY}.python",
-                f"ServerTool {tool.name!r} has no implementation: set it to a Python script "
-                "(JSON arguments on stdin, a JSON result on stdout)",
-            )
+    if isinstance(script, str) and script.strip():
+        return script
+    found = impl.script(tool.name) or impl.unimplemented(tool.name)
+    if found is not None:
+        return found
+    out.append(
+        errors.problem(
+            f"{path}.metadata.{mapping.METADATA_KEY}.python",
+            f"ServerTool {tool.name!r} has no implementation: give a function {tool.name} "
+            "in a --tools module, or set this to a Python script (JSON arguments on stdin, "
+            "a JSON result on stdout)",
         )
-        return "raise SystemExit(1)"
-    return script
+    )
+    return "raise SystemExit(1)"
 
 
 def _args_template(value: Any) -> Any:
@@ -151,6 +160,7 @@ def tool(
     name: str,
     path: str,
     out: list[documents.Problem],
+    impl: implementations.Implementations = implementations.NONE,
 ) -> agent_api.Tool:
     """An Agent's tool for an Agent Spec tool."""
     common: dict[str, Any] = {
@@ -167,7 +177,7 @@ def tool(
     if isinstance(spec, model.ClientTool):
         return agent_api.Tool(**common, client=agent_api.ClientTool())
     return agent_api.Tool(
-        **common, python=agent_api.PythonTool(script=python_script(spec, path, out))
+        **common, python=agent_api.PythonTool(script=python_script(spec, path, out, impl))
     )
 
 
@@ -193,12 +203,17 @@ def toolbox(
     )
 
 
-def agent_spec(agent: model.Agent, path: str, out: list[documents.Problem]) -> agent_api.AgentSpec:
+def agent_spec(
+    agent: model.Agent,
+    path: str,
+    out: list[documents.Problem],
+    impl: implementations.Implementations = implementations.NONE,
+) -> agent_api.AgentSpec:
     """Our Agent spec: placeholders of the system prompt read ``<name>``, given in the prompt."""
     names: set[str] = set()
     at = f"{path}." if path else ""
     tools = [
-        tool(t, mapping.identifier(t.name, names), f"{at}tools[{i}]", out)
+        tool(t, mapping.identifier(t.name, names), f"{at}tools[{i}]", out, impl)
         for i, t in enumerate(agent.tools)
     ]
     tools += [

@@ -51,12 +51,12 @@ import dataclasses
 import enum
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from agentflows.agents import host
-from agentflows.agentspec import components, importer
+from agentflows.agentspec import components, implementations, importer
 from agentflows.api import agent as agent_api
 from agentflows.api import flow as flow_api
 from agentflows.api import flowrun as flowrun_api
@@ -149,9 +149,18 @@ class Conversation:
         text: str,
         inputs: Mapping[str, Any] | None = None,
         env: Mapping[str, str] = os.environ,
+        tools: Mapping[str, Callable[..., Any]] | None = None,
     ) -> Conversation:
-        """A conversation over an Agent Spec document (SpecInvalid when it cannot run)."""
-        return cls(importer.import_text(text), inputs, env)
+        """A conversation over an Agent Spec document (SpecInvalid when it cannot run).
+
+        ``tools`` implements ServerTools by name (``{"get_weather": get_weather}``): each
+        function, sync or async, defined at the top level of a module, is called with the
+        tool's inputs as keyword arguments; its return value is the tool's result (an object
+        holding the outputs by name, or the one output's value). ModuleError for another
+        callable.
+        """
+        impl = implementations.Implementations.of_callables(tools or {})
+        return cls(importer.import_text(text, impl), inputs, env)
 
     @classmethod
     def from_file(
@@ -159,9 +168,10 @@ class Conversation:
         path: Path,
         inputs: Mapping[str, Any] | None = None,
         env: Mapping[str, str] = os.environ,
+        tools: Mapping[str, Callable[..., Any]] | None = None,
     ) -> Conversation:
         """A conversation over the Agent Spec document in ``path``."""
-        return cls.load(path.read_text(encoding="utf-8"), inputs, env)
+        return cls.load(path.read_text(encoding="utf-8"), inputs, env, tools)
 
     @property
     def is_agent(self) -> bool:

@@ -38,6 +38,11 @@ _COLLECT = re.compile(
     r"^\(\.nodes\.([a-z][a-z0-9_]*)\.json \| "
     r"map\(\.(\"[^\"]+\"|[A-Za-z_][A-Za-z0-9_]*)\) \| (.+)\)$"
 )
+#: :func:`mapping.by_name`: the single output of a tool or ApiNode.
+_BY_NAME = re.compile(
+    r'^\(\.nodes\.([a-z][a-z0-9_]*)\.json \| if type == "object" and has\(("(?:[^"\\]|\\.)*")\) '
+    r"then \.\[\2\] else \. end\)$"
+)
 _TEMPLATE = re.compile(r"\{\{ (.+?) \}\}")
 _START = re.compile(r"^=(?:(\{.*\}) \+ )?\(\.run\.input // \{\}\)$")
 _REDUCERS = {".": "append", "add": "sum", "(add / length)": "average", "max": "max", "min": "min"}
@@ -148,6 +153,11 @@ class _FlowWriter:
                 return source, key[1:].strip('"')
             self.reads[source].add(part[1:])
             return source, self.whole_output(source, part[1:])
+        match = _BY_NAME.match(expr)
+        if match and match.group(1) in self.nodes:
+            source, key = match.group(1), json.loads(match.group(2))
+            self.reads[source].add(f"json:{key}")
+            return source, key
         match = _COLLECT.match(expr)
         if match and match.group(1) in self.nodes and match.group(3) in _REDUCERS:
             source, key = match.group(1), match.group(2).strip('"')
@@ -322,7 +332,7 @@ class _FlowWriter:
             ),
         }  # fmt: skip
         if call.output_schema is not None:
-            out["outputs"] = export_components.properties(call.output_schema)
+            out["outputs"] = export_components.properties(_one_output(call.output_schema))
         return out
 
     def agent(
@@ -449,8 +459,11 @@ class _FlowWriter:
         titles = list(fields)
         lists = [spec.items[1:]] if len(titles) == 1 else None
         multi = re.match(r"^=\[(.*)\] \| transpose$", spec.items)
+        if spec.items.endswith(f"] | {mapping.MAP_ZIP}"):
+            multi = re.match(r"^=\[(.*)\] \| ", spec.items.removesuffix(mapping.MAP_ZIP))
         if multi:
-            lists = [p[1:-1] for p in jqshapes.split_commas(multi.group(1))]
+            parts = jqshapes.split_commas(multi.group(1)) if multi.group(1) else []
+            lists = [p[1:-1] for p in parts]
         if not spec.items.startswith("=") or lists is None or len(lists) != len(titles):
             self.ex.fail(
                 self.path(node.id, "map.items"),
@@ -478,6 +491,15 @@ class _FlowWriter:
             return None
         self.guarded[node.id] = target.id
         return None
+
+
+def _one_output(schema: Any) -> Any:
+    """The object schema of :func:`mapping.llm_output_schema`'s one output (or its bare value)."""
+    match schema:
+        case {"anyOf": [{"properties": dict(props)} as whole, dict(bare)]}:
+            if len(schema) == 1 and list(props.values()) == [bare]:
+                return whole
+    return schema
 
 
 def _finish_outputs(writer: _FlowWriter) -> None:

@@ -5,8 +5,9 @@ How each component maps is the support matrix in docs/agentspec.md. The shape, i
 - Every Agent Spec node becomes one Flow node whose id is its name made an identifier; a
   StartNode becomes a transform that applies the input defaults, an EndNode a transform that
   collects the flow's outputs. Outputs are read as ``.nodes.<id>.json.<output>``, except the
-  text of an unstructured LlmNode or AgentNode (``.nodes.<id>.text``) and the whole result of a
-  single-output tool, ApiNode or InputMessageNode (``.nodes.<id>.json``).
+  text of an unstructured LlmNode or AgentNode (``.nodes.<id>.text``), the answer of an
+  InputMessageNode (``.nodes.<id>.json``) and the single output of a tool or ApiNode: its key
+  of an object result that has it, else the whole result (:func:`mapping.by_name`).
 - Data edges become the expressions of the destination's inputs (several edges into one input,
   from paths that exclude each other, read whichever ran); without ``data_flow_connections`` an
   input is bound to the StartNode's output of the same name, else to the one node producing it.
@@ -25,7 +26,15 @@ import dataclasses
 import json
 from typing import Any
 
-from agentflows.agentspec import checks, components, document, errors, mapping, model
+from agentflows.agentspec import (
+    checks,
+    components,
+    document,
+    errors,
+    implementations,
+    mapping,
+    model,
+)
 from agentflows.api import agent as agent_api
 from agentflows.api import common, documents
 from agentflows.api import flow as flow_api
@@ -52,7 +61,8 @@ class Imported:
 
 
 class _Translator:
-    def __init__(self) -> None:
+    def __init__(self, impl: implementations.Implementations) -> None:
+        self.impl = impl
         self.result = Imported()
         self.agent_names: set[str] = set()
         self.flow_names: set[str] = set()
@@ -66,7 +76,7 @@ class _Translator:
             agent = checks.effective_agent(component)
             name = mapping.resource_name(agent.name, self.agent_names, common.NAME_MAX)
             self.done[done_key] = name
-            spec = components.agent_spec(agent, path, self.problems)
+            spec = components.agent_spec(agent, path, self.problems, self.impl)
             workers = [
                 self.agent(w, f"{path}.workers[{i}]" if path else f"workers[{i}]")
                 for i, w in enumerate(checks.workers_of(component))
@@ -240,13 +250,17 @@ class _FlowBuilder:
             return f"({ref}.json | map({mapping.field(inner)}) | {reduce})"
         if isinstance(node, model.LlmNode) and mapping.is_text_output(node.outputs):
             return f"{ref}.text"
+        if isinstance(node, model.LlmNode) and len(node.outputs or []) == 1:
+            return mapping.by_name(ref, title)
         if isinstance(node, model.AgentNode) and mapping.is_text_output(
             node.outputs or checks.agent_io(node.agent)[1]
         ):
             return f"{ref}.text"
-        single = isinstance(node, (model.ToolNode, model.ApiNode, model.InputMessageNode))
-        if single and len(checks.outputs_of(node)) == 1:
+        if isinstance(node, model.InputMessageNode):
             return f"{ref}.json"
+        single = isinstance(node, (model.ToolNode, model.ApiNode))
+        if single and len(checks.outputs_of(node)) == 1:
+            return mapping.by_name(ref, title)
         return f"{ref}.json{mapping.field(title)}"
 
     def bindings(self) -> dict[str, dict[str, str]]:
@@ -369,7 +383,7 @@ class _FlowBuilder:
                 node.llm_config, f"{self.where(key)}.llm_config", self.tr.problems
             ),
             prompt=mapping.substitute(node.prompt_template, bound),
-            output_schema=mapping.object_schema(node.outputs or []) if structured else None,
+            output_schema=mapping.llm_output_schema(node.outputs or []) if structured else None,
         )
         self.add(key, llm=call)
 
@@ -418,7 +432,9 @@ class _FlowBuilder:
             http = components.http_tool(node.tool, f"{path}.tool", self.tr.problems)
             call = flow_api.ToolCall(http=http, args=args)
         elif isinstance(node.tool, model.ServerTool):
-            script = components.python_script(node.tool, f"{path}.tool", self.tr.problems)
+            script = components.python_script(
+                node.tool, f"{path}.tool", self.tr.problems, self.tr.impl
+            )
             call = flow_api.ToolCall(python=agent_api.PythonTool(script=script), args=args)
         elif isinstance(node.tool, model.ClientTool):
             client = agent_api.ClientTool()
@@ -442,7 +458,8 @@ class _FlowBuilder:
         def target(branch: str) -> str:
             return self.entry[self.graph.taken[(key, branch)]]
 
-        value = bound.get(checks.BRANCHING_INPUT, "null")
+        # Its one input, by the name the document gives it (branching_mapping_key by default).
+        value = next(iter(bound.values()), "null")
         branch = flow_api.Branch(
             value=f"={value}",
             cases={k: target(b) for k, b in node.mapping.items()},
@@ -537,20 +554,14 @@ class _FlowBuilder:
         inner = [
             t for t in checks.titles(checks.flow_inputs(node.subflow)) if f"iterated_{t}" in bound
         ]
-        if not inner:
-            self.problem(key, f"MapNode {node.name!r} has no iterated_ input to map over")
-            return
-        lists = [bound[f"iterated_{t}"] for t in inner]
-        if len(inner) == 1:
-            items, item = f"={lists[0]}", {inner[0]: ".item"}
-        else:
-            items = "=[" + ", ".join(f"({e})" for e in lists) + "] | transpose"
-            item = {t: f".item[{i}]" for i, t in enumerate(inner)}
+        lists = ", ".join(f"({bound[f'iterated_{t}']})" for t in inner)
         parallel = node.component_type == "ParallelMapNode"
         spec = flow_api.MapNode(
-            items=items,
+            items=f"=[{lists}] | {mapping.MAP_ZIP}",
             concurrency=mapping.PARALLEL_MAP_CONCURRENCY if parallel else 1,
-            flow=flow_api.FlowCall(name=name, input="=" + _object(item)),
+            flow=flow_api.FlowCall(
+                name=name, input="=" + _object({t: f".item[{i}]" for i, t in enumerate(inner)})
+            ),
         )
         self.add(key, map=spec)
 
@@ -560,9 +571,16 @@ def _object(fields: dict[str, str]) -> str:
     return "{" + ", ".join(f"{json.dumps(k)}: ({v})" for k, v in fields.items()) + "}"
 
 
-def translate(root: model.Flow | model.AgenticComponent | model.Swarm) -> Imported:
-    """The resources of a typed document; SpecInvalid with every problem."""
-    tr = _Translator()
+def translate(
+    root: model.Flow | model.AgenticComponent | model.Swarm,
+    impl: implementations.Implementations = implementations.NONE,
+) -> Imported:
+    """The resources of a typed document; SpecInvalid with every problem.
+
+    ``impl`` gives ServerTools without a script in the document theirs (a ``--tools`` module),
+    or lets them be answered by the mock (``--dry-run``).
+    """
+    tr = _Translator(impl)
     if isinstance(root, model.Flow):
         checks.check(root)
         tr.result.flow = tr.flow(root, "")
@@ -575,9 +593,11 @@ def translate(root: model.Flow | model.AgenticComponent | model.Swarm) -> Import
     return tr.result
 
 
-def import_text(text: str) -> Imported:
+def import_text(
+    text: str, impl: implementations.Implementations = implementations.NONE
+) -> Imported:
     """Read, resolve, type, check and translate an Agent Spec document."""
     resolved = document.load_text(text)
-    imported = translate(model.parse(resolved))
+    imported = translate(model.parse(resolved), impl)
     imported.version = resolved.version
     return imported

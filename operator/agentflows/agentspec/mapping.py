@@ -21,6 +21,14 @@ _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 METADATA_KEY = "agentflows"
 #: Items a ParallelMapNode runs at once (a MapNode runs one at a time).
 PARALLEL_MAP_CONCURRENCY = 4
+#: The items of a MapNode from ``[(iterated_a), (iterated_b), ...]``: an ``iterated_`` input
+#: is a list or one value (``Union[T, List[T]]`` in the specification); lists are zipped and a
+#: single value is given to every item. Without a list (no ``iterated_`` input, or only single
+#: values) the sub-flow runs once.
+MAP_ZIP = (
+    '(map(select(type == "array") | length) | max) as $n '
+    '| [range($n // 1) as $i | map(if type == "array" then .[$i] else . end)]'
+)
 #: The output that says on which branch a flow with several end branches ended.
 BRANCH_OUTPUT = "branch_name"
 #: jq turning any value into the text a message shows (a string as it is, else JSON).
@@ -52,6 +60,16 @@ def identifier(name: str, taken: set[str]) -> str:
 def field(title: str) -> str:
     """Jq access to a key."""
     return f".{title}" if _IDENT.match(title) else f".{json.dumps(title)}"
+
+
+def by_name(ref: str, title: str) -> str:
+    """Output ``title`` of a node declaring only it: that key of a JSON object holding it.
+
+    As with several outputs, an object result is read by the output's name; any other result
+    (a string, a list, an object without that key) is the output as a whole.
+    """
+    key = json.dumps(title)
+    return f'({ref}.json | if type == "object" and has({key}) then .[{key}] else . end)'
 
 
 def model_spec(
@@ -94,6 +112,18 @@ def object_schema(properties: list[model.Property]) -> dict[str, Any] | None:
         "properties": {str(p["title"]): dict(p) for p in properties},
         "required": [str(p["title"]) for p in properties if "default" not in p],
     }
+
+
+def llm_output_schema(properties: list[model.Property]) -> dict[str, Any] | None:
+    """What an LlmNode's reply must be: an object of its outputs, or one output's bare value.
+
+    A single typed output may be answered as the value itself (``5`` for an integer output),
+    as the reference runtime accepts; it is read with :func:`by_name`.
+    """
+    schema = object_schema(properties)
+    if schema is None or len(properties) != 1:
+        return schema
+    return {"anyOf": [schema, dict(properties[0])]}
 
 
 def substitute(template: str, bindings: dict[str, str], style: str = "{{ %s }}") -> str:

@@ -49,13 +49,35 @@ def _spec_text(path: Path) -> str | None:
     return None
 
 
-def import_file(path: Path, result: SpecLoadResult, text: str) -> None:
+#: ``--tools MODULE`` of run, validate and import: ServerTool implementations.
+tools_option = click.option(
+    "--tools",
+    "tools_module",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Python module whose public functions implement the ServerTools of their names.",
+)
+
+
+def implementations(tools_module: Path | None, *, dry_run: bool = False) -> Any:
+    """The ServerTool implementations of ``--tools`` (and ``--dry-run``); exit 2 on a bad module."""
+    from agentflows.agentspec import implementations as impl
+
+    if tools_module is None:
+        return impl.Implementations(mock_missing=dry_run)
+    try:
+        module = impl.read_module(tools_module)
+    except impl.ModuleError as exc:
+        _fail([documents.Problem("", str(exc), str(tools_module))])
+    return impl.Implementations.of_module(module, mock_missing=dry_run)
+
+
+def import_file(path: Path, result: SpecLoadResult, text: str, impl: Any = None) -> None:
     """Import one Agent Spec file into ``result`` (its resources, or its problems)."""
-    from agentflows.agentspec import errors, importer
+    from agentflows.agentspec import errors, implementations, importer
 
     result.sources.append(str(path))
     try:
-        imported = importer.import_text(text)
+        imported = importer.import_text(text, impl or implementations.NONE)
     except errors.SpecInvalid as exc:
         result.problems += [dataclasses.replace(p, source=str(path)) for p in exc.problems]
         return
@@ -67,7 +89,7 @@ def import_file(path: Path, result: SpecLoadResult, text: str) -> None:
     result.spec_flows.append(imported.flow)
 
 
-def load_paths(paths: Iterable[Path]) -> SpecLoadResult:
+def load_paths(paths: Iterable[Path], impl: Any = None) -> SpecLoadResult:
     """Load files as ``documents.load_paths`` does, importing Agent Spec documents among them.
 
     In a directory, every ``.json``, ``.yaml`` or ``.yml`` file (sub-directories included)
@@ -80,7 +102,7 @@ def load_paths(paths: Iterable[Path]) -> SpecLoadResult:
         files = sorted(f for f in path.rglob("*") if f.is_file()) if path.is_dir() else [path]
         found = [(f, text) for f in files if (text := _spec_text(f)) is not None]
         for file, text in found:
-            import_file(file, result, text)
+            import_file(file, result, text, impl)
         specs += [file for file, _text in found]
         if path.is_dir() or not found:
             others.append(path)
@@ -140,14 +162,19 @@ def render(resources: Iterable[Any]) -> str:
 @click.command("import")
 @click.argument("spec", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--namespace", "-n", help="Set metadata.namespace on every resource.")
-def import_command(spec: Path, namespace: str | None) -> None:
-    """Print an Agent Spec document as Agent and Flow YAML (pipe to kubectl apply -f -)."""
+@tools_option
+def import_command(spec: Path, namespace: str | None, tools_module: Path | None) -> None:
+    """Print an Agent Spec document as Agent and Flow YAML (pipe to kubectl apply -f -).
+
+    With --tools, each ServerTool's script embeds the module and calls its function.
+    """
+    impl = implementations(tools_module)
     result = SpecLoadResult()
     try:
         text = spec.read_bytes().decode()
     except UnicodeDecodeError:
         _fail([documents.Problem("", "not UTF-8 text (save the file as UTF-8)", str(spec))])
-    import_file(spec, result, text)
+    import_file(spec, result, text, impl)
     problems = local.validate_loaded(result)
     if problems:
         _fail(problems)

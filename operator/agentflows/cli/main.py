@@ -114,11 +114,13 @@ main.add_command(commands_sessions.sessions_group, "sessions")
 
 @main.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
-def validate(files: tuple[Path, ...]) -> None:
+@commands_agentspec.tools_option
+def validate(files: tuple[Path, ...], tools_module: Path | None) -> None:
     """Check Agent, Flow and FlowRun files and explain every problem (exit 2 if any)."""
     from agentflows.api import documents
 
-    loaded = commands_agentspec.load_paths(files)
+    impl = commands_agentspec.implementations(tools_module)
+    loaded = commands_agentspec.load_paths(files, impl)
     for note in loaded.skipped:
         _err(f"skipped {note}")
     problems = local.validate_loaded(loaded)
@@ -258,6 +260,7 @@ def _show(directory: Path, name: str, output: str) -> dict[str, Any]:
     "--state-dir",
     help="Where run state is kept (default: $AGENTFLOWS_STATE_DIR or .agentflows/runs).",
 )
+@commands_agentspec.tools_option
 @views.output_option(default="json")
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
 def run(
@@ -268,6 +271,7 @@ def run(
     dry_run: bool,
     run_name: str | None,
     state_dir: str | None,
+    tools_module: Path | None,
     output: str,
     quiet: bool,
 ) -> None:
@@ -280,7 +284,8 @@ def run(
     """
     from agentflows.engine import run as run_mod
 
-    loaded = commands_agentspec.load_paths(files)
+    impl = commands_agentspec.implementations(tools_module, dry_run=dry_run)
+    loaded = commands_agentspec.load_paths(files, impl)
     problems = local.validate_loaded(loaded)
     if problems:
         for problem in problems:

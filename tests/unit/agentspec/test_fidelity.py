@@ -1,0 +1,195 @@
+"""Behaviours where agentflows follows the specification as its reference runtime does (issue 22).
+
+Each runs a document with ``agentflows run`` (or ``validate``) against real HTTP on loopback.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tests.support.endpoint import LoopbackEndpoint
+from tests.support.model_server import Reply, ScriptedModelServer
+from tests.unit.agentspec.conftest import DATA, DOCUMENT_MODEL_URL, invoke, output_of
+
+
+def one_node_flow(node: dict[str, Any], inputs: list[str], output: str) -> dict[str, Any]:
+    """start -> ``node`` (named ``step``) -> end, inputs and the end's output bound by name."""
+    edges = [("start", "step"), ("step", "end")]
+    return {
+        "agentspec_version": "26.1.0", "component_type": "Flow", "name": "one-step",
+        "start_node": {"$component_ref": "start"},
+        "nodes": [{"$component_ref": n} for n in ("start", "step", "end")],
+        "control_flow_connections": [
+            {"component_type": "ControlFlowEdge", "name": f"{a}-{b}",
+             "from_node": {"$component_ref": a}, "to_node": {"$component_ref": b}}
+            for a, b in edges
+        ],
+        "$referenced_components": {
+            "start": {"component_type": "StartNode", "name": "start",
+                      "outputs": [{"title": t, "type": "string"} for t in inputs]},
+            "step": {**node, "name": "step"},
+            "end": {"component_type": "EndNode", "name": "end", "outputs": [{"title": output}]},
+        },
+    }  # fmt: skip
+
+
+def run(tmp_path: Path, doc: dict[str, Any], *inputs: str) -> tuple[int, str, str]:
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(doc))
+    args = [a for i in inputs for a in ("--input", i)]
+    return invoke("run", str(path), "--state-dir", str(tmp_path / "runs"), *args)
+
+
+def test_a_server_tool_with_one_output_returns_that_key_of_its_json_object(
+    tmp_path: Path,
+) -> None:
+    script = 'import json\nprint(json.dumps({"temperature": 22, "weather": "Sunny"}))\n'
+    tool = {
+        "component_type": "ServerTool", "name": "get_weather",
+        "inputs": [{"title": "city", "type": "string"}],
+        "outputs": [{"title": "weather", "type": "string"}],
+        "metadata": {"agentflows": {"python": script}},
+    }  # fmt: skip
+    doc = one_node_flow({"component_type": "ToolNode", "tool": tool}, ["city"], "weather")
+    code, out, err = run(tmp_path, doc, "city=oslo")
+    assert code == 0, err
+    assert output_of(out) == {"weather": "Sunny"}
+
+
+def test_a_tool_with_one_output_whose_object_lacks_its_key_returns_the_whole_object(
+    tmp_path: Path,
+) -> None:
+    script = 'import json\nprint(json.dumps({"temperature": 22}))\n'
+    tool = {
+        "component_type": "ServerTool", "name": "get_weather",
+        "outputs": [{"title": "weather"}],
+        "metadata": {"agentflows": {"python": script}},
+    }  # fmt: skip
+    doc = one_node_flow({"component_type": "ToolNode", "tool": tool}, [], "weather")
+    code, out, err = run(tmp_path, doc)
+    assert code == 0, err
+    assert output_of(out) == {"weather": {"temperature": 22}}
+
+
+def test_an_api_node_with_one_output_returns_that_key_of_the_json_response(
+    endpoint: LoopbackEndpoint, tmp_path: Path
+) -> None:
+    node = {
+        "component_type": "ApiNode", "url": f"{endpoint.url}/weather/{{{{city}}}}",
+        "http_method": "GET", "url_allow_list": [endpoint.url],
+        "outputs": [{"title": "forecast", "type": "string"}],
+    }  # fmt: skip
+    code, out, err = run(tmp_path, one_node_flow(node, ["city"], "forecast"), "city=oslo")
+    assert code == 0, err
+    assert output_of(out) == {"forecast": "sunny"}
+
+
+def test_a_branching_node_reads_its_input_by_the_name_the_document_gives_it(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    text = (DATA / "branching.yaml").read_text()
+    text = text.replace("destination_input: branching_mapping_key", "destination_input: label")
+    text = text.replace(
+        "mapping: {billing: BILLING, BILLING: BILLING}",
+        "mapping: {billing: BILLING, BILLING: BILLING}\n    inputs: [{title: label, type: string}]",
+    )
+    spec = tmp_path / "branching.yaml"
+    spec.write_text(text.replace(DOCUMENT_MODEL_URL, model_server.url))
+    model_server.script(Reply.text("BILLING"))
+    state = str(tmp_path / "runs")
+    code, out, err = invoke("run", str(spec), "--state-dir", state, "--input", "ticket=refund me")
+    assert code == 0, err
+    assert "↷ engineering (transform) skipped" in err
+    assert output_of(out) == {"label": "BILLING"}
+
+
+def test_parallel_sub_flows_typing_an_input_of_one_name_differently_are_refused_at_load(
+    tmp_path: Path,
+) -> None:
+    text = (
+        (DATA / "parallel.yaml")
+        .read_text()
+        .replace(
+            "s_start: {component_type: StartNode, name: start, outputs: [{title: word, type: string}]}",
+            "s_start: {component_type: StartNode, name: start, outputs: [{title: word, type: integer}]}",
+        )
+    )
+    path = tmp_path / "parallel.yaml"
+    path.write_text(text)
+    for command in ("validate", "run"):
+        code, out, err = invoke(command, str(path), *(["--input", "word=hi"] * (command == "run")))
+        assert code == 2, (out, err)
+        assert (
+            "nodes[1].subflows[1]: input 'word' of ParallelFlowNode 'both' is "
+            '{"type": "integer"} here but {"type": "string"} in subflows[0]; sub-flows run in '
+            "parallel share their inputs by name: give the inputs one type or distinct names"
+        ) in out + err
+
+
+def test_an_llm_node_with_one_integer_output_accepts_a_bare_number_reply(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    node = {
+        "component_type": "LlmNode", "prompt_template": "How many letters in {{word}}?",
+        "llm_config": {"component_type": "OpenAiCompatibleConfig", "name": "m",
+                       "model_id": "scripted-model", "url": model_server.url},
+        "outputs": [{"title": "count", "type": "integer"}],
+    }  # fmt: skip
+    model_server.script(Reply.text("5"))
+    code, out, err = run(tmp_path, one_node_flow(node, ["word"], "count"), "word=hello")
+    assert code == 0, err
+    assert output_of(out) == {"count": 5}
+
+
+def test_an_llm_node_with_one_integer_output_still_accepts_a_json_object_reply(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    node = {
+        "component_type": "LlmNode", "prompt_template": "How many letters in {{word}}?",
+        "llm_config": {"component_type": "OpenAiCompatibleConfig", "name": "m",
+                       "model_id": "scripted-model", "url": model_server.url},
+        "outputs": [{"title": "count", "type": "integer"}],
+    }  # fmt: skip
+    model_server.script(Reply.text('{"count": 5}'))
+    code, out, err = run(tmp_path, one_node_flow(node, ["word"], "count"), "word=hello")
+    assert code == 0, err
+    assert output_of(out) == {"count": 5}
+
+
+def test_a_map_node_gives_a_single_iterated_value_to_every_item(tmp_path: Path) -> None:
+    text = (
+        (DATA / "pairs.yaml")
+        .read_text()
+        .replace(
+            "{title: scores, type: array, items: {type: number}}", "{title: scores, type: number}"
+        )
+    )
+    path = tmp_path / "pairs.yaml"
+    path.write_text(text)
+    args = ("--state-dir", str(tmp_path), "--input-json", '{"names": ["a", "b"], "scores": 3}')
+    code, out, err = invoke("run", str(path), *args)
+    assert code == 0, err
+    assert output_of(out) == {"names": ["a", "b"], "total": 6}
+
+
+def test_a_map_node_whose_sub_flow_takes_no_input_runs_it_once(tmp_path: Path) -> None:
+    subflow = {
+        "component_type": "Flow", "name": "constant",
+        "start_node": {"$component_ref": "c_start"},
+        "nodes": [{"$component_ref": "c_start"}, {"$component_ref": "c_end"}],
+        "control_flow_connections": [
+            {"component_type": "ControlFlowEdge", "name": "c1",
+             "from_node": {"$component_ref": "c_start"}, "to_node": {"$component_ref": "c_end"}},
+        ],
+        "$referenced_components": {
+            "c_start": {"component_type": "StartNode", "name": "start"},
+            "c_end": {"component_type": "EndNode", "name": "end",
+                      "outputs": [{"title": "n", "type": "number", "default": 1}]},
+        },
+    }  # fmt: skip
+    node = {"component_type": "MapNode", "subflow": subflow, "reducers": {"n": "sum"}}
+    code, out, err = run(tmp_path, one_node_flow(node, [], "collected_n"))
+    assert code == 0, err
+    assert output_of(out) == {"collected_n": 1}
