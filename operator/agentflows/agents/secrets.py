@@ -105,8 +105,12 @@ def encodings(value: str) -> set[str]:
     """Every form of ``value`` the runner can write: itself, JSON-escaped, URL-encoded, base64."""
     forms = {value} | _json_escapes(value) | _base64_forms(value)
     forms.update(
-        (urllib.parse.quote(value, safe=""), urllib.parse.quote(value),
-         urllib.parse.quote_plus(value), urllib.parse.quote_plus(value, safe=""))
+        (
+            urllib.parse.quote(value, safe=""),
+            urllib.parse.quote(value),
+            urllib.parse.quote_plus(value),
+            urllib.parse.quote_plus(value, safe=""),
+        )
     )
     return forms
 
