@@ -167,7 +167,9 @@ async def flows_page(request: web.Request) -> web.Response:
             markup.tag("span", flow, class_="flow"),
             str(nodes[flow]),
             markup.join(
-                [markup.link(runs_view.href(r), r["metadata"]["name"]), " "] for r in flow_runs
+                part
+                for r in flow_runs
+                for part in (markup.link(runs_view.href(r), r["metadata"]["name"]), " ")
             ),
         )
         for flow, flow_runs in sorted(used.items())
