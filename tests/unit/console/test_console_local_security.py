@@ -8,19 +8,24 @@ running while the page asks to resume it.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yarl
 from aiohttp import test_utils
 
 from agentflows.cli import console_command, local_runs
-from agentflows.console import app
+from agentflows.console import app, identity
+from agentflows.kube import client as kube
+from agentflows.kube import kubeconfig
 from tests.unit.console.test_console_local import AGENTFLOWS, _csrf
 from tests.unit.test_cli_local_runs import _wait_for_node
 from tests.unit.test_cli_local_state import COUNTED_HOLD_FLOW
@@ -176,3 +181,38 @@ async def test_resuming_from_the_page_a_run_another_process_runs_is_409_and_runs
     assert f"run held-1 is being run by another process: pid {running.pid}" in text
     assert not (state / "held-1.console.log").exists()  # no agentflows resume was started
     assert counter.read_text() == "started\n"
+
+
+@asynccontextmanager
+async def cluster_console(**gate_options: Any) -> AsyncIterator[test_utils.TestClient]:
+    """A cluster console whose API server does not listen: a 502 would mean it was called."""
+    api = kube.Client(kubeconfig.Config(server="https://127.0.0.1:9"), retry_seconds=0)
+    gate = identity.Gate(api, **gate_options)
+    server = test_utils.TestServer(app.cluster_app(gate, "default"))
+    async with test_utils.TestClient(server) as client:
+        yield client
+
+
+async def test_a_cluster_console_acting_as_your_kubeconfig_user_answers_no_other_host() -> None:
+    async with cluster_console() as console:
+        port = _port(console)
+        answer = await console.get("/runs", headers={"Host": f"rebind.example:{port}"})
+        assert answer.status == 421 and 'name="csrf"' not in await answer.text()
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/runs/ns/..%2fother", "/runs/..%2fkube-system/run", "/runs/ns/Run.X/graph.svg",
+     "/events/run/ns/..%2f..%2fx"],
+)  # fmt: skip
+async def test_a_cluster_route_naming_a_path_is_404_before_any_api_call(path: str) -> None:
+    proxy = {"trusted_proxy": ipaddress.ip_network("127.0.0.1/32")}
+    async with cluster_console(**proxy) as console:
+        headers = {"X-Forwarded-User": "alice"}
+        answer = await console.get(yarl.URL(path, encoded=True), headers=headers)
+        assert answer.status == 404, await answer.text()
+        assert "is not a valid name" in await answer.text()
+        token_page = await console.post(
+            yarl.URL(path + "/cancel", encoded=True), data={"csrf": "x"}, headers=headers
+        )
+        assert token_page.status in (404, 405)
