@@ -9,11 +9,20 @@ Values read here are registered with a :class:`Redactor`, which every error mess
 string and tool result passes through before it leaves the agents layer. A host seeds its
 redactor with every secret its environment holds (:func:`env_secrets`), so a value that reaches
 a tool's output some other way (printed by a script, echoed by a server) is masked too.
+
+A value is masked in every encoding the runner itself produces when it passes a value on
+(:func:`encodings`): JSON string escaping (nested too, as when a JSON document is quoted inside
+another), URL encoding, and base64 of the exact value. What a tool or server does to a value
+beyond that — reverse it, split it, change its case, base64 it at an offset inside a longer
+string, encrypt it — cannot be recognised by any filter; README's Security section says so.
 """
 
 from __future__ import annotations
 
+import base64
+import json
 import re
+import urllib.parse
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -27,6 +36,8 @@ _NOT_ENV_SAFE = re.compile(r"[^A-Z0-9]")
 #: Values shorter than this are not redacted: masking "a" or "1" would mangle every message.
 _MIN_REDACTED_LENGTH = 4
 REDACTED = "[redacted]"
+#: How many times a JSON string may be escaped inside another and still be recognised.
+_JSON_NESTING = 3
 
 
 def secret_env_name(ref: common.SecretKeySelector | common.SecretKeyRef) -> str:
@@ -69,6 +80,41 @@ def env_secrets(env: Mapping[str, str], names: Iterable[str] = ()) -> list[str]:
     ]
 
 
+def _json_escapes(value: str) -> set[str]:
+    """``value`` as it appears inside JSON strings, escaped once, twice... (both ASCII forms)."""
+    forms: set[str] = set()
+    for ensure_ascii in (True, False):
+        text = value
+        for _ in range(_JSON_NESTING):
+            text = json.dumps(text, ensure_ascii=ensure_ascii)[1:-1]
+            forms.add(text)
+    return forms
+
+
+def _base64_forms(value: str) -> set[str]:
+    """Standard and URL-safe base64 of ``value``'s UTF-8 bytes, with and without padding."""
+    raw = value.encode()
+    forms: set[str] = set()
+    for encoded in (base64.b64encode(raw), base64.urlsafe_b64encode(raw)):
+        text = encoded.decode("ascii")
+        forms.update((text, text.rstrip("=")))
+    return forms
+
+
+def encodings(value: str) -> set[str]:
+    """Every form of ``value`` the runner can write: itself, JSON-escaped, URL-encoded, base64."""
+    forms = {value} | _json_escapes(value) | _base64_forms(value)
+    forms.update(
+        (
+            urllib.parse.quote(value, safe=""),
+            urllib.parse.quote(value),
+            urllib.parse.quote_plus(value),
+            urllib.parse.quote_plus(value, safe=""),
+        )
+    )
+    return forms
+
+
 class Redactor:
     """Replaces known secret values in text; share one per turn or host."""
 
@@ -78,9 +124,9 @@ class Redactor:
             self.add(value)
 
     def add(self, value: str) -> str:
-        """Remember ``value`` as secret and return it unchanged."""
+        """Remember ``value`` (in each of its :func:`encodings`) as secret; return it unchanged."""
         if len(value) >= _MIN_REDACTED_LENGTH:
-            self._values.add(value)
+            self._values.update(encodings(value))
         return value
 
     def __call__(self, text: str) -> str:

@@ -207,7 +207,7 @@ def graph_command(
         _usage("--flow chooses a Flow of FILEs; a run is drawn with its own Flow")
     name = targets[0]
     here, directory, missing_run = commands_runs.is_local(
-        params, lambda d: local.snapshot_path(d, name).is_file(), f"no local run {name}"
+        params, lambda d: local.is_run(d, name), f"no local run {name}"
     )
     if here:
         _from_local_run(directory, name, output)

@@ -127,7 +127,7 @@ def get(
     """
     params = click.get_current_context().params
     here, directory, missing = is_local(
-        params, lambda d: local.snapshot_path(d, run_name).is_file(), f"no local run {run_name}"
+        params, lambda d: local.is_run(d, run_name), f"no local run {run_name}"
     )
     if here:
         click.echo(views.render_run(views.summary(_read_local(directory, run_name)), output))

@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from agentflows.cli import commands_cluster, group, local, local_runs
+from agentflows.cli import commands_cluster, group, local, local_runs, run_lock
 
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
@@ -45,9 +45,19 @@ def _local_runs(state_dir: str | None) -> Any:
         read=lambda name: local_runs.read(directory, name),
         flows=lambda name: local_runs.flows(directory, name),
         changed_at=lambda name: local_runs.changed_at(directory, name),
+        name_problem=_run_name_problem,
+        owner=lambda name: run_lock.holder(directory, name),
         resume_command=[sys.executable, "-m", "agentflows.cli.main", "resume"],
         decided_by=os.environ.get("USER", "local"),
     )
+
+
+def _run_name_problem(name: str) -> str | None:
+    try:
+        local.check_run_name(name)
+    except local.UsageError as exc:
+        return str(exc)
+    return None
 
 
 @click.command("console")

@@ -24,6 +24,8 @@ from typing import Any
 
 import click
 
+from agentflows.cli import local
+
 EXIT_FAILED = 1
 EXIT_INVALID = 2
 EXIT_WAITING = 3
@@ -71,6 +73,10 @@ class Group(click.Group):
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
+        except local.UsageError as exc:
+            # A bad run name, wherever a command meets it (local.check_run_name).
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(EXIT_INVALID)
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             sys.exit(EXIT_INTERRUPTED)

@@ -45,22 +45,39 @@ def state_dir(option: str | None) -> Path:
 
 
 def state_path(directory: Path, name: str) -> Path:
-    """The checkpoint file of run ``name``."""
-    return directory / f"{name}.json"
+    """The checkpoint file of run ``name`` (a UsageError when ``name`` is not a run name)."""
+    return directory / f"{check_run_name(name)}.json"
 
 
 def snapshot_path(directory: Path, name: str) -> Path:
     """The snapshot file of run ``name`` (its presence is what makes ``name`` a run)."""
-    return directory / f"{name}{SNAPSHOT_SUFFIX}"
+    return directory / f"{check_run_name(name)}{SNAPSHOT_SUFFIX}"
+
+
+def is_run(directory: Path, name: str) -> bool:
+    """Whether ``directory`` holds run ``name`` (False for a name no local run can have)."""
+    try:
+        return snapshot_path(directory, name).is_file()
+    except UsageError:
+        return False
+
+
+def lock_path(directory: Path, name: str) -> Path:
+    """The lock file of run ``name``, held by the one process running it (:mod:`.run_lock`)."""
+    return directory / f"{check_run_name(name)}.lock"
 
 
 def check_run_name(name: str) -> str:
-    """``name`` when it is a valid run name, else a UsageError that says what is valid."""
+    """``name`` when it is a valid run name, else a UsageError that says what is valid.
+
+    Every file of a run is named through this check (:func:`state_path`, :func:`snapshot_path`,
+    :func:`lock_path`), so no command or console page can reach a path from a run name.
+    """
     if len(name) > MAX_RUN_NAME or not _RUN_NAME.match(name):
         shown = name if len(name) <= 80 else name[:77] + "..."
         raise UsageError(
-            f"--name {shown!r}: a run name is at most {MAX_RUN_NAME} lower-case letters, digits "
-            "and '-', starting and ending with a letter or digit (e.g. research-1)"
+            f"{shown!r} is not a run name: a run name is at most {MAX_RUN_NAME} lower-case "
+            "letters, digits and '-', starting and ending with a letter or digit (e.g. research-1)"
         )
     return name
 
@@ -90,8 +107,15 @@ class Snapshot:
 
     @classmethod
     def load(cls, path: Path) -> Snapshot:
-        """Read a snapshot file."""
-        return cls(**json.loads(path.read_text()))
+        """Read a snapshot file; a file that is not one is a ValueError naming it."""
+        try:
+            snapshot = cls(**json.loads(path.read_text()))
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"{path}: not a run snapshot: {exc}") from None
+        for field in ("flows", "agents"):
+            if not isinstance(getattr(snapshot, field), dict):
+                raise ValueError(f"{path}: not a run snapshot: {field!r} must be a JSON object")
+        return snapshot
 
 
 def files_root(loaded: documents.LoadResult, flow: flow_api.Flow) -> str:

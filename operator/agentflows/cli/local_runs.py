@@ -44,8 +44,8 @@ def read(directory: Path, name: str) -> dict[str, Any] | None:
     try:
         snapshot = local.Snapshot.load(snapshot_file)
         checkpoint = store.FileStore(local.state_path(directory, name)).read()
-    except (OSError, ValueError, TypeError, KeyError) as exc:
-        raise StateError(f"cannot read run {name} in {directory}: {exc}") from exc
+    except (OSError, ValueError) as exc:
+        raise StateError(f"cannot read run {name}: {exc}") from exc
     return as_flowrun(name, snapshot.flow, checkpoint)
 
 
@@ -57,6 +57,9 @@ def read_all(directory: Path) -> tuple[list[dict[str, Any]], list[str]]:
             run = read(directory, name)
         except StateError as exc:
             problems.append(str(exc))
+            continue
+        except local.UsageError as exc:  # a file put there by hand, under a name no run has
+            problems.append(f"{directory / (name + local.SNAPSHOT_SUFFIX)}: {exc}")
             continue
         if run is not None:
             runs.append(run)

@@ -34,6 +34,7 @@ from agentflows.cli import (
     hints,
     local,
     local_runs,
+    run_lock,
     runner_command,
     views,
 )
@@ -316,9 +317,27 @@ def run(
             )
             mock = True
     root = local.files_root(loaded, chosen)
-    snapshot = _snapshot(local.state_dir(state_dir), name, chosen, resolver, mock, root)
-    _err(f"run {name}: flow {chosen.metadata.name}" + (" (mock model)" if mock else ""))
-    _execute(name, snapshot, value, state_dir, quiet, output)
+    with _owned(local.state_dir(state_dir), name):
+        snapshot = _snapshot(local.state_dir(state_dir), name, chosen, resolver, mock, root)
+        _err(f"run {name}: flow {chosen.metadata.name}" + (" (mock model)" if mock else ""))
+        _execute(name, snapshot, value, state_dir, quiet, output)
+
+
+@contextlib.contextmanager
+def _owned(directory: Path, name: str) -> Iterator[None]:
+    """Own run ``name`` for the block (:mod:`.run_lock`); exit 2 when another process does."""
+    held = contextlib.ExitStack()
+    try:
+        held.enter_context(run_lock.hold(directory, name))
+    except run_lock.RunBusy as busy:
+        _usage(str(busy))
+    except OSError as exc:
+        _usage(
+            f"cannot keep run state in {directory}: {exc.strerror or exc} "
+            "(--state-dir or $AGENTFLOWS_STATE_DIR names a writable directory)"
+        )
+    with held:
+        yield
 
 
 def _snapshot(
@@ -383,22 +402,37 @@ def resume(
     A run that waits needs a decision; a run stopped by Ctrl-C (or a killed process) goes on
     from where it stopped, without running its finished nodes again.
     """
-    from agentflows.engine import run as run_mod
-    from agentflows.engine import store
-
     directory = local.state_dir(state_dir)
     snapshot_file = local.snapshot_path(directory, run_name)
     if not snapshot_file.is_file():
         _usage(f"no local run {run_name} in {directory}")
+    with _owned(directory, run_name):
+        _resume_owned(run_name, directory, (request_id, decision, edits, data, comment, decided_by),
+                      state_dir, output, quiet)  # fmt: skip
+
+
+def _resume_owned(
+    run_name: str,
+    directory: Path,
+    decided: tuple[str | None, str | None, str | None, str | None, str | None, str],
+    state_dir: str | None,
+    output: str,
+    quiet: bool,
+) -> NoReturn:
+    """Decide (when asked) and go on with a run this process owns."""
+    from agentflows.engine import run as run_mod
+    from agentflows.engine import store
+
     try:
-        snapshot = local.Snapshot.load(snapshot_file)
+        snapshot = local.Snapshot.load(local.snapshot_path(directory, run_name))
         file_store = store.FileStore(local.state_path(directory, run_name))
         checkpoint = file_store.read()
-    except (OSError, ValueError, TypeError) as exc:
-        _usage(f"cannot read run {run_name} in {directory}: {exc}")
+    except (OSError, ValueError) as exc:
+        _usage(f"cannot read run {run_name}: {exc}")
     pending = {rid: r for rid, r in checkpoint.requests.items() if r.decision is None}
+    decided_by = decided[-1]
     try:
-        fields = _decision_fields(pending, request_id, decision, edits, data, comment, decided_by)
+        fields = _decision_fields(pending, *decided)
     except local.UsageError as exc:
         _usage(str(exc))
     if fields is not None:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from agentflows.api import common
 from agentflows.console import (
     identity,
     live,
@@ -40,8 +41,13 @@ async def _healthz(request: web.Request) -> web.StreamResponse:
     return web.Response(text="ok")
 
 
-def _base(console: site.Console) -> web.Application:
-    app = web.Application(middlewares=[security.origin_middleware, site.api_errors])
+def _base(
+    console: site.Console, name_problem: site.NameCheck, *, loopback: bool
+) -> web.Application:
+    """The application both consoles share; ``loopback``: it acts as the user running it."""
+    guards = [security.loopback_only] if loopback else []
+    middlewares = [*guards, site.names_only(name_problem), security.origin_middleware]
+    app = web.Application(middlewares=[*middlewares, site.api_errors])
     app[site.KEY] = console
     app.on_response_prepare.append(security.add_headers)
     app.router.add_get("/", _home)
@@ -71,7 +77,7 @@ def cluster_app(
         webhook_url=webhook_url,
         namespaces=namespaces,
     )
-    app = _base(console)
+    app = _base(console, common.name_problem, loopback=gate.local)
     routes = app.router
     routes.add_get("/runs", pages_runs.runs_page)
     routes.add_get("/runs/{namespace}/{name}", pages_runs.run_page)
@@ -96,11 +102,13 @@ def cluster_app(
 
 def local_app(runs: local_pages.LocalRuns) -> web.Application:
     """The console of a local state directory."""
-    app = _base(site.Console(csrf=security.Csrf(), namespace=""))
+    app = _base(site.Console(csrf=security.Csrf(), namespace=""), runs.name_problem, loopback=True)
     app[local_pages.KEY] = runs
     watches = app[local_pages.WATCHES] = local_pages.Watches(runs)
     routes = app.router
     routes.add_get("/runs", local_pages.runs_page)
+    routes.add_get("/requests", local_pages.requests_page)
+    routes.add_get("/flows", local_pages.flows_page)
     routes.add_get("/local/{name}", local_pages.run_page)
     routes.add_get("/local/{name}/graph.svg", local_pages.graph_svg)
     routes.add_get("/events/local/{name}", local_pages.run_events)

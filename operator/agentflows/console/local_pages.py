@@ -52,6 +52,10 @@ class LocalRuns:
     flows: Callable[[str], dict[str, Any]]
     #: When a run's checkpoint file last changed (None: not written yet).
     changed_at: Callable[[str], int | None]
+    #: Why a name is not a run name (None when it is): checked on every route.
+    name_problem: Callable[[str], str | None]
+    #: Which process owns the run now, in words (None: none; ``agentflows resume`` may start).
+    owner: Callable[[str], str | None]
 
 
 #: Seconds between two looks at a followed run's checkpoint file.
@@ -124,6 +128,57 @@ async def runs_page(request: web.Request) -> web.Response:
     notes = [markup.notice(p, error=True) for p in problems]
     where = markup.tag("p", f"{len(runs)} run(s) in {local.directory}", class_="muted", id="count")
     return site.page(request, "Runs", markup.join([*notes, where, runs_view.runs_table(runs)]))
+
+
+async def requests_page(request: web.Request) -> web.Response:
+    """GET /requests: every pending request of the local runs, each with its decision form."""
+    local = _runs(request)
+    runs, problems = local.read_all()
+    token = site.csrf(request)
+    cards = [
+        pages_requests.card(run, rid, r, token, action=markup.path("local", name, "requests", rid))
+        for run in sorted(runs, key=runs_view.key)
+        for name in [run["metadata"]["name"]]
+        for rid, r in sorted(runs_view.pending(run).items())
+    ]
+    count = f"{len(cards)} pending request(s) in {local.directory}"
+    parts = [markup.notice(p, error=True) for p in problems]
+    parts += [markup.tag("p", count, class_="muted", id="count"), *cards]
+    return site.page(request, "Requests", markup.join(parts))
+
+
+async def flows_page(request: web.Request) -> web.Response:
+    """GET /flows: the Flows the local runs started with (from their snapshots), and their runs.
+
+    A local Flow lives in a file, not here: a row shows the definition each run kept, with
+    the runs that started from it.
+    """
+    local = _runs(request)
+    runs, problems = local.read_all()
+    used: dict[str, list[dict[str, Any]]] = {}
+    nodes: dict[str, int] = {}
+    for run in sorted(runs, key=runs_view.key):
+        flow = str((run.get("spec") or {}).get("flow"))
+        used.setdefault(flow, []).append(run)
+        spec = local.flows(run["metadata"]["name"]).get(flow) or {}
+        nodes.setdefault(flow, len(spec.get("nodes") or []))
+    rows = [
+        (
+            markup.tag("span", flow, class_="flow"),
+            str(nodes[flow]),
+            markup.join(
+                part
+                for r in flow_runs
+                for part in (markup.link(runs_view.href(r), r["metadata"]["name"]), " ")
+            ),
+        )
+        for flow, flow_runs in sorted(used.items())
+    ]
+    count = f"{len(rows)} Flow(s) run in {local.directory}"
+    parts = [markup.notice(p, error=True) for p in problems]
+    parts += [markup.tag("p", count, class_="muted", id="count")]
+    parts += [markup.table(["Flow", "Nodes", "Runs"], rows, id="flows")]
+    return site.page(request, "Flows", markup.join(parts))
 
 
 def _run_or_404(request: web.Request) -> dict[str, Any]:
@@ -199,7 +254,14 @@ async def run_events(request: web.Request) -> web.StreamResponse:
 
 
 def _resume(local: LocalRuns, name: str, values: dict[str, Any], rid: str | None) -> None:
-    """Start ``agentflows resume`` for run ``name`` in the background."""
+    """Start ``agentflows resume`` for run ``name`` in the background (409 when it is running).
+
+    The child takes the run's lock itself (:mod:`agentflows.cli.run_lock`), so of two posts
+    that pass this check at once, one resumes and the other's child exits 2 into the log.
+    """
+    owner = local.owner(name)
+    if owner is not None:
+        raise web.HTTPConflict(text=owner)
     argv = [*local.resume_command, name, "--state-dir", str(local.directory), "-q"]
     if rid is not None:
         argv += ["--request", rid, "--decision", values["decision"], "--by", local.decided_by]

@@ -13,7 +13,7 @@ import contextlib
 import dataclasses
 from collections.abc import Awaitable, Callable
 
-from aiohttp import web
+from aiohttp import typedefs, web
 
 from agentflows.console import identity, live, markup, security
 from agentflows.kube import client as kube
@@ -96,6 +96,29 @@ def csrf(request: web.Request) -> str:
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+#: Why a name in a URL is not a valid run (or namespace) name; None when it is.
+NameCheck = Callable[[str], "str | None"]
+#: The parts of a route that name an object: never a path, whatever the route.
+NAME_PARTS = ("namespace", "name")
+
+
+def names_only(name_problem: NameCheck) -> typedefs.Middleware:
+    """A middleware answering 404 when a route's namespace or run name is not a name.
+
+    The one check of every route of the console (cluster and local): aiohttp decodes ``%2f``
+    into the match, so ``/local/..%2fother%2frun`` would otherwise name a path.
+    """
+
+    @web.middleware
+    async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
+        for part in NAME_PARTS:
+            value = request.match_info.get(part)
+            problem = name_problem(value) if value is not None else None
+            if problem is not None:
+                raise web.HTTPNotFound(text=f"no such {part}: {problem}")
+        return await handler(request)
+
+    return check
 
 
 @web.middleware

@@ -204,6 +204,24 @@ def _merge_request(
     return new.model_copy(update=keep, deep=True)
 
 
+class StateFileError(ValueError):
+    """A state file that is not a run's state; the message names the file and what is wrong."""
+
+
+def _checked_json(path: Path, data: Any) -> dict[str, Any]:
+    """``data`` when it has the shape of a checkpoint's JSON form, else a StateFileError."""
+    if not isinstance(data, dict):
+        raise StateFileError(
+            f"{path}: not a run state: a JSON object is expected, not {data!r:.60}"
+        )
+    for key in ("run", "nodes", "requests", "outcome"):
+        if data.get(key) is not None and not isinstance(data[key], dict):
+            raise StateFileError(
+                f"{path}: not a run state: {key!r} must be a JSON object, not {data[key]!r:.60}"
+            )
+    return data
+
+
 class FileStore:
     """A store in one JSON file plus an append-only journal beside it (local runs).
 
@@ -226,14 +244,24 @@ class FileStore:
         self._lock = asyncio.Lock()
 
     def read(self) -> Checkpoint:
-        """Read the state file and replay its journal synchronously (CLI commands that look)."""
-        checkpoint = (
-            Checkpoint.from_json(json.loads(self.path.read_text(encoding="utf-8")))
-            if self.path.exists()
-            else Checkpoint()
-        )
-        for entry in self._journal_entries():
-            _replay(checkpoint, entry)
+        """Read the state file and replay its journal synchronously (CLI commands that look).
+
+        A file that is not a run's state raises :class:`StateFileError` naming it.
+        """
+        try:
+            checkpoint = (
+                Checkpoint.from_json(
+                    _checked_json(self.path, json.loads(self.path.read_text(encoding="utf-8")))
+                )
+                if self.path.exists()
+                else Checkpoint()
+            )
+            for entry in self._journal_entries():
+                _replay(checkpoint, _checked_json(self.journal, entry))
+        except StateFileError:
+            raise
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise StateFileError(f"{self.path}: not a run state: {exc}") from exc
         return checkpoint
 
     def _journal_entries(self) -> list[dict[str, Any]]:

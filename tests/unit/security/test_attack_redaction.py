@@ -7,7 +7,9 @@ node output, the tool result the model reads) must show ``[redacted]`` instead.
 
 from __future__ import annotations
 
+import base64
 import json
+import urllib.parse
 from collections.abc import Iterator
 from typing import Any
 
@@ -93,3 +95,66 @@ async def test_mcp_result_carrying_a_secret_header_value_is_redacted(
     result = await host.LiveCapabilities(env=ENV).call_tool(task, ctx)
     assert isinstance(result, capabilities.NodeResult)
     assert result.output["json"] == "you sent [redacted]"
+
+
+QUOTED_TOKEN = 'sk-canary-"quoted"-\\back/slash +&=?-6666'
+QUOTED_ENV = {secrets.secret_env_name(TOKEN_REF): QUOTED_TOKEN}
+
+
+def runner_encodings(value: str) -> dict[str, str]:
+    """Every encoding of ``value`` the runner itself can produce, by name."""
+    raw = value.encode()
+    once = json.dumps(value)[1:-1]
+    std, urlsafe = base64.b64encode(raw).decode(), base64.urlsafe_b64encode(raw).decode()
+    return {
+        "json-escaped": once,
+        "json-escaped-ascii-off": json.dumps(value, ensure_ascii=False)[1:-1],
+        "json-escaped-twice": json.dumps(once)[1:-1],
+        "url-quote": urllib.parse.quote(value),
+        "url-quote-safe-empty": urllib.parse.quote(value, safe=""),
+        "url-quote-plus": urllib.parse.quote_plus(value),
+        "base64": std,
+        "base64-unpadded": std.rstrip("="),
+        "base64-urlsafe": urlsafe,
+        "base64-urlsafe-unpadded": urlsafe.rstrip("="),
+    }
+
+
+def strings(value: Any) -> Iterator[str]:
+    """Every string of a JSON value (keys too), and its serialisation."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, list):
+        for item in value:
+            yield from strings(item)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield key
+            yield from strings(item)
+
+
+def shows(value: Any, form: str) -> bool:
+    """Whether ``form`` can be read in ``value`` as stored or as printed."""
+    printed = (json.dumps(value), json.dumps(value, ensure_ascii=False))
+    return any(form in text for text in (*strings(value), *printed))
+
+
+async def test_secret_with_quotes_echoed_inside_json_is_redacted_in_its_escaped_form(
+    endpoint: LoopbackEndpoint, ctx: capabilities.NodeContext
+) -> None:
+    result = await call_tool(ctx, echo_tool(endpoint, method="POST"), {"q": 1}, QUOTED_ENV)
+    assert endpoint.requests[0]["headers"]["authorization"] == QUOTED_TOKEN
+    assert "[redacted]" in json.dumps(result.output)
+    for name, form in runner_encodings(QUOTED_TOKEN).items():
+        assert not shows(result.output, form), name
+
+
+@pytest.mark.parametrize("name", sorted(runner_encodings(QUOTED_TOKEN)))
+async def test_every_runner_encoding_of_a_secret_echoed_back_is_redacted(
+    endpoint: LoopbackEndpoint, ctx: capabilities.NodeContext, name: str
+) -> None:
+    form = runner_encodings(QUOTED_TOKEN)[name]
+    tool = echo_tool(endpoint, method="POST")
+    result = await call_tool(ctx, tool, {"note": f"<{form}>"}, QUOTED_ENV)
+    assert endpoint.requests[0]["body"]
+    assert not shows(result.output, form), name
