@@ -77,9 +77,13 @@ class FakeFlowRunApi:
             await runner.cleanup()
 
     def snapshot(self, flow: dict[str, Any]) -> None:
-        """Store the run's snapshot ConfigMap with ``flow`` as Flow ``f``."""
+        """Store the run's snapshot ConfigMap with ``flow`` as Flow ``f``, owned by the run."""
         data = {"flow": "f", "flows": {"f": flow}, "agents": {}}
-        self.configmaps[f"{self.name}-snapshot"] = {"data": {"snapshot.json": json.dumps(data)}}
+        owner = {"kind": "FlowRun", "name": self.name, "uid": self.flowrun["metadata"]["uid"]}
+        self.configmaps[f"{self.name}-snapshot"] = {
+            "metadata": {"name": f"{self.name}-snapshot", "ownerReferences": [owner]},
+            "data": {"snapshot.json": json.dumps(data)},
+        }
 
     def refuse(self, *statuses: int) -> None:
         """Answer the next status patches with these HTTP statuses."""

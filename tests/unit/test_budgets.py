@@ -112,6 +112,14 @@ def test_a_run_is_charged_only_what_it_used_since_it_was_last_charged() -> None:
     assert windows.delta(charged, charged) == common.Usage()
 
 
+def test_a_lowered_usage_charges_nothing_and_never_lowers_what_the_run_was_charged() -> None:
+    charged = common.Usage(prompt_tokens=1000, completion_tokens=200, cost_usd=0.5)
+    lowered = common.Usage(prompt_tokens=0, completion_tokens=300, cost_usd=0.0)
+    after = windows.charged_after(charged, lowered)
+    assert after == common.Usage(prompt_tokens=1000, completion_tokens=300, cost_usd=0.5)
+    assert windows.delta(lowered, charged) == common.Usage(completion_tokens=100)
+
+
 async def test_the_operators_budget_cap_stops_a_run_as_max_tokens_would_with_its_own_reason() -> (
     None
 ):

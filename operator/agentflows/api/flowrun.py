@@ -113,6 +113,11 @@ class RunReason(enum.StrEnum):
     INPUT_TOO_LARGE = "InputTooLarge"
     #: Stored state the run needs is malformed or gone (e.g. an offloaded output).
     STATE_LOST = "StateLost"
+    #: A human node's (approval, input) record matches no decided or expired request of it:
+    #: it was not written from a human's decision, and the run does not go past it.
+    HUMAN_RECORD_UNDECIDED = "HumanRecordUndecided"
+    #: A node waits for a request that is not in status.requests any more (it was deleted).
+    REQUEST_MISSING = "RequestMissing"
     #: Runner pods were lost more often than spec.retry.maxAttempts allows.
     RETRIES_EXHAUSTED = "RetriesExhausted"
     #: The runner ended without saying how.
@@ -304,6 +309,14 @@ class FlowRunStatus(common.ApiModel):
     budget_charged: common.Usage | None = Field(
         default=None,
         description="The part of usage the operator has charged to the namespace's Budgets.",
+    )
+    snapshot_digest: str | None = Field(
+        default=None,
+        max_length=80,
+        description=(
+            "sha256:<hex> of the run's snapshot as the operator wrote it (ConfigMap "
+            "<run>-snapshot); a snapshot with another content is not the run's."
+        ),
     )
     result: RunnerResult | None = Field(
         default=None, description="How the latest runner attempt ended (written by the runner)."

@@ -139,12 +139,14 @@ async def _begin(ctl: context_mod.Controller, run: runstate.RunContext) -> float
     write only once ``status.pod`` names its pod, and a pod takes far longer to start than the
     status write. A write that fails is retried by the next reconcile (the snapshot's and the
     pod's fixed names make both creates idempotent; a snapshot left by an admission that died
-    half-way is the one used).
+    half-way is kept when it holds what was built now, replaced otherwise: no runner has read it).
+    ``status.snapshotDigest`` goes with the attempt: later readers use only that content.
     """
     snapshot = await ctl.snapshots.ensure(
         ctl.api, run.obj, ctl.snapshots.build(run.namespace, run.flow)
     )
     run.reserve_attempt(1)
+    run.status.snapshot_digest = snapshot.digest
     run.set_phase(RunPhase.PENDING, RunReason.ATTEMPT_STARTED, "attempt 1: starting the runner pod")
     body = attempts.pod_body(ctl, run, snapshot)
     _, refusal = await asyncio.gather(run.save(ctl), attempts.post_pod(ctl, run, body))

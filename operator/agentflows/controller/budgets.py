@@ -106,12 +106,13 @@ async def charge(ctl: context.Controller, run: runstate.RunContext) -> None:
     total = run.stored.usage
     if total is None:
         return
-    extra = windows.delta(total, run.status.budget_charged or common.Usage())
+    charged = run.status.budget_charged or common.Usage()
+    extra = windows.delta(total, charged)
     if not (extra.prompt_tokens or extra.completion_tokens or extra.cost_usd):
         return
     for budget in ctl.cache.budgets_in(run.namespace):
         await _charge_one(ctl, run.namespace, _name(budget), extra)
-    run.status.budget_charged = total
+    run.status.budget_charged = windows.charged_after(charged, total)
 
 
 def _path(namespace: str, name: str) -> str:

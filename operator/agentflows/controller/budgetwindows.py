@@ -195,6 +195,16 @@ def for_run(allowance: budget_api.RunBudget, charged: common.Usage) -> budget_ap
     )
 
 
+def charged_after(charged: common.Usage, total: common.Usage) -> common.Usage:
+    """What a run has been charged once ``total`` is charged: never less than before.
+
+    ``total`` is the runner's ``status.usage``; a lower one (a tool holding the runner's
+    identity rewrote it) charges nothing and leaves the charge where it was, so what a Budget
+    counted is never taken back.
+    """
+    return charged.add(delta(total, charged))
+
+
 def delta(total: common.Usage, charged: common.Usage) -> common.Usage:
     """What ``total`` has that ``charged`` does not (never negative)."""
     return common.Usage(

@@ -74,7 +74,10 @@ async def reconcile(ctl: context.Controller, key: workqueue.Key) -> float | None
         return await admission.start(ctl, run)
     snapshot = await ctl.snapshots.of_run(ctl.api, run.obj)
     if snapshot is None:
-        message = f"snapshot ConfigMap {snapshots.name_of(run.name)} is missing"
+        message = (
+            f"snapshot ConfigMap {snapshots.name_of(run.name)} is missing or is not the one the "
+            "operator wrote for this run (owner uid, status.snapshotDigest)"
+        )
         return await finishing.finish(
             ctl, run, RunPhase.FAILED, RunReason.SNAPSHOT_MISSING, message, delete_pod=True
         )
@@ -185,6 +188,13 @@ async def _on_waiting(
         requests.mark_expired(ctl, run, expired)
         why = f"request(s) {', '.join(expired)} expired"
         return await attempts.start_next(ctl, run, snapshot, why)
+    gone = requests.missing(run.stored)
+    if gone:
+        message = (
+            f"node(s) {', '.join(gone)} wait for a request that was deleted from "
+            "status.requests: nobody can decide it"
+        )
+        return await finishing.finish(ctl, run, RunPhase.FAILED, RunReason.REQUEST_MISSING, message)
     undecided = sorted(requests.pending(run.stored))
     text = f"waiting for a decision on request(s) {', '.join(undecided) or '(none)'}"
     run.set_phase(RunPhase.WAITING, RunReason.WAITING, message or text)

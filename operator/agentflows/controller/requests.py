@@ -79,6 +79,17 @@ def pending(status: FlowRunStatus) -> dict[str, HumanRequest]:
     }
 
 
+def missing(status: FlowRunStatus) -> list[str]:
+    """``node (request id)`` of each waiting node whose request is gone from status.requests."""
+    found = []
+    for key, node in sorted(status.nodes.items()):
+        detail = node.detail if isinstance(node.detail, dict) else {}
+        request_id = detail.get("request")
+        if node.phase is NodePhase.WAITING and request_id and request_id not in status.requests:
+            found.append(f"{key} ({request_id})")
+    return found
+
+
 def pending_by_kind(status: FlowRunStatus) -> dict[str, int]:
     """The number of pending requests per kind (the pending-requests gauge)."""
     counts: dict[str, int] = {}

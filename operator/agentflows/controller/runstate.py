@@ -39,6 +39,7 @@ OPERATOR_FIELDS = (
     "message",
     "reason",
     "budget_charged",
+    "snapshot_digest",
 )
 
 

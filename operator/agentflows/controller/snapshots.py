@@ -5,13 +5,16 @@ layout are defined there and in ``kube/NOTES.md``). What a Flow reaches is the s
 started while none of it changes, so the document, its JSON and its parsed specs are built once
 per version of what it reaches (:class:`Snapshots`) and shared by those runs. A run's snapshot
 is kept by run uid from when it is written until the run finishes; after an operator restart it
-is read back once. An existing snapshot is never rewritten, so edits to a Flow never change a
-started run and a restarted operator stays idempotent.
+is read back once, and used only when it is the one the operator wrote for the run (owned by
+the run's uid, with the content digest kept in ``status.snapshotDigest``). A run's snapshot is
+written at admission only (whatever held its name before is replaced), so edits to a Flow never
+change a started run and a restarted operator stays idempotent.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from typing import Any
 
@@ -46,6 +49,13 @@ class Snapshot:
             for name, spec in document.get("agents", {}).items()
         }
         return cls(document, flows[document["flow"]], flows, agents)
+
+    @functools.cached_property
+    def digest(self) -> str:
+        """The content digest of the document as written (``status.snapshotDigest``)."""
+        return kube_snapshot.digest_of(
+            json.dumps(self.document, ensure_ascii=False, sort_keys=True)
+        )
 
 
 def name_of(run_name: str) -> str:
@@ -97,26 +107,27 @@ class Snapshots:
         return _version(self._cache, namespace, built.document)
 
     async def ensure(self, api: kube.Client, run: dict[str, Any], built: Snapshot) -> Snapshot:
-        """Write the run's snapshot unless it exists; return (and keep) what is stored."""
-        stored = await kube_snapshot.write_snapshot(api, run, built.document)
-        text = stored["data"][kube_snapshot.SNAPSHOT_KEY]
-        same = text == json.dumps(built.document, ensure_ascii=False, sort_keys=True)
-        snapshot = built if same else Snapshot.parse(json.loads(text))
-        self._keep(run, snapshot)
-        return snapshot
+        """Write ``built`` as the run's snapshot (replacing anything else there); keep it."""
+        await kube_snapshot.write_snapshot(api, run, built.document)
+        self._keep(run, built)
+        return built
 
     def _keep(self, run: dict[str, Any], snapshot: Snapshot) -> None:
         meta = run["metadata"]
         self._runs[(meta["namespace"], meta["name"])] = (meta["uid"], snapshot)
 
     async def of_run(self, api: kube.Client, run: dict[str, Any]) -> Snapshot | None:
-        """The run's snapshot (read once after a restart); None when missing or malformed."""
+        """The run's snapshot (read once after a restart).
+
+        None when it is missing, malformed, or not the one the operator wrote for the run.
+        """
         meta = run["metadata"]
         known = self._runs.get((meta["namespace"], meta["name"]))
         if known is not None and known[0] == meta["uid"]:
             return known[1]
         try:
             found = await kube_snapshot.read_snapshot(api, meta["namespace"], meta["name"])
+            found.check(run)
             snapshot = Snapshot.parse(
                 {"flow": found.flow, "flows": found.flows, "agents": found.agents}
             )

@@ -276,6 +276,51 @@ def _expired(
     return capabilities.NodeResult(envelope.from_value(_decision_json(decided)))
 
 
+def check_human_record(
+    frame: state.Frame, node: graph.CompiledNode, record: flowrun_api.NodeStatus
+) -> None:
+    """Refuse to go past a Succeeded approval or input node its requests do not account for.
+
+    The record must be what this module makes of a decided request of the node (the same
+    decision, decider, time, comment, edits or data) or of one that expired. Anything else was
+    written by someone other than a human deciding — a tool holding the runner's identity, say
+    — and the run stops with reason HumanRecordUndecided rather than resume past the gate.
+    """
+    if node.kind not in ("approval", "input") or record.phase != Phase.SUCCEEDED:
+        return
+    key = frame.key(node.id)
+    recorded = (record.output or {}).get("json") if isinstance(record.output, dict) else None
+    for request in frame.run.checkpoint.requests.values():
+        if request.node == key and _accounts_for(frame, node, request, recorded):
+            return
+    raise state.RunStopped(
+        Reason.HUMAN_RECORD_UNDECIDED,
+        f'node "{key}" is recorded as Succeeded, but no decided or expired request of it '
+        "(status.requests) gives that result: the record was not written from a decision",
+    )
+
+
+def _accounts_for(
+    frame: state.Frame, node: graph.CompiledNode, request: flowrun_api.HumanRequest, recorded: Any
+) -> bool:
+    """Whether ``recorded`` (a node record's ``json``) is what ``request`` makes of the node."""
+    is_input = node.spec.input is not None
+    try:
+        if request.decision is not None:
+            return bool(_decided(request, node.spec, is_input).output.get("json") == recorded)
+        expires = clock.parse_time(request.expires_at) if request.expires_at else None
+        if expires is None or frame.run.clock() < expires or not isinstance(recorded, dict):
+            return False
+        expired = _expired(frame, "", request, is_input)
+    except state.NodeFailed:
+        return False
+    assert isinstance(expired, capabilities.NodeResult)
+    made = dict(expired.output.get("json") or {})
+    # decidedAt is when the engine applied the expiry, not known here
+    made["decidedAt"] = recorded.get("decidedAt")
+    return made == recorded
+
+
 def _decision_json(request: flowrun_api.HumanRequest) -> dict[str, Any]:
     return {
         "decision": request.decision.value if request.decision else None,

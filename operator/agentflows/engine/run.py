@@ -70,6 +70,7 @@ async def execute_frame(frame: state.Frame) -> Any:
         if record is not None and record.phase in FINISHED:
             settled.add(node_id)
             if record.phase == Phase.SUCCEEDED:
+                nodes.check_human_record(frame, graph_nodes[node_id], record)
                 frame.scope.add(node_id, record.output)
     unsettled = {
         node_id: sum(1 for p in node.predecessors if p not in settled)

@@ -7,6 +7,14 @@ The operator calls :func:`build_snapshot` (fed from the API through a plain look
 (wire JSON of the specs), the same shape as the local ``<run>.snapshot.json`` of
 :mod:`agentflows.cli.local`. Edits to a Flow or an Agent never change a started run.
 
+Only a snapshot the operator wrote for the run counts: owned by the FlowRun's uid and, once
+the operator stored it in ``status.snapshotDigest``, with that content digest
+(:func:`digest_of`). Whoever else could write a ConfigMap of that name (a namespace editor; a
+runner is refused by ``config/policies/runner_own_run.yaml``) cannot make a run start from
+what they wrote: at admission the operator replaces any other ConfigMap of that name with its
+own (:func:`write_snapshot`), and later the operator and the runner refuse one that does not
+match (:meth:`RunSnapshot.check`).
+
 A reference that cannot be resolved is left out rather than refused: compiling the Flow in
 the runner then fails the run with reason FlowInvalid and a message naming the missing
 Agent or Flow, which is where a user looks.
@@ -15,6 +23,7 @@ Agent or Flow, which is where a user looks.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -40,6 +49,11 @@ class SnapshotError(Exception):
 def snapshot_name(run: str) -> str:
     """Name of the snapshot ConfigMap of run ``run``."""
     return objects.snapshot_name(run)
+
+
+def digest_of(text: str) -> str:
+    """The content digest of a snapshot's JSON text: ``sha256:<hex>``."""
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
 def lookup_in(
@@ -114,30 +128,46 @@ def build_snapshot(flow_name: str, lookup: Lookup) -> dict[str, Any]:
 async def write_snapshot(
     client: kube_client.Client, flowrun: Mapping[str, Any], snapshot: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """Create ``<run>-snapshot`` owned by the FlowRun; an existing one is kept (idempotent).
+    """Create ``<run>-snapshot`` owned by the FlowRun and return it as stored.
 
-    Returns the ConfigMap as stored: the first snapshot of a run wins, so an operator that
-    restarts and writes again never changes what a running run sees.
+    Called at admission, before any runner of the run exists, so what the operator built is the
+    run's snapshot: a ConfigMap of that name already holding exactly it and owned by the run is
+    kept (an admission cut short and retried), any other one is deleted and written again.
     """
     meta = flowrun["metadata"]
     run = meta["name"]
-    body = {
+    text = json.dumps(snapshot, ensure_ascii=False, sort_keys=True)
+    name = snapshot_name(run)
+    body: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {
-            "name": snapshot_name(run),
+            "name": name,
             "namespace": meta["namespace"],
             "labels": objects.run_labels(run, str(snapshot["flow"])),
             "ownerReferences": [
                 objects.owner_reference({**flowrun, "kind": "FlowRun"}, controller=False)
             ],
         },
-        "data": {SNAPSHOT_KEY: json.dumps(snapshot, ensure_ascii=False, sort_keys=True)},
+        "data": {SNAPSHOT_KEY: text},
     }
-    stored: dict[str, Any] = await objects.create_or_get(
-        client, kube_client.path_of("configmaps", meta["namespace"]), body
-    )
-    return stored
+    collection = kube_client.path_of("configmaps", meta["namespace"])
+    stored: dict[str, Any] = await objects.create_or_get(client, collection, body)
+    if _is_own(stored, meta["uid"], digest_of(text)):
+        return stored
+    # someone else's: replace it (a create that loses a race again fails, and the reconcile
+    # that called this retries)
+    await client.delete(f"{collection}/{name}")
+    created: dict[str, Any] = await client.create(collection, body)
+    return created
+
+
+def _is_own(config_map: Mapping[str, Any], run_uid: str, digest: str | None) -> bool:
+    """Whether ``config_map`` is owned by the run and (when known) holds content ``digest``."""
+    if not objects.owned_by(config_map, run_uid):
+        return False
+    text = (config_map.get("data") or {}).get(SNAPSHOT_KEY)
+    return digest is None or (isinstance(text, str) and digest_of(text) == digest)
 
 
 @dataclasses.dataclass
@@ -147,6 +177,24 @@ class RunSnapshot:
     flow: str
     flows: dict[str, Any]
     agents: dict[str, Any]
+    #: The ConfigMap as read (its owners and content are what :meth:`check` verifies).
+    config_map: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
+
+    def check(self, flowrun: Mapping[str, Any]) -> None:
+        """Raise :class:`SnapshotError` unless the operator wrote this snapshot for ``flowrun``.
+
+        Owned by the FlowRun's uid, and holding the content ``status.snapshotDigest`` names
+        (runs admitted before the operator stored a digest are checked by owner only).
+        """
+        meta = flowrun.get("metadata") or {}
+        digest = (flowrun.get("status") or {}).get("snapshotDigest")
+        if not _is_own(self.config_map, str(meta.get("uid") or ""), digest):
+            name = (self.config_map.get("metadata") or {}).get("name", "")
+            raise SnapshotError(
+                f"ConfigMap {meta.get('namespace')}/{name} is not the snapshot the operator "
+                f"wrote for this run (owned by FlowRun uid {meta.get('uid')}, content "
+                f"{digest or 'as written'}): it is not used"
+            )
 
     def resolver(self) -> graph.StaticResolver:
         """A resolver over the snapshot; raises pydantic's ValidationError on a bad spec."""
@@ -167,7 +215,7 @@ async def read_snapshot(client: kube_client.Client, namespace: str, run: str) ->
         raise
     try:
         data = json.loads((obj.get("data") or {})[SNAPSHOT_KEY])
-        return RunSnapshot(str(data["flow"]), dict(data["flows"]), dict(data["agents"]))
+        return RunSnapshot(str(data["flow"]), dict(data["flows"]), dict(data["agents"]), obj)
     except (KeyError, TypeError, ValueError) as exc:
         raise SnapshotError(
             f'ConfigMap {namespace}/{snapshot_name(run)}: data["{SNAPSHOT_KEY}"] is not '

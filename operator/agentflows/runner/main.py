@@ -171,6 +171,7 @@ async def run_attempt(
     print(f"{clock.timestamp()} run {namespace}/{name} attempt {attempt}", flush=True)
     try:
         snap = await reading
+        snap.check(flowrun)
     except snapshot_mod.SnapshotError as exc:
         return await _fail(checkpoints, flowrun_api.RunReason.SNAPSHOT_MISSING, str(exc))
     try:
