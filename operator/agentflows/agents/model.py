@@ -32,8 +32,10 @@ An ``apiBase`` goes through the one address guard (:mod:`agentflows.agents.egres
 any request, on both paths: its own host, as written, is the only one allowed (loopback and
 private addresses when written literally, as for a local vLLM or an in-cluster service; cloud
 metadata, link-local and other never-called addresses never; no other spelling of an IPv4
-address). A refusal is a permanent error naming ``model.apiBase``. The direct path also connects
-through the guard, to the address it checked; litellm's own clients resolve the name again.
+address). A refusal is a permanent error naming ``model.apiBase``. The direct path connects through
+the guard, to the address it checked, and so do the litellm providers of
+:data:`GUARDED_LITELLM_PROVIDERS` (given the guard's client; its redirects are not followed);
+the other litellm providers' own clients resolve the name again.
 What an endpoint says in an error is quoted on one line, cut to a few hundred characters.
 
 litellm is imported on the first call that needs it, never at module import: ``agentflows
@@ -72,6 +74,9 @@ PROVIDER_KEY_ENV: dict[str, str] = {
 _KEY_IS_API_KEY = frozenset({"openai", "anthropic", "gemini", "mistral", "groq", "azure"})
 #: Providers whose calls carry the host's cloud credentials (AWS signatures, Google tokens).
 AMBIENT_CREDENTIAL_PROVIDERS = frozenset({"bedrock", "sagemaker", "vertex_ai", "vertex_ai_beta"})
+#: Providers whose litellm call goes through an httpx client it is given: with an ``apiBase``,
+#: that client is the address guard's (other litellm providers bring their own SDK's client).
+GUARDED_LITELLM_PROVIDERS = frozenset({"anthropic", "gemini", "ollama", "ollama_chat"})
 #: Sent to an ``apiBase`` when the spec names no ``apiKey`` (see module docstring).
 PLACEHOLDER_API_KEY = "not-needed"
 #: Errors quoted from providers are cut to this length.
@@ -261,6 +266,23 @@ async def _complete(
     kwargs.update({key: value for key, value in optional.items() if value is not None})
     if tools:
         kwargs["tools"] = [dict(tool) for tool in tools]
+    if not (model.api_base and provider_of(model.name) in GUARDED_LITELLM_PROVIDERS):
+        return await _litellm_with_retries(litellm, kwargs, model, redactor)
+    from litellm.llms.custom_httpx.http_handler import AsyncHTTPHandler
+
+    handler = AsyncHTTPHandler(timeout=model.timeout_seconds)
+    handler.client = egress.async_client(
+        egress.Guard.for_url(model.api_base), timeout=model.timeout_seconds
+    )
+    try:
+        return await _litellm_with_retries(litellm, {**kwargs, "client": handler}, model, redactor)
+    finally:
+        await handler.client.aclose()
+
+
+async def _litellm_with_retries(
+    litellm: Any, kwargs: dict[str, Any], model: agent_api.ModelSpec, redactor: secrets.Redactor
+) -> ModelReply:
     attempt = 0
     while True:
         try:

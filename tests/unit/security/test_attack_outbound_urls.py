@@ -195,3 +195,23 @@ async def test_model_endpoint_error_reply_is_quoted_on_one_bounded_line(
 
 def _redactor() -> secrets.Redactor:
     return secrets.Redactor()
+
+
+@pytest.mark.parametrize("name", ["anthropic/claude-sonnet-4", "ollama/llama3"])
+async def test_litellm_model_endpoint_redirect_is_not_followed_with_the_api_key(
+    endpoint: LoopbackEndpoint, second_endpoint: LoopbackEndpoint, name: str
+) -> None:
+    key_ref = common.SecretKeyRef(
+        secret_key_ref=common.SecretKeySelector(name="llm-keys", key="key")
+    )
+    api_base = f"{endpoint.url}/redirect?to={second_endpoint.url}/v1"
+    spec = agent_api.ModelSpec(name=name, api_base=api_base, api_key=key_ref, retries=0)
+    with pytest.raises(capabilities.CapabilityError):
+        await model.complete(
+            spec,
+            [{"role": "user", "content": "hi"}],
+            env={secrets.secret_env_name(key_ref): TOKEN},
+            redactor=_redactor(),
+        )
+    assert [r["path"] for r in endpoint.requests] == ["/redirect"]
+    assert second_endpoint.requests == []
