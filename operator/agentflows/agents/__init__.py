@@ -22,7 +22,8 @@ Modules, by who calls them:
   :mod:`~agentflows.agents.review` (``request_human_review``),
   :mod:`~agentflows.agents.flow_nodes` (other nodes of the Flow, ``nodeTools``), with
   :mod:`~agentflows.agents.approval` for supervised autonomy; :mod:`~agentflows.agents.files`
-  (reference files before the conversation).
+  (reference files before the conversation); :mod:`~agentflows.agents.egress`, the one address
+  guard every connection to a URL a Flow or Agent names goes through.
 
 Invariants:
 - importing any module here does not import litellm (it takes seconds), and an agent whose
@@ -30,5 +31,7 @@ Invariants:
 - no secret value appears in a result, a detail, an error or a message sent to a model;
 - a failing tool is an error result for the model, never a failed turn (an unreachable MCP
   server, which leaves the model without its tools, fails the node with a retryable error);
-- nothing waits in a process for a human: a pause returns its state to the engine.
+- nothing waits in a process for a human: a pause returns its state to the engine;
+- nothing here opens a connection to a URL from a spec except through
+  :func:`agentflows.agents.egress.async_client`.
 """

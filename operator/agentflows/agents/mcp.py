@@ -15,12 +15,14 @@ Transports: ``url`` is streamable HTTP (with ``sse``, the older HTTP+SSE transpo
 server inside the runner pod, whose environment is the SDK's safe default (PATH, HOME, ...) plus
 ``env`` — never the pod's ``AGENTFLOWS_SECRET_*`` variables or provider keys.
 
-A ``url`` passes the http tool's address guard (:func:`agentflows.agents.http_tool.classify`)
-before any connection, here and in the operator's :func:`discover_tools`: its host is written by
-the Agent's author, so it may be private or loopback (an in-cluster server), but never
-link-local, cloud metadata, multicast, unspecified or reserved, whichever IPv6 form wraps it. The
-check resolves the name; unlike the http tool the SDK's client resolves it again when it
-connects. A stdio server runs contained (:mod:`agentflows.agents.containment`, with
+A ``url`` goes through the one address guard (:mod:`agentflows.agents.egress`), here and in
+the operator's :func:`discover_tools`: it is checked before the SDK starts (for a clear error),
+and the SDK's httpx2 client connects only through the guard, to the address it checked. Its host
+is written by the Agent's author, so it may be private or loopback (an in-cluster server) when
+written literally, but never link-local, cloud metadata, multicast, unspecified or reserved,
+whichever form spells it. Redirects are not followed.
+
+A stdio server runs contained (:mod:`agentflows.agents.containment`, with
 :data:`STDIO_LIMITS`): resource limits, and its whole process tree killed when it stops.
 
 The model sees each server tool as ``<tool name>_<server tool name>`` (characters outside
@@ -44,7 +46,7 @@ import shutil
 from collections.abc import Mapping
 from typing import Any
 
-from agentflows.agents import containment, http_tool, secrets, tools
+from agentflows.agents import containment, egress, secrets, tools
 from agentflows.api import agent as agent_api
 from agentflows.api import flow as flow_api
 from agentflows.engine import capabilities
@@ -248,7 +250,7 @@ class _Connection:
                 await self._closing.wait()
         except asyncio.CancelledError:
             raise
-        except (http_tool.HostNotAllowed, http_tool.InvalidUrl) as exc:
+        except (egress.HostNotAllowed, egress.InvalidUrl) as exc:
             ready.set_exception(McpRefused(f"{self._where()}: {exc}"))
         except Exception as exc:
             if not ready.done():
@@ -261,8 +263,8 @@ class _Connection:
     async def _check_url(self) -> None:
         """Refuse a URL whose host is (or resolves to) an address no tool may call."""
         if self._spec.url is not None:
-            _, host, port = http_tool.parse_url(self._spec.url)
-            await http_tool.resolve_allowed(host, port, explicit=True)
+            guard = egress.Guard.for_url(self._spec.url)
+            await guard.resolve(*guard.check_url(self._spec.url))
 
     def _build_client(self, stack: contextlib.AsyncExitStack) -> Any:
         from mcp import Client, StdioServerParameters
@@ -281,6 +283,7 @@ class _Connection:
         from mcp.client.streamable_http import streamable_http_client
 
         assert self._spec.url is not None
+        guard = egress.Guard.for_url(self._spec.url)
         headers: dict[str, str] = {}
         for header, ref in self._spec.headers.items():
             if self._optional_headers and not self._env.get(secrets.secret_env_name(ref)):
@@ -301,13 +304,21 @@ class _Connection:
                 timeout: httpx2.Timeout | None = None,
                 auth: httpx2.Auth | None = None,
             ) -> httpx2.AsyncClient:
-                return httpx2.AsyncClient(
-                    headers=headers, timeout=timeout, auth=auth, event_hooks={"response": [record]}
+                client: httpx2.AsyncClient = egress.async_client(
+                    guard,
+                    flavour="httpx2",
+                    headers=headers,
+                    timeout=timeout,
+                    auth=auth,
+                    event_hooks={"response": [record]},
                 )
+                return client
 
             transport = sse_client(self._spec.url, headers, httpx_client_factory=sse_http)
             return Client(transport, cache=None)
-        http = httpx2.AsyncClient(
+        http = egress.async_client(
+            guard,
+            flavour="httpx2",
             headers=headers,
             timeout=httpx2.Timeout(30.0, read=300.0),
             event_hooks={"response": [record]},

@@ -28,6 +28,16 @@ whoever runs it to an endpoint of its choosing:
   credentials (:data:`AMBIENT_CREDENTIAL_PROVIDERS`) are refused an ``apiBase`` without
   ``apiKey``: their signature or token would go to that endpoint.
 
+An ``apiBase`` goes through the one address guard (:mod:`agentflows.agents.egress`) before
+any request, on both paths: its own host, as written, is the only one allowed (loopback and
+private addresses when written literally, as for a local vLLM or an in-cluster service; cloud
+metadata, link-local and other never-called addresses never; no other spelling of an IPv4
+address). A refusal is a permanent error naming ``model.apiBase``. The direct path connects through
+the guard, to the address it checked, and so do the litellm providers of
+:data:`GUARDED_LITELLM_PROVIDERS` (given the guard's client; its redirects are not followed);
+the other litellm providers' own clients resolve the name again.
+What an endpoint says in an error is quoted on one line, cut to a few hundred characters.
+
 litellm is imported on the first call that needs it, never at module import: ``agentflows
 --help`` and the dry run stay fast. Costs come from litellm's bundled price table
 (:mod:`agentflows.agents.costs`; ``LITELLM_LOCAL_MODEL_COST_MAP``, no network); a model missing
@@ -43,7 +53,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from agentflows.agents import costs, secrets
+from agentflows.agents import costs, egress, secrets
 from agentflows.api import agent as agent_api
 from agentflows.api import common
 from agentflows.api import flow as flow_api
@@ -64,6 +74,9 @@ PROVIDER_KEY_ENV: dict[str, str] = {
 _KEY_IS_API_KEY = frozenset({"openai", "anthropic", "gemini", "mistral", "groq", "azure"})
 #: Providers whose calls carry the host's cloud credentials (AWS signatures, Google tokens).
 AMBIENT_CREDENTIAL_PROVIDERS = frozenset({"bedrock", "sagemaker", "vertex_ai", "vertex_ai_beta"})
+#: Providers whose litellm call goes through an httpx client it is given: with an ``apiBase``,
+#: that client is the address guard's (other litellm providers bring their own SDK's client).
+GUARDED_LITELLM_PROVIDERS = frozenset({"anthropic", "gemini", "ollama", "ollama_chat"})
 #: Sent to an ``apiBase`` when the spec names no ``apiKey`` (see module docstring).
 PLACEHOLDER_API_KEY = "not-needed"
 #: Errors quoted from providers are cut to this length.
@@ -232,6 +245,7 @@ async def _complete(
     tools: Sequence[Mapping[str, Any]],
 ) -> ModelReply:
     api_key = api_key_for(model, env, redactor)
+    await check_api_base(model)
     if openai_compat_handles(model):
         return await _complete_direct(model, messages, api_key, redactor, tools)
     litellm = import_litellm()
@@ -252,6 +266,23 @@ async def _complete(
     kwargs.update({key: value for key, value in optional.items() if value is not None})
     if tools:
         kwargs["tools"] = [dict(tool) for tool in tools]
+    if not (model.api_base and provider_of(model.name) in GUARDED_LITELLM_PROVIDERS):
+        return await _litellm_with_retries(litellm, kwargs, model, redactor)
+    from litellm.llms.custom_httpx.http_handler import AsyncHTTPHandler
+
+    handler = AsyncHTTPHandler(timeout=model.timeout_seconds)
+    handler.client = egress.async_client(
+        egress.Guard.for_url(model.api_base), timeout=model.timeout_seconds
+    )
+    try:
+        return await _litellm_with_retries(litellm, {**kwargs, "client": handler}, model, redactor)
+    finally:
+        await handler.client.aclose()
+
+
+async def _litellm_with_retries(
+    litellm: Any, kwargs: dict[str, Any], model: agent_api.ModelSpec, redactor: secrets.Redactor
+) -> ModelReply:
     attempt = 0
     while True:
         try:
@@ -264,6 +295,19 @@ async def _complete(
             attempt += 1
             continue
         return _reply(litellm, response)
+
+
+async def check_api_base(model: agent_api.ModelSpec) -> None:
+    """Refuse an ``apiBase`` the address guard refuses: a permanent CapabilityError."""
+    if not model.api_base:
+        return
+    guard = egress.Guard.for_url(model.api_base)
+    try:
+        await guard.resolve(*guard.check_url(model.api_base))
+    except (egress.HostNotAllowed, egress.InvalidUrl) as exc:
+        raise capabilities.CapabilityError(
+            f"model {model.name}: model.apiBase: {exc}", source=flow_api.RetryOn.MODEL
+        ) from None
 
 
 def openai_compat_handles(model: agent_api.ModelSpec) -> bool:

@@ -8,8 +8,14 @@ httpx takes a tenth of that. The request and the reply have the shape litellm wo
 parse; usage comes from the reply's ``usage``, and the cost from
 :mod:`agentflows.agents.costs`.
 
-Errors are reported as :class:`ModelHttpError` (an HTTP status with the provider's message) or
-the underlying httpx exception; :mod:`agentflows.agents.model` decides what may be retried.
+The request goes through the one address guard (:mod:`agentflows.agents.egress`): the
+``apiBase`` host, as written, is the only one allowed, it connects to the address it checked,
+and a redirect is not followed (a model endpoint has no reason to send one, and a hop would be
+one more place for the API key to go).
+
+Errors are reported as :class:`ModelHttpError` (an HTTP status with the start of the provider's
+message, at most :data:`MAX_QUOTED_CHARS`) or the underlying httpx exception;
+:mod:`agentflows.agents.model` decides what may be retried.
 """
 
 from __future__ import annotations
@@ -21,8 +27,12 @@ from typing import Any
 
 import httpx
 
+from agentflows.agents import egress
+
 #: Where ``openai/...`` models go when the Agent sets no apiBase.
 OPENAI_API_BASE = "https://api.openai.com/v1"
+#: How much of an endpoint's error reply is quoted (into the node's error, the run's status).
+MAX_QUOTED_CHARS = 300
 #: Providers litellm reaches with a wire format of their own: never the direct path.
 NATIVE_WIRE_PROVIDERS = frozenset(
     {
@@ -81,8 +91,15 @@ async def chat_completion(
     headers = {"Content-Type": "application/json"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
-    async with httpx.AsyncClient(timeout=timeout_seconds, verify=_ssl_context()) as client:
+    guard = egress.Guard.for_url(url)
+    async with egress.async_client(guard, timeout=timeout_seconds, verify=_ssl_context()) as client:
         response = await client.post(url, json=dict(body), headers=headers)
+    if response.is_redirect:
+        raise ModelHttpError(
+            response.status_code,
+            "the endpoint answered with a redirect, which is not followed: "
+            "set apiBase to the URL that serves /chat/completions",
+        )
     try:
         data = response.json()
     except ValueError:
@@ -90,7 +107,7 @@ async def chat_completion(
     if response.status_code >= 400:
         raise ModelHttpError(response.status_code, _error_message(data, response.text))
     if not isinstance(data, dict) or not data.get("choices"):
-        raise ModelHttpError(502, f"the endpoint's reply has no choices: {response.text[:500]}")
+        raise ModelHttpError(502, f"the endpoint's reply has no choices: {_quoted(response.text)}")
     return data
 
 
@@ -115,7 +132,13 @@ def _error_message(data: Any, text: str) -> str:
     if isinstance(data, dict):
         error = data.get("error")
         if isinstance(error, dict) and error.get("message"):
-            return str(error["message"])
+            return _quoted(str(error["message"]))
         if isinstance(error, str):
-            return error
-    return text[:2000] or "no error message"
+            return _quoted(error)
+    return _quoted(text) or "no error message"
+
+
+def _quoted(text: str) -> str:
+    """The start of what an endpoint said, on one line, at most :data:`MAX_QUOTED_CHARS`."""
+    line = " ".join(text.split())
+    return line if len(line) <= MAX_QUOTED_CHARS else line[:MAX_QUOTED_CHARS] + "..."

@@ -195,9 +195,9 @@ async def test_redirect_to_a_metadata_address_is_refused(
 def test_address_rules(address: str, explicit: bool, refused: str | None) -> None:
     import ipaddress
 
-    from agentflows.agents import http_tool
+    from agentflows.agents import egress
 
-    refusal = http_tool.address_refusal(ipaddress.ip_address(address), explicit=explicit)
+    refusal = egress.address_refusal(ipaddress.ip_address(address), explicit=explicit)
     assert (refusal is None) == (refused is None)
     if refused is not None:
         assert refusal is not None and refused in refusal

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from agentflows.agents import host, http_tool, mcp
+from agentflows.agents import egress, host, mcp
 from agentflows.api import agent as agent_api
 from agentflows.engine import capabilities
 from tests.support.endpoint import LoopbackEndpoint
@@ -58,33 +58,38 @@ def endpoint6() -> Iterator[LoopbackEndpoint]:
 def test_wrapped_or_special_address_is_never_called_even_when_named_exactly(
     address: str, what: str
 ) -> None:
-    refusal = http_tool.address_refusal(ipaddress.ip_address(address), explicit=True)
+    refusal = egress.address_refusal(ipaddress.ip_address(address), explicit=True)
     assert refusal == f"{what}, which is never called"
 
 
 @pytest.mark.parametrize(
     ("address", "kind"),
     [
-        ("2002:7f00:1::", http_tool.AddressClass.LOOPBACK),
-        ("2002:a00:1::", http_tool.AddressClass.PRIVATE),
-        ("64:ff9b::7f00:1", http_tool.AddressClass.LOOPBACK),
-        ("::ffff:10.0.0.1", http_tool.AddressClass.PRIVATE),
-        ("fec0::1", http_tool.AddressClass.SITE_LOCAL),
-        ("fd12:3456::1", http_tool.AddressClass.UNIQUE_LOCAL),
-        ("::1", http_tool.AddressClass.LOOPBACK),
-        ("100.64.0.1", http_tool.AddressClass.PRIVATE),
-        ("2606:4700::1111", http_tool.AddressClass.PUBLIC),
-        ("2002:808:808::", http_tool.AddressClass.PUBLIC),
+        ("2002:7f00:1::", egress.AddressClass.LOOPBACK),
+        ("2002:a00:1::", egress.AddressClass.PRIVATE),
+        ("64:ff9b::7f00:1", egress.AddressClass.LOOPBACK),
+        ("::ffff:10.0.0.1", egress.AddressClass.PRIVATE),
+        ("fec0::1", egress.AddressClass.SITE_LOCAL),
+        ("fd12:3456::1", egress.AddressClass.UNIQUE_LOCAL),
+        ("::1", egress.AddressClass.LOOPBACK),
+        ("100.64.0.1", egress.AddressClass.PRIVATE),
+        ("2606:4700::1111", egress.AddressClass.PUBLIC),
+        ("2002:808:808::", egress.AddressClass.PUBLIC),
     ],
 )
 def test_non_public_address_passes_only_when_named_exactly(
-    address: str, kind: http_tool.AddressClass
+    address: str, kind: egress.AddressClass
 ) -> None:
     parsed = ipaddress.ip_address(address)
-    assert http_tool.classify(parsed)[0] is kind
-    refused = http_tool.address_refusal(parsed, explicit=False)
-    assert (refused is None) == (kind is http_tool.AddressClass.PUBLIC)
-    assert http_tool.address_refusal(parsed, explicit=True) is None
+    assert egress.classify(parsed)[0] is kind
+    refused = egress.address_refusal(parsed, explicit=False)
+    assert (refused is None) == (kind is egress.AddressClass.PUBLIC)
+    reached = egress.classify(parsed)[1]
+    named = egress.address_refusal(parsed, explicit=True)
+    if reached == parsed or kind is egress.AddressClass.PUBLIC:
+        assert named is None
+    else:  # an IPv6 wrapper never names the non-public IPv4 address it reaches
+        assert named == f"{kind.value} ({reached}); an IPv6 form never names it: write {reached}"
 
 
 @pytest.mark.parametrize(
@@ -106,9 +111,9 @@ async def test_metadata_behind_an_ipv6_wrapper_is_refused_by_the_tool(
 
 @pytest.mark.parametrize("host", ["localhost", "127.0.0.1", "::1", "0:0::1"])
 async def test_names_and_literals_of_loopback_are_judged_alike(host: str) -> None:
-    with pytest.raises(http_tool.HostNotAllowed, match="a loopback address; name the host"):
-        await http_tool.resolve_allowed(host, 80, explicit=False)
-    [address] = await http_tool.resolve_allowed(host, 80, explicit=True)
+    with pytest.raises(egress.HostNotAllowed, match="a loopback address; name the host"):
+        await egress.resolve_allowed(host, 80, explicit=False)
+    [address] = await egress.resolve_allowed(host, 80, explicit=True)
     assert address.is_loopback
 
 
