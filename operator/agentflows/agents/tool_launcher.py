@@ -7,7 +7,8 @@ for its functions::
 
 ``PARENT_PID`` is the process that starts it (the runner or CLI); ``SCRATCH`` is the command's
 working directory, created by the caller and removed when the launcher exits, or ``-`` to keep
-the caller's (stdio MCP servers, whose arguments may name files relative to it). The process tree it starts is::
+the caller's (stdio MCP servers, whose arguments may name files relative to it). The process
+tree it starts is::
 
     launcher (the caller's child)  --  init (PID 1 of a new PID namespace)  --  the command
 
