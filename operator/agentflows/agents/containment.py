@@ -2,7 +2,7 @@
 
 Used by :mod:`agentflows.agents.python_tool` (python tools and skills' scripts) and
 :mod:`agentflows.agents.mcp` (stdio servers). Such a process runs whatever the Flow's or Agent's
-author wrote, inside the runner, so it gets three things:
+author wrote, inside the runner, so it gets four things:
 
 - **a scrubbed environment** (:func:`scrubbed_env`): only the basics a program needs (``PATH``,
   ``HOME``, locale, time zone, CA bundle locations, the in-cluster API address) plus what the

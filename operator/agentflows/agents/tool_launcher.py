@@ -30,7 +30,8 @@ tree it starts is::
   keeps the caller's uid (the kernel counts ``RLIMIT_NPROC`` per user, so the limit is PROCESSES
   on top of the tasks the user runs already). Either way it gets ``no_new_privs`` (no setuid
   program gives privileges back), the resource limits, no file descriptor but 0-2, and the
-  scratch directory as its working directory (owned by its uid).
+  scratch directory as its working directory (owned by its uid, and its ``HOME`` when the
+  launcher is root).
 
 Where a PID namespace cannot be made (no ``CAP_SYS_ADMIN``: a non-root user, or a container
 without it), the launcher falls back to what it did before namespaces: it becomes a child
@@ -248,7 +249,7 @@ class _Launch:
             _call("unshare", _CLONE_NEWNS)
             _call("mount", b"none", b"/", None, _MS_REC | _MS_PRIVATE, None)
             if self.root:
-                _reach(self.needed())
+                _reach(self.needed(), self.uid, self.gid)
             _call("mount", b"proc", b"/proc", b"proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, None)
         except OSError as exc:
             os.write(2, f"agentflows tool launcher: cannot isolate the tool: {exc}\n".encode())
@@ -290,19 +291,22 @@ class _Launch:
                 processes += _tasks_of_user(self.uid)
             _call("prctl", _PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
             _apply(memory, cpu, files, processes)
+            env = dict(os.environ)
             if self.scratch != "-":
                 os.chdir(self.scratch)
+                if self.root:
+                    env["HOME"] = self.scratch  # root's home is not its to write
             os.closerange(3, 1 << 20)
-            os.execvp(self.target[0], self.target)
+            os.execvpe(self.target[0], self.target, env)
         except OSError as exc:
             os.write(2, f"cannot start {self.target[0]!r}: {exc.strerror}\n".encode())
         os._exit(127)
 
 
-def _reach(paths: Sequence[str]) -> None:
-    """Make ``paths`` reachable for any uid, in this mount namespace, and nothing beside them.
+def _reach(paths: Sequence[str], uid: int, gid: int) -> None:
+    """Make ``paths`` reachable for ``uid``, in this mount namespace, and nothing beside them.
 
-    A directory on the way that others may not search (``/root``, where pyenv and many
+    A directory on the way that ``uid`` (with only the group ``gid``) may not search (``/root``, where pyenv and many
     virtualenvs live) is covered with an empty tmpfs they may search, into which only the
     entries leading to ``paths`` are bind-mounted from the original; the rest of it (root's
     kubeconfig, keys, history) is gone for the command. Repeated for directories further down.
@@ -314,7 +318,7 @@ def _reach(paths: Sequence[str]) -> None:
             for depth in range(1, len(parts)):
                 directory = "/".join(parts[:depth]) or "/"
                 try:
-                    searchable = os.stat(directory).st_mode & 0o001
+                    searchable = _searchable(os.stat(directory), uid, gid)
                 except OSError:
                     break
                 if not searchable:
@@ -324,6 +328,14 @@ def _reach(paths: Sequence[str]) -> None:
             return
         for directory, entries in blocked.items():
             _cover(directory, entries)
+
+
+def _searchable(status: os.stat_result, uid: int, gid: int) -> bool:
+    if status.st_uid == uid:
+        return bool(status.st_mode & 0o100)
+    if status.st_gid == gid:
+        return bool(status.st_mode & 0o010)
+    return bool(status.st_mode & 0o001)
 
 
 def _cover(directory: str, entries: set[str]) -> None:

@@ -19,7 +19,6 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +43,10 @@ def grab(what, read):
     except Exception as exc:
         return
     text = data.decode("latin-1") if isinstance(data, bytes) else str(data)
-    # What an attacker greps for: the provider's key format.
-    found.append([what, len(text), re.findall("sk-canary-[0-9a-f]+", text)])
+    # What an attacker greps for (the key's format), hex-encoded as an attacker would to get it
+    # past the run's redaction of secret values.
+    matches = [match.encode().hex() for match in re.findall(args["pattern"], text)]
+    found.append([what, len(text), matches])
 
 def mem(pid):
     chunks = []
@@ -68,11 +69,17 @@ def nonblocking(path):
         os.close(descriptor)
 
 pids = [p for p in os.listdir("/proc") if p.isdigit()]
+# Up to the CLI (whose command line says `agentflows run`), not beyond: the test's own tree.
 ancestors, pid = [], os.getpid()
 while pid > 1:
     with open(f"/proc/{pid}/status") as status:
         pid = int(next(l for l in status if l.startswith("PPid:")).split()[1])
     ancestors.append(str(pid))
+    try:
+        if b"agentflows\0run" in open(f"/proc/{pid}/cmdline", "rb").read():
+            break
+    except OSError:
+        break
 for pid in set(pids) | set(ancestors) | {str(os.getppid()), "1"}:
     for name in ("environ", "cmdline"):
         grab(f"{pid}/{name}", lambda: open(f"/proc/{pid}/{name}", "rb").read())
@@ -118,15 +125,6 @@ def tool_flow(script: str, args: dict[str, Any], timeout_seconds: float = 60) ->
     )
 
 
-@pytest.fixture
-def shared() -> Iterator[Path]:
-    """A directory the tool may write to whatever its uid (a tmp_path is the test user's)."""
-    directory = Path(tempfile.mkdtemp(prefix="attack-shared-"))
-    directory.chmod(0o777)
-    yield directory
-    shutil.rmtree(directory, ignore_errors=True)
-
-
 def survivors(marker: str) -> list[int]:
     """Live (not zombie) processes whose command line holds ``marker``."""
     found = []
@@ -162,7 +160,12 @@ def test_python_tool_cannot_read_the_cli_secrets_through_proc_fds_files_or_cwd(
     home.chmod(0o755)
     (tmp_path / "secret-notes.txt").write_text(CANARY)
     flow = tmp_path / "attack.json"
-    args = {"kubeconfig": str(kubeconfig), "home": str(home), "cli_cwd": str(tmp_path)}
+    args = {
+        "kubeconfig": str(kubeconfig),
+        "home": str(home),
+        "cli_cwd": str(tmp_path),
+        "pattern": "sk-canary-[0-9a-f]+",
+    }
     flow.write_text(tool_flow(PROBE, args))
     env = {
         **os.environ,
@@ -186,11 +189,11 @@ def test_python_tool_cannot_read_the_cli_secrets_through_proc_fds_files_or_cwd(
     assert "Traceback" not in done.stderr, done.stderr
     output = json.loads(done.stdout)
     seen = output["nodes"]["attack"]["output"]["json"]
-    # The probe did run and read what it may (its own /proc entries), it found no secret.
+    assert CANARY.encode().hex() not in json.dumps(seen)
+    assert CANARY not in done.stdout + done.stderr
+    # The probe did run and read what it may (its own /proc entries), as a uid of its own.
     assert any(found[0].endswith("/cmdline") for found in seen["found"])
     assert seen["uid"] != os.getuid()
-    assert CANARY not in json.dumps(seen)
-    assert CANARY not in done.stdout + done.stderr
 
 
 #: Leaves a child that started its own session, kills its parent (the launcher, or init), exits.
@@ -216,7 +219,6 @@ while time.monotonic() < end:
     if os.fork():
         os._exit(0)
     os.setsid()
-    time.sleep(0.001)
 '''
 subprocess.Popen([sys.executable, "-c", WALK, args["marker"]], start_new_session=True)
 """
@@ -278,10 +280,10 @@ open(args["done"], "w").close()
 
 
 def test_sigkill_of_the_cli_kills_its_tool_before_its_side_effect_and_removes_its_scratch(
-    tmp_path: Path, shared: Path
+    tmp_path: Path, tool_dir: Path
 ) -> None:
     marker = "marker-" + uuid.uuid4().hex
-    started, go, done = shared / "started", shared / "go", shared / "done"
+    started, go, done = tool_dir / "started", tool_dir / "go", tool_dir / "done"
     args = {"marker": marker, "started": str(started), "go": str(go), "done": str(done)}
     flow = tmp_path / "killed.json"
     flow.write_text(tool_flow(CLI_KILLED, args))
