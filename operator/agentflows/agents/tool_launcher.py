@@ -306,10 +306,11 @@ class _Launch:
 def _reach(paths: Sequence[str], uid: int, gid: int) -> None:
     """Make ``paths`` reachable for ``uid``, in this mount namespace, and nothing beside them.
 
-    A directory on the way that ``uid`` (with only the group ``gid``) may not search (``/root``, where pyenv and many
-    virtualenvs live) is covered with an empty tmpfs they may search, into which only the
-    entries leading to ``paths`` are bind-mounted from the original; the rest of it (root's
-    kubeconfig, keys, history) is gone for the command. Repeated for directories further down.
+    A directory on the way that ``uid`` (with only the group ``gid``) may not search
+    (``/root``, where pyenv and many virtualenvs live) is covered with an empty tmpfs they may
+    search, into which only the entries leading to ``paths`` are bind-mounted from the
+    original; the rest of it (root's kubeconfig, keys, history) is gone for the command.
+    Repeated for directories further down.
     """
     for _ in range(_OPEN_ROUNDS):
         blocked: dict[str, set[str]] = {}

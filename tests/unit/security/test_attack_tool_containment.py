@@ -27,6 +27,7 @@ import pytest
 from agentflows.agents import host
 from agentflows.api import agent as agent_api
 from agentflows.engine import capabilities
+from tests.support.processes import survivors
 
 AGENTFLOWS = str(Path(sys.executable).parent / "agentflows")
 CANARY = "sk-canary-" + uuid.uuid4().hex
@@ -123,22 +124,6 @@ def tool_flow(script: str, args: dict[str, Any], timeout_seconds: float = 60) ->
             },
         }
     )
-
-
-def survivors(marker: str) -> list[int]:
-    """Live (not zombie) processes whose command line holds ``marker``."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-            state = Path(f"/proc/{entry}/stat").read_text().rpartition(")")[2].split()[0]
-        except OSError:
-            continue
-        if marker.encode() in cmdline and state != "Z":
-            found.append(int(entry))
-    return found
 
 
 def wait_for(condition: Any, what: str, seconds: float = 60) -> None:
