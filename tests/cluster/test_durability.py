@@ -196,9 +196,9 @@ def mid_chain(status: dict[str, Any]) -> bool:
 
 
 def test_runs_survive_runner_pods_deleted_at_random_without_rerunning_finished_nodes(
-    control_plane: Cluster, runs: FlowRuns, tmp_path: Path
+    control_plane: Cluster, runs: FlowRuns, tool_dir: Path
 ) -> None:
-    journal = tmp_path / "journal"
+    journal = tool_dir / "journal"
     names = [f"chaos-{i:02d}" for i in range(RUNS)]
     runs.apply(chain_flow("chaos", journal, sleep=0.7), *(flowrun(n, "chaos") for n in names))
     chooser = random.Random(4)
@@ -247,9 +247,9 @@ def test_runs_survive_runner_pods_deleted_at_random_without_rerunning_finished_n
 
 
 def test_operator_restarted_twice_during_twenty_runs_makes_one_pod_per_attempt(
-    control_plane: Cluster, runs: FlowRuns, operator: OperatorProcess, tmp_path: Path
+    control_plane: Cluster, runs: FlowRuns, operator: OperatorProcess, tool_dir: Path
 ) -> None:
-    journal = tmp_path / "journal"
+    journal = tool_dir / "journal"
     names = [f"restart-{i:02d}" for i in range(RUNS)]
     with PodWatcher(control_plane.core(), runs.namespace) as watcher:
         runs.apply(
@@ -358,7 +358,7 @@ def test_runs_in_flight_finish_after_the_api_server_is_down_for_ten_seconds(
     runs: FlowRuns,
     operator: OperatorProcess,
     apiserver: ApiServerProcess,
-    tmp_path: Path,
+    tool_dir: Path,
 ) -> None:
     """kube-apiserver is stopped (connections refused) for 10 s while six runs are in flight.
 
@@ -366,7 +366,7 @@ def test_runs_in_flight_finish_after_the_api_server_is_down_for_ten_seconds(
     (hack/devcluster/podworker.py) ends when reporting a pod's status raises a connection error
     (only ApiException is caught there), which would be a harness failure, not the operator's.
     """
-    journal = tmp_path / "journal"
+    journal = tool_dir / "journal"
     names = [f"away-{i}" for i in range(6)]
     runs.apply(chain_flow("away", journal, sleep=1.5), *(flowrun(n, "away") for n in names))
 

@@ -154,9 +154,9 @@ async def runs(
 
 
 async def test_transform_and_python_tool_flow_succeeds_with_nodes_in_status(
-    runs: Runs, tmp_path: Path
+    runs: Runs, tool_dir: Path
 ) -> None:
-    log = tmp_path / "calls.log"
+    log = tool_dir / "calls.log"
     flow = {
         "input": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]},
         "nodes": [
@@ -184,9 +184,9 @@ async def test_transform_and_python_tool_flow_succeeds_with_nodes_in_status(
 
 
 async def test_approval_waits_then_a_second_runner_finishes_without_rerunning_nodes(
-    runs: Runs, tmp_path: Path
+    runs: Runs, tool_dir: Path
 ) -> None:
-    log = tmp_path / "calls.log"
+    log = tool_dir / "calls.log"
     flow = {
         "nodes": [
             _tool("before", log),
@@ -255,9 +255,9 @@ async def test_an_offloaded_output_whose_configmap_is_gone_fails_the_run_for_goo
 
 
 async def test_sigterm_leaves_no_result_and_the_next_attempt_redoes_only_the_node_in_flight(
-    runs: Runs, tmp_path: Path
+    runs: Runs, tool_dir: Path
 ) -> None:
-    log, block = tmp_path / "calls.log", tmp_path / "block"
+    log, block = tool_dir / "calls.log", tool_dir / "block"
     block.touch()
     flow = {"nodes": [_tool("first", log), _tool("slow", log, block=str(block))]}
     name = await runs.create(flow)
@@ -289,9 +289,9 @@ async def test_sigterm_leaves_no_result_and_the_next_attempt_redoes_only_the_nod
 
 
 async def test_snapshot_written_by_the_operator_helpers_runs_and_is_written_once(
-    runs: Runs, tmp_path: Path
+    runs: Runs, tool_dir: Path
 ) -> None:
-    log = tmp_path / "calls.log"
+    log = tool_dir / "calls.log"
     flows = {"main": {"nodes": [{"id": "sub", "flow": {"name": "child", "input": 1}}]}}
     flows["child"] = {"nodes": [_tool("leaf", log)]}
     flows["unrelated"] = {"nodes": [{"id": "x", "transform": "=1"}]}

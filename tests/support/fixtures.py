@@ -4,12 +4,17 @@
 started for the test and stopped after it. ``server.model_spec()`` points a ModelSpec at it and
 ``server.env`` is the environment its apiKey secret resolves from. ``endpoint`` is a
 :class:`~tests.support.endpoint.LoopbackEndpoint` for the http tool, and ``ctx`` the context of a
-node run with autonomy ``full``.
+node run with autonomy ``full``. ``tool_dir`` is a directory every uid may write, for the files
+a python tool writes or waits for: a root runner's tools run as a uid of their own, which may
+not enter ``tmp_path``.
 """
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -18,7 +23,15 @@ from agentflows.engine import capabilities
 from tests.support.endpoint import LoopbackEndpoint
 from tests.support.model_server import ScriptedModelServer
 
-__all__ = ["ctx", "endpoint", "model_server"]
+__all__ = ["ctx", "endpoint", "model_server", "tool_dir"]
+
+
+@pytest.fixture
+def tool_dir() -> Iterator[Path]:
+    directory = Path(tempfile.mkdtemp(prefix="agentflows-test-shared-"))
+    directory.chmod(0o777)
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture

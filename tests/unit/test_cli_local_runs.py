@@ -183,8 +183,10 @@ def _wait_for_node(state_file: Path, node: str, phase: str, seconds: float = 60)
     raise AssertionError(f"node {node} never reached {phase}")
 
 
-def test_ctrl_c_exits_130_saves_the_run_and_resume_skips_finished_nodes(tmp_path: Path) -> None:
-    release = tmp_path / "release"
+def test_ctrl_c_exits_130_saves_the_run_and_resume_skips_finished_nodes(
+    tmp_path: Path, tool_dir: Path
+) -> None:
+    release = tool_dir / "release"
     flow = tmp_path / "held.yaml"
     flow.write_text(HOLD_FLOW.replace("RELEASE", json.dumps(str(release))))
     state = tmp_path / "runs"

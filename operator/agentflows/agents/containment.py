@@ -2,24 +2,37 @@
 
 Used by :mod:`agentflows.agents.python_tool` (python tools and skills' scripts) and
 :mod:`agentflows.agents.mcp` (stdio servers). Such a process runs whatever the Flow's or Agent's
-author wrote, inside the runner, so it gets three things:
+author wrote, inside the runner, so it gets four things:
 
 - **a scrubbed environment** (:func:`scrubbed_env`): only the basics a program needs (``PATH``,
   ``HOME``, locale, time zone, CA bundle locations, the in-cluster API address) plus what the
   tool itself declares. Provider keys, ``KUBECONFIG``, proxies (whose URLs may carry passwords)
   and the ``AGENTFLOWS_SECRET_*`` variables never reach it.
 - **resource limits** (:class:`Limits`), set with ``setrlimit`` in the child before the
-  command starts: memory, CPU time, size of files written, processes (counted on top of those
-  the user already runs, since the kernel counts per user), no core dumps. Memory is limited
-  with ``RLIMIT_DATA`` (every private writable mapping, heap and anonymous ``mmap`` alike, on
-  Linux 4.7+) rather than ``RLIMIT_AS``: runtimes such as Node and Go reserve gigabytes of
-  address space they never touch, and would not start under an address-space limit.
-- **a launcher that owns its whole process tree** (:mod:`agentflows.agents.tool_launcher`, run
-  by :func:`command`): it sets the limits, starts its own session, becomes a child subreaper (so
-  a grandchild that calls ``setsid`` and whose parent exits is re-parented to the launcher, not
-  to init), runs the command as its child and, when the command exits or the launcher receives
-  SIGTERM, SIGKILLs every descendant it still has. The caller stops a run by sending SIGTERM to
-  the launcher (:func:`stop`), then SIGKILL to the process group (:func:`kill_group`).
+  command starts: memory, CPU time, size of files written, processes, no core dumps. Memory is
+  limited with ``RLIMIT_DATA`` (every private writable mapping, heap and anonymous ``mmap``
+  alike, on Linux 4.7+) rather than ``RLIMIT_AS``: runtimes such as Node and Go reserve
+  gigabytes of address space they never touch, and would not start under an address-space limit.
+- **a launcher that confines the whole process tree** (:mod:`agentflows.agents.tool_launcher`,
+  run by :func:`command`, whose docstring has the details): a PID namespace whose init is ours
+  (when init exits, the kernel kills every process left in it, whatever it did; the tool sees
+  no process of the runner in its own ``/proc``), a uid of its own when the runner is root (so
+  no capability, no access to root's files, and ``RLIMIT_NPROC`` holds), ``no_new_privs``, no
+  inherited file descriptor, a scratch working directory removed with it, and death with its
+  parent (``PR_SET_PDEATHSIG``), so a SIGKILLed CLI leaves no tool running. The caller stops a
+  run by sending SIGTERM to the launcher (:func:`stop`), then SIGKILL to the process group
+  (:func:`kill_group`).
+- **a runner that cannot be read** (:func:`protect_this_process`, called by the ``agentflows``
+  command first thing): it is not dumpable, so even a process of the same uid, where no PID
+  namespace could be made, cannot read its ``/proc/<pid>/environ``, ``mem`` or ``fd``.
+
+Why a PID namespace rather than a cgroup: it needs no writable cgroup tree (a runner pod has
+none; cgroup v1 and v2 differ), its end is the kernel's (init's exit kills the rest, no race
+with a process that forks and exits), and the same ``unshare`` hides the runner's processes.
+Limits per process come from rlimits, which hold for every uid once a root runner's tools run
+as a uid of their own. Where no namespace can be made (a non-root user, a container without
+``CAP_SYS_ADMIN``), the launcher falls back to a child subreaper that kills its descendants
+through ``/proc``, and the runner's non-dumpable state is what keeps its ``/proc`` files.
 """
 
 from __future__ import annotations
@@ -53,6 +66,8 @@ BASIC_ENV = frozenset(
 #: Locale variables (``LC_ALL``, ``LC_CTYPE`` ...) pass too.
 _LOCALE_PREFIX = "LC_"
 MIB = 1024 * 1024
+#: ``prctl`` option (linux/prctl.h).
+_PR_SET_DUMPABLE = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,7 +80,8 @@ class Limits:
     cpu_seconds: int = 60
     #: Largest file a process may write, in bytes (RLIMIT_FSIZE); SIGXFSZ when exceeded.
     file_bytes: int = 64 * MIB
-    #: Processes and threads the tree may add to those its user already runs (RLIMIT_NPROC).
+    #: Processes and threads of the tree (RLIMIT_NPROC; on top of those its user already runs
+    #: where the tool keeps the runner's uid).
     processes: int = 64
 
 
@@ -79,11 +95,39 @@ def scrubbed_env(host_env: Mapping[str, str], declared: Mapping[str, str] = {}) 
     return {**basics, **declared}
 
 
-def command(argv: Sequence[str], limits: Limits) -> list[str]:
-    """The command line that runs ``argv`` contained under ``limits``."""
+def command(argv: Sequence[str], limits: Limits, scratch: str | None = None) -> list[str]:
+    """The command line that runs ``argv`` contained under ``limits``, started by this process.
+
+    ``scratch`` is the command's working directory, removed when it ends; without it the
+    launcher makes one.
+    """
     numbers = [limits.memory_bytes, limits.cpu_seconds, limits.file_bytes, limits.processes]
     script = os.path.abspath(tool_launcher.__file__)
-    return [sys.executable, "-I", script, *map(str, numbers), "--", *argv]
+    return [
+        sys.executable,
+        "-I",
+        script,
+        *map(str, numbers),
+        str(os.getpid()),
+        scratch or "-",
+        "--",
+        *argv,
+    ]
+
+
+def protect_this_process() -> None:
+    """Make this process non-dumpable: no process without CAP_SYS_PTRACE reads its /proc files.
+
+    ``environ``, ``mem``, ``fd`` and the like of a non-dumpable process belong to root and need
+    ``CAP_SYS_PTRACE`` to open, so a tool running as the same uid (where no PID namespace hides
+    the runner) cannot read them. It also means no core dump of the runner.
+    """
+    if sys.platform != "linux":
+        return
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
 
 
 def exit_reason(returncode: int | None, limits: Limits) -> str | None:

@@ -12,7 +12,8 @@ Sources, each read by its owner of the same kind of access:
   (:func:`agentflows.agents.secrets.resolve`), as for API keys;
 - ``path``: a file under :attr:`FileAccess.root` (locally the Flow file's directory; in the
   runner ``AGENTFLOWS_FILES_ROOT``, default :data:`POD_FILES_ROOT`, where a volume is mounted).
-  The path is resolved, symbolic links included, and refused when it leaves the root;
+  The path is resolved, symbolic links included, and refused when it leaves the root; only a
+  regular file is read (a FIFO, device or socket is refused, never waited on), in a thread;
 - ``url``: fetched through the http tool's guard (:meth:`agentflows.agents.http_tool.
   HttpToolRunner.fetch`): allowed hosts, checked and pinned addresses, bounded body.
 
@@ -27,12 +28,14 @@ its content.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import dataclasses
 import hashlib
 import mimetypes
 import os
 import posixpath
+import stat
 import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
@@ -147,7 +150,10 @@ async def _read(
         redactor.add(value)
         return f"secret {selector.name}/{selector.key}", selector.key, value.encode()
     if spec.path is not None:
-        return f"path {spec.path}", posixpath.basename(spec.path), _read_path(spec, where, access)
+        # In a thread: a slow disk (or a network filesystem) delays the run's deadline, not the
+        # event loop that keeps it.
+        data = await asyncio.to_thread(_read_path, spec, where, access)
+        return f"path {spec.path}", posixpath.basename(spec.path), data
     assert spec.url is not None
     tool = agent_api.HttpTool(
         url=spec.url, allow_hosts=spec.allow_hosts, max_response_bytes=spec.max_bytes
@@ -173,8 +179,17 @@ def _read_path(spec: agent_api.ReferenceFile, where: str, access: FileAccess) ->
             f"{where}.path: {spec.path!r} leads outside {root}; give a path inside that directory"
         )
     try:
-        with target.open("rb") as handle:
-            size = os.fstat(handle.fileno()).st_size
+        # Opened without blocking (a FIFO would wait for a writer forever) and read only when it
+        # is a regular file: no FIFO, device or socket is read.
+        descriptor = os.open(target, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+        status = os.fstat(descriptor)
+        if not stat.S_ISREG(status.st_mode):
+            os.close(descriptor)
+            raise FileError(
+                f"{where}.path: {spec.path!r} is not a regular file; only regular files are read"
+            )
+        with os.fdopen(descriptor, "rb") as handle:
+            size = status.st_size
             if size > spec.max_bytes:
                 raise FileError(
                     f"{where} (path {spec.path}): {size} bytes, over maxBytes={spec.max_bytes}"

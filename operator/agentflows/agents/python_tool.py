@@ -84,7 +84,7 @@ class PythonToolRunner:
 
     async def _run_in(self, workdir: str, args: Any) -> tools.ToolOutcome:
         argv = containment.command(
-            [sys.executable, os.path.join(workdir, SCRIPT_NAME)], self._limits
+            [sys.executable, os.path.join(workdir, SCRIPT_NAME)], self._limits, scratch=workdir
         )
         creating = asyncio.ensure_future(
             asyncio.create_subprocess_exec(

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import sys
 
+from agentflows.agents import containment
+
 #: Optional modules that httpx (its command-line tool: rich, pygments) and httpcore (HTTP/2:
 #: h2, hpack) import whenever they are installed. A runner uses neither, and together they
 #: cost about 70 ms of CPU before its first request. ``None`` in ``sys.modules`` makes their
@@ -19,6 +21,8 @@ _NOT_FOR_THE_RUNNER = ("httpx._main", "h2")
 
 def main() -> None:
     """Run ``agentflows`` with the arguments of this process."""
+    # First thing: no tool of this process may read its environment (provider keys) or memory.
+    containment.protect_this_process()
     if sys.argv[1:2] == ["runner"]:
         for name in _NOT_FOR_THE_RUNNER:
             sys.modules.setdefault(name, None)  # type: ignore[arg-type]  # see above

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import os
 from pathlib import Path
 from typing import Any
 
@@ -336,3 +337,21 @@ async def test_a_pdf_goes_as_a_file_part_to_a_model_that_reads_pdfs(
         },
     }
     assert result.detail["files"][0]["contentType"] == "application/pdf"
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+async def test_a_path_that_is_not_a_regular_file_is_refused_without_waiting_on_it(
+    model_server: ScriptedModelServer, ctx: capabilities.NodeContext, tmp_path: Path, kind: str
+) -> None:
+    # A FIFO with no writer: opening it for reading the usual way waits for one forever.
+    if kind == "fifo":
+        os.mkfifo(tmp_path / "notes.txt")
+    else:
+        (tmp_path / "notes.txt").mkdir()
+    spec = spec_with(model_server, [{"path": "notes.txt"}])
+    with pytest.raises(files.FileError) as refused:
+        await turn(model_server, spec, ctx, tmp_path)
+    assert str(refused.value) == (
+        "files[0].path: 'notes.txt' is not a regular file; only regular files are read"
+    )
+    assert model_server.requests == []

@@ -10,6 +10,7 @@ import json
 import os
 import resource
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from agentflows.agents import host, mcp
 from agentflows.api import agent as agent_api
 from agentflows.engine import capabilities
 from tests.support.model_server import Reply, ScriptedModelServer, ToolCall
+from tests.support.processes import survivors
 
 VICTIM_KEY = "sk-victim-0123456789abcdef"
 SECRET_VALUE = "s3cret-db-password-42"
@@ -48,27 +50,21 @@ async def call(
     return result
 
 
-def alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie waiting for its reaper does not)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
-            return handle.read().rpartition(")")[2].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-#: Starts a grandchild that leaves the session and sleeps; its pid goes to args["pidfile"].
+#: Starts a grandchild that leaves the session, says so in args["started"] and sleeps with
+#: args["marker"] on its command line (the test looks for it in the host's /proc: the tool's
+#: own pid numbers are those of its PID namespace).
 ESCAPE = """
 import json, os, sys, time
 args = json.load(sys.stdin)
 if os.fork() == 0:
     os.setsid()
     if os.fork() == 0:
-        with open(args["pidfile"], "w") as handle:
-            handle.write(str(os.getpid()))
-        time.sleep(120)
+        with open(args["started"], "w") as handle:
+            handle.write("started")
+        sleeper = [sys.executable, "-c", "import time; time.sleep(120)", args["marker"]]
+        os.execv(sys.executable, sleeper)
     os._exit(0)
-while not os.path.exists(args["pidfile"]) or not open(args["pidfile"]).read():
+while not os.path.exists(args["started"]):
     time.sleep(0.01)
 """
 
@@ -131,22 +127,24 @@ async def test_tool_writing_a_huge_file_is_stopped_at_the_file_size_limit(
 
 
 async def test_setsid_grandchild_is_dead_after_the_timeout(
-    ctx: capabilities.NodeContext, tmp_path: Path
+    ctx: capabilities.NodeContext, tool_dir: Path
 ) -> None:
-    pidfile = tmp_path / "grandchild.pid"
+    args = {"started": str(tool_dir / "started"), "marker": f"grandchild-{uuid.uuid4().hex}"}
     with pytest.raises(capabilities.CapabilityError, match="killed after timeoutSeconds=2"):
-        await call(ctx, ESCAPE + "time.sleep(120)\n", {"pidfile": str(pidfile)}, timeout_seconds=2)
-    assert not alive(int(pidfile.read_text()))
+        await call(ctx, ESCAPE + "time.sleep(120)\n", args, timeout_seconds=2)
+    assert (tool_dir / "started").exists()
+    assert survivors(args["marker"]) == []
 
 
 async def test_setsid_grandchild_holding_the_pipes_does_not_keep_the_tool_waiting(
-    ctx: capabilities.NodeContext, tmp_path: Path
+    ctx: capabilities.NodeContext, tool_dir: Path
 ) -> None:
     # The script returns at once; the grandchild still holds stdout and stderr.
-    pidfile = tmp_path / "grandchild.pid"
-    result = await call(ctx, ESCAPE + "print('done')\n", {"pidfile": str(pidfile)})
+    args = {"started": str(tool_dir / "started"), "marker": f"grandchild-{uuid.uuid4().hex}"}
+    result = await call(ctx, ESCAPE + "print('done')\n", args)
     assert result.output["json"] == "done"
-    assert not alive(int(pidfile.read_text()))
+    assert (tool_dir / "started").exists()
+    assert survivors(args["marker"]) == []
 
 
 async def test_tool_printing_the_secret_gets_it_masked_in_its_result(
@@ -192,18 +190,20 @@ async def test_skill_script_printing_a_secret_is_masked_before_the_model_sees_it
 
 
 async def test_stdio_mcp_server_grandchild_that_left_the_session_dies_with_the_server(
-    tmp_path: Path,
+    tool_dir: Path,
 ) -> None:
-    pidfile = tmp_path / "grandchild.pid"
+    started = tool_dir / "started"
+    marker = f"grandchild-{uuid.uuid4().hex}"
+    sleeper = [sys.executable, "-c", "import time; time.sleep(120)", marker]
     server = (
-        "import os, time\n"
+        "import os, sys, time\n"
         "if os.fork() == 0:\n"
         "    os.setsid()\n"
         "    if os.fork() == 0:\n"
-        f"        open({str(pidfile)!r}, 'w').write(str(os.getpid()))\n"
-        "        time.sleep(120)\n"
+        f"        open({str(started)!r}, 'w').write('started')\n"
+        f"        os.execv(sys.executable, {sleeper!r})\n"
         "    os._exit(0)\n"
-        f"while not os.path.exists({str(pidfile)!r}): time.sleep(0.01)\n"
+        f"while not os.path.exists({str(started)!r}): time.sleep(0.01)\n"
         "from mcp.server.mcpserver import MCPServer\n"
         "server = MCPServer('evil', log_level='ERROR')\n"
         "@server.tool()\n"
@@ -215,4 +215,5 @@ async def test_stdio_mcp_server_grandchild_that_left_the_session_dies_with_the_s
         name="evil", mcp=agent_api.McpTool(command=sys.executable, args=["-c", server])
     )
     assert await mcp.discover_tools(tool, {}, timeout=30, run_stdio=True) == ["evil_nothing"]
-    assert not alive(int(pidfile.read_text()))
+    assert started.exists()
+    assert survivors(marker) == []
