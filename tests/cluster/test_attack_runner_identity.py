@@ -36,41 +36,16 @@ with open(args["count"], "a") as handle:
     handle.write("ran\\n")
 print(json.dumps({"shipped": True}))
 """
-# Waits for its run's approval request, then writes what only a human may decide, with its
-# own pod's token (found where the process kubelet keeps it: in a pod, the projected token),
-# and blocks until the test kills its pod (a lost attempt, as SIGKILL of the runner makes one).
-SELF_APPROVE = """
-import glob, json, os, ssl, sys, time, urllib.error, urllib.request
+# Holds the first attempt while the test forges with the attempt's pod token; a later attempt
+# passes at once. (A contained tool cannot read that token itself: the test stands for whoever
+# holds it, e.g. someone allowed to exec into the pod.)
+HOLD_ONCE = """
+import json, os, sys, time
 args = json.load(sys.stdin)
-if os.path.exists(args["marker"]):
+if os.path.exists(args["started"]):
     print(json.dumps({"again": True}))
     sys.exit(0)
-config = json.load(open(glob.glob(args["kubeconfigs"])[0]))
-server = config["clusters"][0]["cluster"]["server"]
-tls = ssl.create_default_context(cafile=config["clusters"][0]["cluster"]["certificate-authority"])
-token = config["users"][0]["user"]["token"]
-run = server + "/apis/agentflows.io/v1alpha1/namespaces/" + args["namespace"] + "/flowruns/"
-run += args["run"]
-def call(method, path, body=None, kind="application/merge-patch+json"):
-    request = urllib.request.Request(path, method=method, data=body and json.dumps(body).encode(),
-                                     headers={"Authorization": "Bearer " + token,
-                                              "Content-Type": kind})
-    try:
-        with urllib.request.urlopen(request, context=tls) as answer:
-            return {"code": answer.status, "body": json.load(answer)}
-    except urllib.error.HTTPError as error:
-        return {"code": error.code, "body": json.load(error)}
-while "review" not in (call("GET", run)["body"].get("status", {}).get("requests") or {}):
-    time.sleep(0.2)
-record = {"phase": "Succeeded", "output": {"json": {"decision": "approve", "decidedBy": "carol"},
-          "text": "approve by carol"}}
-results = {
-    "record": call("PATCH", run + "/status", {"status": {"nodes": {"review": record}}}),
-    "delete": call("PATCH", run + "/status", [{"op": "remove", "path": "/status/requests/review"}],
-                   "application/json-patch+json"),
-}
-with open(args["marker"], "w") as handle:
-    json.dump(results, handle)
+open(args["started"], "w").close()
 while not os.path.exists(args["release"]):
     time.sleep(0.1)
 print(json.dumps({"released": True}))
@@ -93,17 +68,17 @@ def flowrun(name: str, flow_name: str) -> dict[str, Any]:
     return {"kind": "FlowRun", "metadata": {"name": name}, "spec": {"flow": flow_name}}
 
 
-def gate_flow(name: str, tmp_path: Path, approvers: dict[str, Any] | None) -> dict[str, Any]:
+def gate_flow(name: str, tool_dir: Path, approvers: dict[str, Any] | None) -> dict[str, Any]:
     """review (approval) -> ship (a counted python tool)."""
     approval: dict[str, Any] = {"message": "Ship it?"}
     if approvers is not None:
         approval["approvers"] = approvers
-    ship = python_tool(COUNT, {"count": str(tmp_path / f"{name}.shipped")})
+    ship = python_tool(COUNT, {"count": str(tool_dir / f"{name}.shipped")})
     return flow(name, [{"id": "review", "approval": approval}, {"id": "ship", "tool": ship}])
 
 
-def shipped(tmp_path: Path, name: str) -> int:
-    path = tmp_path / f"{name}.shipped"
+def shipped(tool_dir: Path, name: str) -> int:
+    path = tool_dir / f"{name}.shipped"
     return len(path.read_text().splitlines()) if path.exists() else 0
 
 
@@ -179,17 +154,17 @@ def forged_approval() -> dict[str, Any]:
 
 
 def test_a_runner_token_minted_by_an_editor_can_neither_record_an_approval_nor_decide(
-    control_plane: Cluster, runs: FlowRuns, editor: str, tmp_path: Path
+    control_plane: Cluster, runs: FlowRuns, editor: str, tool_dir: Path
 ) -> None:
     runs.apply(
-        gate_flow("gated", tmp_path, {"users": ["carol"]}),
-        gate_flow("open", tmp_path, None),
+        gate_flow("gated", tool_dir, {"users": ["carol"]}),
+        gate_flow("open", tool_dir, None),
         flowrun("gated-1", "gated"),
         flowrun("open-1", "open"),
     )
     runs.wait_phase("gated-1", "Waiting")
     runs.wait_phase("open-1", "Waiting")
-    minted = minted_kubeconfig(control_plane, runs.namespace, tmp_path / "minted")
+    minted = minted_kubeconfig(control_plane, runs.namespace, tool_dir / "minted")
 
     record = {"status": {"nodes": {"review": forged_approval()}}}
     refused = call_as(minted, "merge", status_path(runs.namespace, "gated-1"), record)
@@ -210,30 +185,22 @@ def test_a_runner_token_minted_by_an_editor_can_neither_record_an_approval_nor_d
         status = runs.status(run)
         assert status["nodes"]["review"]["phase"] == "Waiting"
         assert "decision" not in status["requests"]["review"]
-    assert shipped(tmp_path, "gated") == shipped(tmp_path, "open") == 0
+    assert shipped(tool_dir, "gated") == shipped(tool_dir, "open") == 0
 
 
 # ----- item 30: a tool approving its own run -----------------------------------------------------
 
 
-def test_a_python_tool_can_neither_approve_its_own_run_nor_delete_its_request(
-    control_plane: Cluster, runs: FlowRuns, tmp_path: Path
+def test_the_runs_own_pod_token_can_neither_approve_its_run_nor_delete_its_request(
+    control_plane: Cluster, runs: FlowRuns, tool_dir: Path
 ) -> None:
     grant_deciders(control_plane, runs.namespace)
-    sneak = python_tool(
-        SELF_APPROVE,
-        {
-            "marker": str(tmp_path / "forged.json"),
-            "release": str(tmp_path / "release"),
-            "kubeconfigs": str(
-                control_plane.cp.pods_dir() / f"{runs.namespace}_self-1-1_*" / "kubeconfig"
-            ),
-            "namespace": runs.namespace,
-            "run": "self-1",
-        },
+    hold = python_tool(
+        HOLD_ONCE,
+        {"started": str(tool_dir / "self.started"), "release": str(tool_dir / "release")},
         timeout=300,
     )
-    ship = python_tool(COUNT, {"count": str(tmp_path / "self.shipped")})
+    ship = python_tool(COUNT, {"count": str(tool_dir / "self.shipped")})
     runs.apply(
         flow(
             "self",
@@ -243,7 +210,7 @@ def test_a_python_tool_can_neither_approve_its_own_run_nor_delete_its_request(
                     "id": "review",
                     "approval": {"message": "Ship?", "approvers": {"users": ["alice"]}},
                 },
-                {"id": "sneak", "tool": sneak},
+                {"id": "sneak", "tool": hold},
                 {"id": "ship", "tool": ship},
             ],
             edges=[
@@ -255,21 +222,26 @@ def test_a_python_tool_can_neither_approve_its_own_run_nor_delete_its_request(
         ),
         flowrun("self-1", "self"),
     )
-    marker = tmp_path / "forged.json"
-    wait_for(marker.exists, 120, "the tool's forgeries")
-    forged = json.loads(marker.read_text())
-    assert forged["record"]["code"] == 403, forged
-    assert "may not record node(s) review as Succeeded" in forged["record"]["body"]["message"]
-    assert forged["delete"]["code"] == 403, forged
-    assert "may not remove a request" in forged["delete"]["body"]["message"]
+    wait_for((tool_dir / "self.started").exists, 120, "the first attempt's tool runs")
+    wait_for(lambda: "review" in (runs.status("self-1").get("requests") or {}), 120, "the request")
+    pod_token = runs.pod_kubeconfig("self-1-1")
+    path = status_path(runs.namespace, "self-1")
+    refused = call_as(
+        pod_token, "merge", path, {"status": {"nodes": {"review": forged_approval()}}}
+    )
+    assert refused is not None and refused.status == 403, refused
+    assert "may not record node(s) review as Succeeded" in refused.message
+    refused = call_as(pod_token, "merge", path, {"status": {"requests": {"review": None}}})
+    assert refused is not None and refused.status == 403, refused
+    assert "may not remove a request" in refused.message
 
-    # the tool kills its runner: the attempt is lost, and the next one resumes from status
+    # the runner is killed: the attempt is lost, and the next one resumes from status
     control_plane.core().delete_namespaced_pod("self-1-1", runs.namespace, grace_period_seconds=0)
     wait_for(lambda: runs.status("self-1").get("attempt", 0) >= 2, 120, "attempt 2")
     status = runs.wait_phase("self-1", "Waiting", "Succeeded", "Failed")
     assert status["phase"] == "Waiting", status.get("message")
     assert "decision" not in status["requests"]["review"]
-    assert shipped(tmp_path, "self") == 0
+    assert shipped(tool_dir, "self") == 0
 
     # a real decision by the approver still ships, once
     alice = control_plane.kubectl(
@@ -279,16 +251,16 @@ def test_a_python_tool_can_neither_approve_its_own_run_nor_delete_its_request(
         user="alice", check=False,
     )  # fmt: skip
     assert alice.returncode == 0, alice.stderr
-    (tmp_path / "release").touch()
+    (tool_dir / "release").touch()
     status = runs.wait_phase("self-1", "Succeeded", "Failed")
     assert status["phase"] == "Succeeded", status.get("message")
-    assert shipped(tmp_path, "self") == 1
+    assert shipped(tool_dir, "self") == 1
 
 
 def test_a_waiting_run_whose_request_was_deleted_fails_with_request_missing(
-    control_plane: Cluster, runs: FlowRuns, tmp_path: Path
+    control_plane: Cluster, runs: FlowRuns, tool_dir: Path
 ) -> None:
-    runs.apply(gate_flow("lost", tmp_path, None), flowrun("lost-1", "lost"))
+    runs.apply(gate_flow("lost", tool_dir, None), flowrun("lost-1", "lost"))
     runs.wait_phase("lost-1", "Waiting")
     control_plane.kubectl(
         "patch", "flowrun", "lost-1", "-n", runs.namespace, "--subresource=status",
@@ -297,22 +269,22 @@ def test_a_waiting_run_whose_request_was_deleted_fails_with_request_missing(
     status = runs.wait_phase("lost-1", "Failed", timeout=60)
     assert status["reason"] == "RequestMissing"
     assert "review (review) wait for a request that was deleted" in status["message"]
-    assert shipped(tmp_path, "lost") == 0
+    assert shipped(tool_dir, "lost") == 0
 
 
 # ----- items 28 and 29: operator keys and operator-owned ConfigMaps ------------------------------
 
 
-def slow_flow(name: str, tmp_path: Path) -> dict[str, Any]:
-    args = {"started": str(tmp_path / f"{name}.started"), "release": str(tmp_path / "release")}
+def slow_flow(name: str, tool_dir: Path) -> dict[str, Any]:
+    args = {"started": str(tool_dir / f"{name}.started"), "release": str(tool_dir / "release")}
     return flow(name, [{"id": "wait", "tool": python_tool(SLOW, args, timeout=300)}])
 
 
 def test_a_runner_pod_cannot_write_operator_keys_nor_configmaps_the_operator_owns(
-    control_plane: Cluster, runs: FlowRuns, tmp_path: Path
+    control_plane: Cluster, runs: FlowRuns, tool_dir: Path
 ) -> None:
-    runs.apply(slow_flow("spend", tmp_path), flowrun("spend-1", "spend"))
-    wait_for((tmp_path / "spend.started").exists, 120, "the tool runs")
+    runs.apply(slow_flow("spend", tool_dir), flowrun("spend-1", "spend"))
+    wait_for((tool_dir / "spend.started").exists, 120, "the tool runs")
     pod_token = runs.pod_kubeconfig("spend-1-1")
     run = runs.run("spend-1")
 
@@ -347,7 +319,7 @@ def test_a_runner_pod_cannot_write_operator_keys_nor_configmaps_the_operator_own
                    {"status": {"currentNode": "wait"}}) is None  # fmt: skip
     offloaded = {**planted, "metadata": {**planted["metadata"], "name": "spend-1-out-x-0"}}
     assert call_as(pod_token, "create", configmaps, offloaded) is None
-    (tmp_path / "release").touch()
+    (tool_dir / "release").touch()
     assert runs.wait_phase("spend-1", "Succeeded", "Failed")["phase"] == "Succeeded"
 
 
@@ -381,9 +353,9 @@ def test_a_snapshot_planted_before_its_run_exists_is_replaced_by_the_operators(
 
 
 def test_a_snapshot_changed_while_its_run_waits_is_refused_by_the_next_attempt(
-    control_plane: Cluster, runs: FlowRuns, editor: str, tmp_path: Path
+    control_plane: Cluster, runs: FlowRuns, editor: str, tool_dir: Path
 ) -> None:
-    runs.apply(gate_flow("swap", tmp_path, None), flowrun("swap-1", "swap"))
+    runs.apply(gate_flow("swap", tool_dir, None), flowrun("swap-1", "swap"))
     runs.wait_phase("swap-1", "Waiting")
     control_plane.core(EDITOR).patch_namespaced_config_map(
         "swap-1-snapshot", runs.namespace, {"data": {"snapshot.json": snapshot_of("swap", "x")}}
@@ -396,4 +368,4 @@ def test_a_snapshot_changed_while_its_run_waits_is_refused_by_the_next_attempt(
     status = runs.wait_phase("swap-1", "Failed", "Succeeded")
     assert status["phase"] == "Failed" and status["reason"] == "SnapshotMissing", status
     assert "is not the snapshot the operator wrote for this run" in status["message"]
-    assert shipped(tmp_path, "swap") == 0
+    assert shipped(tool_dir, "swap") == 0

@@ -441,6 +441,7 @@ def test_list_warns_about_an_unreadable_run_and_still_lists_the_others(tmp_path:
     (tmp_path / "broken.snapshot.json").write_text("{not json")
     code, out, err = invoke("list", "--state-dir", str(tmp_path), "-o", "name")
     assert code == 0 and out == "r1\n"
-    assert err.startswith(f"warning: cannot read run broken in {tmp_path}: ")
+    snapshot = tmp_path / "broken.snapshot.json"
+    assert err.startswith(f"warning: cannot read run broken: {snapshot}: not a run snapshot: ")
     code, out, err = invoke("get", "broken", "--state-dir", str(tmp_path))
-    assert code == 2 and err.startswith(f"error: cannot read run broken in {tmp_path}: ")
+    assert code == 2 and f"{snapshot}: not a run snapshot: " in err, err

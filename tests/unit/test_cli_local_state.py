@@ -78,9 +78,10 @@ def test_one_bad_state_file_is_reported_with_its_path_and_the_other_runs_still_w
 
 
 def test_a_second_process_on_a_running_run_exits_2_naming_the_owner_and_runs_nothing(
-    tmp_path: Path,
+    tmp_path: Path, tool_dir: Path
 ) -> None:
-    release, counter = tmp_path / "release", tmp_path / "counter"
+    # Where the contained tool (its own uid when the tests run as root) may read and write.
+    release, counter = tool_dir / "release", tool_dir / "counter"
     flow = tmp_path / "held.yaml"
     flow.write_text(
         COUNTED_HOLD_FLOW.replace("RELEASE", json.dumps(str(release))).replace(

@@ -24,13 +24,19 @@ from typing import Any
 
 import click
 
-from agentflows.cli import local
-
 EXIT_FAILED = 1
 EXIT_INVALID = 2
 EXIT_WAITING = 3
 EXIT_INTERNAL = 70
 EXIT_INTERRUPTED = 130
+
+
+class UsageError(Exception):
+    """The command was called wrongly; the message says how to call it (exit 2).
+
+    Defined here, where every command's exit code is decided, so that catching it costs the
+    runner's start path no import of the local-run modules.
+    """
 
 #: Help sections: title -> command names, in the order shown.
 SECTIONS: dict[str, tuple[str, ...]] = {
@@ -73,7 +79,7 @@ class Group(click.Group):
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
-        except local.UsageError as exc:
+        except UsageError as exc:
             # A bad run name, wherever a command meets it (local.check_run_name).
             click.echo(f"error: {exc}", err=True)
             sys.exit(EXIT_INVALID)

@@ -24,6 +24,7 @@ from typing import Any
 from agentflows.api import agent as agent_api
 from agentflows.api import documents
 from agentflows.api import flow as flow_api
+from agentflows.cli import group
 from agentflows.engine import capabilities, graph
 
 DEFAULT_STATE_DIR = ".agentflows/runs"
@@ -35,8 +36,8 @@ _NOT_IN_NAME = re.compile(r"[^a-z0-9-]+")
 SNAPSHOT_SUFFIX = ".snapshot.json"
 
 
-class UsageError(Exception):
-    """The command was called wrongly; the message says how to call it."""
+#: The command was called wrongly (exit 2); owned by :mod:`agentflows.cli.group`.
+UsageError = group.UsageError
 
 
 def state_dir(option: str | None) -> Path:

@@ -140,9 +140,12 @@ def _wait_for_file(path: Path, seconds: float = 60) -> None:
 
 
 @pytest.fixture
-def running_run(tmp_path: Path) -> Iterator[tuple[Path, Path, subprocess.Popen[str]]]:
+def running_run(
+    tmp_path: Path, tool_dir: Path
+) -> Iterator[tuple[Path, Path, subprocess.Popen[str]]]:
     """``agentflows run`` of a flow held in a python tool: (state dir, counter, process)."""
-    release, counter = tmp_path / "release", tmp_path / "counter"
+    # Where the contained tool (its own uid when the tests run as root) may read and write.
+    release, counter = tool_dir / "release", tool_dir / "counter"
     flow = tmp_path / "held.yaml"
     flow.write_text(
         COUNTED_HOLD_FLOW.replace("RELEASE", json.dumps(str(release))).replace(
