@@ -36,7 +36,11 @@ address). A refusal is a permanent error naming ``model.apiBase``. The direct pa
 the guard, to the address it checked, and so do the litellm providers of
 :data:`GUARDED_LITELLM_PROVIDERS` (given the guard's client; its redirects are not followed);
 the other litellm providers' own clients resolve the name again.
-What an endpoint says in an error is quoted on one line, cut to a few hundred characters.
+What an endpoint says in an error is quoted on one line, cut to a few hundred characters:
+``model M failed (HTTP S): provider: message`` — never litellm's traceback or class name. On the
+litellm path the HTTP status is the provider's own (the innermost error litellm raised from), so
+a 404 litellm re-raises as a 500 stays a permanent 404. ``apiBase`` is normalised once, in
+:func:`litellm_api_base` (a trailing ``/v1`` for providers whose route starts at the root).
 
 litellm is imported on the first call that needs it, never at module import: ``agentflows
 --help`` and the dry run stay fast. Costs come from litellm's bundled price table
