@@ -162,3 +162,19 @@ def test_validate_refuses_a_file_api_base_naming_the_field(tmp_path: Path) -> No
     llm = [line for line in lines if "spec.nodes[0].llm.model.apiBase" in line]
     assert agent and llm, lines
     assert all("http:// or https://" in line for line in agent + llm)
+
+
+def test_an_agent_spec_llm_url_that_is_not_http_is_exit_2_naming_the_field(
+    tmp_path: Path,
+) -> None:
+    from tests.unit.agentspec.test_fidelity import one_node_flow, run
+
+    node = {
+        "component_type": "LlmNode", "prompt_template": "How many letters in {{word}}?",
+        "llm_config": {"component_type": "OpenAiCompatibleConfig", "name": "m",
+                       "model_id": "m", "url": "ftp://models.internal/v1"},
+        "outputs": [{"title": "count", "type": "integer"}],
+    }  # fmt: skip
+    code, _, err = run(tmp_path, one_node_flow(node, ["word"], "count"), "word=hello")
+    assert code == 2, err
+    assert "nodes[1].llm_config.url: 'ftp://models.internal/v1' is not a model endpoint" in err
