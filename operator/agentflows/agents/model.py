@@ -36,7 +36,11 @@ address). A refusal is a permanent error naming ``model.apiBase``. The direct pa
 the guard, to the address it checked, and so do the litellm providers of
 :data:`GUARDED_LITELLM_PROVIDERS` (given the guard's client; its redirects are not followed);
 the other litellm providers' own clients resolve the name again.
-What an endpoint says in an error is quoted on one line, cut to a few hundred characters.
+What an endpoint says in an error is quoted on one line, cut to a few hundred characters:
+``model M failed (HTTP S): provider: message`` — never litellm's traceback or class name. On the
+litellm path the HTTP status is the provider's own (the innermost error litellm raised from), so
+a 404 litellm re-raises as a 500 stays a permanent 404. ``apiBase`` is normalised once, in
+:func:`litellm_api_base` (a trailing ``/v1`` for providers whose route starts at the root).
 
 litellm is imported on the first call that needs it, never at module import: ``agentflows
 --help`` and the dry run stay fast. Costs come from litellm's bundled price table
@@ -50,6 +54,7 @@ import asyncio
 import dataclasses
 import json
 import os
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
@@ -79,8 +84,14 @@ AMBIENT_CREDENTIAL_PROVIDERS = frozenset({"bedrock", "sagemaker", "vertex_ai", "
 GUARDED_LITELLM_PROVIDERS = frozenset({"anthropic", "gemini", "ollama", "ollama_chat"})
 #: Sent to an ``apiBase`` when the spec names no ``apiKey`` (see module docstring).
 PLACEHOLDER_API_KEY = "not-needed"
-#: Errors quoted from providers are cut to this length.
-_MAX_ERROR_CHARS = 2000
+#: A node's model error (one line) is cut to this length.
+_MAX_ERROR_CHARS = 500
+#: litellm's "litellm.NotFoundError: AnthropicException - " in front of an endpoint's message.
+_LITELLM_PREFIX = re.compile(r"^(litellm\.\w+:\s*)?(\w+Exception( \w+Error)?\s*-\s*)?")
+#: litellm providers whose path appends its own versioned route (``/v1/messages``,
+#: ``/api/chat``) to the server's root: a trailing ``/v1`` on their ``apiBase`` (the root's
+#: OpenAI-compatible prefix, as users write it) is removed, see :func:`litellm_api_base`.
+_ROOT_RELATIVE_PROVIDERS = frozenset({"anthropic", "ollama", "ollama_chat"})
 #: First wait before retrying a failed model call; it doubles with each retry, up to the cap.
 RETRY_BACKOFF_SECONDS = 0.5
 MAX_BACKOFF_SECONDS = 8.0
@@ -257,7 +268,7 @@ async def _complete(
         "num_retries": 0,
     }
     optional = {
-        "api_base": model.api_base,
+        "api_base": litellm_api_base(model),
         "api_key": api_key,
         "temperature": model.temperature,
         "top_p": model.top_p,
@@ -295,6 +306,22 @@ async def _litellm_with_retries(
             attempt += 1
             continue
         return _reply(litellm, response)
+
+
+def litellm_api_base(model: agent_api.ModelSpec) -> str | None:
+    """The ``apiBase`` as litellm's provider path wants it: the one place it is normalised.
+
+    Anthropic's path appends ``/v1/messages`` and Ollama's ``/api/chat`` (or ``/api/generate``)
+    to the server's root, so an ``apiBase`` written as ``http://host:port/v1`` (as for the
+    OpenAI-compatible path) loses its trailing ``/v1``: ``/v1/messages``, never
+    ``/v1/v1/messages``. Other providers' ``apiBase`` is passed as written.
+    """
+    base = model.api_base
+    if base and provider_of(model.name) in _ROOT_RELATIVE_PROVIDERS:
+        stripped = base.rstrip("/")
+        if stripped.endswith("/v1"):
+            return stripped[: -len("/v1")]
+    return base
 
 
 async def check_api_base(model: agent_api.ModelSpec) -> None:
@@ -403,6 +430,7 @@ def _direct_error(
 def _error(
     model_name: str, text: str, status: int | None, attempts: int, retryable: bool
 ) -> capabilities.CapabilityError:
+    text = " ".join(text.split())
     if len(text) > _MAX_ERROR_CHARS:
         text = text[:_MAX_ERROR_CHARS] + "..."
     where = f" (HTTP {status})" if status is not None else ""
@@ -454,19 +482,58 @@ def _cost(litellm: Any, response: Any) -> tuple[float, bool]:
 def _model_error(
     model_name: str, exc: Exception, redactor: secrets.Redactor, attempts: int
 ) -> capabilities.CapabilityError:
+    """One line for a failed litellm call, classified by the endpoint's real HTTP status.
+
+    litellm's exception class is not the status: a reply it cannot map becomes an
+    ``APIConnectionError`` or ``InternalServerError`` (status 500, a traceback in its text).
+    The status and message of the provider's own error, the innermost of the chain litellm
+    raised from, decide; the class only when no HTTP status came back (timeout, refused).
+    """
     litellm = import_litellm()
-    status = getattr(exc, "status_code", None)
-    transient = (
-        litellm.Timeout,
-        litellm.APIConnectionError,
-        litellm.RateLimitError,
-        litellm.ServiceUnavailableError,
-        litellm.InternalServerError,
-    )
-    retryable = isinstance(exc, transient) or (
-        isinstance(status, int) and (status in _RETRYABLE_STATUS or status >= 500)
-    )
-    text = redactor(str(exc)).strip() or type(exc).__name__
+    origin: BaseException = exc
+    for cause in _chain(exc):
+        if _http_status(cause) is not None:
+            origin = cause
+    status = _http_status(origin)
+    if status is not None:
+        retryable = status in _RETRYABLE_STATUS or status >= 500
+    else:
+        retryable = isinstance(exc, litellm.Timeout | litellm.APIConnectionError)
+    if isinstance(exc, litellm.Timeout):
+        text = f"no reply within the model's timeoutSeconds ({type(exc).__name__})"
+    else:
+        text = _litellm_message(origin)
     return _error(
-        model_name, text, status if isinstance(status, int) else None, attempts, retryable
+        model_name, f"{provider_of(model_name)}: {redactor(text)}", status, attempts, retryable
     )
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and the exceptions it was raised from, outermost first."""
+    chain: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in chain and len(chain) < 16:
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    return chain
+
+
+def _http_status(exc: BaseException) -> int | None:
+    status = getattr(exc, "status_code", None)
+    return status if isinstance(status, int) and 100 <= status <= 599 else None
+
+
+def _litellm_message(exc: BaseException) -> str:
+    """What the endpoint said (its JSON error message), without litellm's prefix or traceback."""
+    from agentflows.agents import openai_compat
+
+    message = getattr(exc, "message", None)
+    text = message if isinstance(message, str) and message else str(exc)
+    text = text.split("Traceback (most recent call last)", 1)[0].strip()
+    # litellm prefixes "litellm.NotFoundError: AnthropicException - "; the class says nothing.
+    text = _LITELLM_PREFIX.sub("", text, count=1)
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    return openai_compat.error_message(data, text) if text else type(exc).__name__

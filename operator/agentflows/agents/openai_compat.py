@@ -105,9 +105,9 @@ async def chat_completion(
     except ValueError:
         data = None
     if response.status_code >= 400:
-        raise ModelHttpError(response.status_code, _error_message(data, response.text))
+        raise ModelHttpError(response.status_code, error_message(data, response.text))
     if not isinstance(data, dict) or not data.get("choices"):
-        raise ModelHttpError(502, f"the endpoint's reply has no choices: {_quoted(response.text)}")
+        raise ModelHttpError(502, f"the endpoint's reply has no choices: {quoted(response.text)}")
     return data
 
 
@@ -128,17 +128,18 @@ def request_body(
     return body
 
 
-def _error_message(data: Any, text: str) -> str:
+def error_message(data: Any, text: str) -> str:
+    """The message of an error reply (``error.message`` of its JSON, else its text), quoted."""
     if isinstance(data, dict):
         error = data.get("error")
         if isinstance(error, dict) and error.get("message"):
-            return _quoted(str(error["message"]))
+            return quoted(str(error["message"]))
         if isinstance(error, str):
-            return _quoted(error)
-    return _quoted(text) or "no error message"
+            return quoted(error)
+    return quoted(text) or "no error message"
 
 
-def _quoted(text: str) -> str:
+def quoted(text: str) -> str:
     """The start of what an endpoint said, on one line, at most :data:`MAX_QUOTED_CHARS`."""
     line = " ".join(text.split())
     return line if len(line) <= MAX_QUOTED_CHARS else line[:MAX_QUOTED_CHARS] + "..."

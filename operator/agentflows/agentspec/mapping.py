@@ -91,6 +91,15 @@ def model_spec(
         api_base = config.url if "://" in config.url else f"http://{config.url}"
         if not api_base.rstrip("/").endswith("/v1"):
             api_base = api_base.rstrip("/") + "/v1"
+    if api_base and not re.match(agent_api.API_BASE_PATTERN, api_base):
+        out.append(
+            errors.problem(
+                f"{path}.url",
+                f"{api_base[:100]!r} is not a model endpoint: use http:// or https:// followed "
+                "by a host, e.g. http://127.0.0.1:11434/v1",
+            )
+        )
+        api_base = None
     params = config.default_generation_parameters or model.GenerationParameters()
     timeout = config.retry_policy.request_timeout if config.retry_policy else None
     return agent_api.ModelSpec(

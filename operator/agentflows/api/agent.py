@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import posixpath
+import re
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -15,6 +16,9 @@ from pydantic import Field, field_validator, model_validator
 from agentflows.api import common
 
 MAX_TOOLS = 64
+#: What a model's ``apiBase`` may be: http or https, a host (no space, no empty host), a path.
+#: The same rule is in the CRD (``pattern``) and in :class:`ModelSpec`'s validator.
+API_BASE_PATTERN = r"^https?://([^/?#@\s]+@)?[^/?#@\s]+(/\S*)?$"
 
 
 class ModelSpec(common.ApiModel):
@@ -28,7 +32,11 @@ class ModelSpec(common.ApiModel):
     api_base: str | None = Field(
         default=None,
         max_length=2048,
-        description="Base URL of an OpenAI-compatible endpoint (vLLM, Ollama, a proxy).",
+        description=(
+            "Base URL of the model's endpoint (vLLM, Ollama, a proxy): http:// or https:// "
+            "with a host, e.g. http://127.0.0.1:11434/v1."
+        ),
+        json_schema_extra={"pattern": API_BASE_PATTERN},
     )
     api_key: common.SecretKeyRef | None = Field(
         default=None, description="Secret holding the API key; injected as env, never read here."
@@ -48,6 +56,16 @@ class ModelSpec(common.ApiModel):
         default=120, gt=0, le=3600, description="Timeout of one model call, in seconds."
     )
     retries: int = Field(default=2, ge=0, le=10, description="Retries of a failed model call.")
+
+    @field_validator("api_base")
+    @classmethod
+    def _api_base_is_http(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(API_BASE_PATTERN, value):
+            raise ValueError(
+                f"{value[:100]!r} is not a model endpoint: use http:// or https:// followed by "
+                "a host, e.g. http://127.0.0.1:11434/v1 or https://llm.internal:8443"
+            )
+        return value
 
 
 class HistoryTurn(common.ApiModel):
