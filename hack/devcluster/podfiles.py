@@ -305,6 +305,9 @@ class PodFiles:
                 "HOME": str(self.directory / "home"),
                 "HOSTNAME": self.pod.metadata.name,
                 "AGENTFLOWS_POD_ROOT": str(self.root),
+                # Where a real pod mounts runner.files; a Flow may not set this (its prefix is
+                # the operator's), so the process kubelet points the runner at its copy.
+                "AGENTFLOWS_FILES_ROOT": str(self.root / "var/run/agentflows/files"),
                 "KUBERNETES_SERVICE_HOST": "127.0.0.1",
                 "KUBERNETES_SERVICE_PORT": self.cluster.server.rsplit(":", 1)[1],
             }

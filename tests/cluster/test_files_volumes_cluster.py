@@ -3,8 +3,8 @@
 The operator runs as in ``test_operator.py`` and builds the runner pod; the namespace enforces
 the restricted Pod Security Standard, so the API server checks the pod with its read-only
 ConfigMap volume. The process kubelet materialises the volume and links each mount under
-``$AGENTFLOWS_POD_ROOT``, so the Flow points ``AGENTFLOWS_FILES_ROOT`` at the files root under
-it (in a real pod the default root is the mount's own path). The model is the scripted server.
+``$AGENTFLOWS_POD_ROOT`` and points the runner's ``AGENTFLOWS_FILES_ROOT`` at the files root under
+it (in a real pod the default root is the mount's own path; a Flow may not set the variable). The model is the scripted server.
 """
 
 from __future__ import annotations
@@ -54,12 +54,6 @@ def test_an_agent_reads_a_path_file_from_a_configmap_the_flow_mounts_as_a_files_
                 "nodes": [{"id": "ask", "agent": {"name": "helper", "prompt": "When?"}}],
                 "runner": {
                     "files": [{"name": "handbook", "configMap": {"name": "oncall"}}],
-                    "env": [
-                        {
-                            "name": "AGENTFLOWS_FILES_ROOT",
-                            "value": "$(AGENTFLOWS_POD_ROOT)/var/run/agentflows/files",
-                        }
-                    ],
                 },
             },
         },

@@ -224,8 +224,9 @@ async def run_attempt(
 def _file_access(client: kube_client.Client, namespace: str) -> Any:
     """Reference files in the pod: ConfigMaps of the run's namespace, paths under the files root.
 
-    The root is AGENTFLOWS_FILES_ROOT (set it with the Flow's runner.env), else the default
-    where a volume of files is expected to be mounted.
+    The root is AGENTFLOWS_FILES_ROOT, else the default where runner.files volumes are mounted.
+    A Flow cannot set it (the operator's prefix); the development cluster's process kubelet
+    does, to point at its copy of the mounts.
     """
     from agentflows.agents import files
 
