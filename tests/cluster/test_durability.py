@@ -34,9 +34,12 @@ pytestmark = pytest.mark.cluster
 RUNS = 20
 CHAIN = ("n1", "n2", "n3", "n4", "n5")
 
+# Contained tools of a root runner run each as a uid of their own: the journal every tool
+# appends to is made writable for all of them.
 JOURNALED = """
-import json, sys, time
+import json, os, sys, time
 args = json.load(sys.stdin)
+os.umask(0)
 def mark(kind):
     with open(args["journal"], "a") as handle:
         handle.write(f"{time.time():.6f} {kind} {args['run']} {args['node']}\\n")
