@@ -27,9 +27,12 @@ from tests.support.model_server import API_KEY, Reply, ScriptedModelServer
 
 pytestmark = pytest.mark.cluster
 
+# Contained tools of a root runner run each as a uid of their own: files that several tools
+# append to (one per attempt) are made writable for all of them.
 COUNT = """
-import json, sys
+import json, os, sys
 args = json.load(sys.stdin)
+os.umask(0)
 with open(args["count"], "a") as handle:
     handle.write("ran\\n")
 print(json.dumps({"text": args.get("text", "").upper()}))
@@ -38,6 +41,7 @@ print(json.dumps({"text": args.get("text", "").upper()}))
 SLOW = """
 import json, os, sys, time
 args = json.load(sys.stdin)
+os.umask(0)
 with open(args["count"], "a") as handle:
     handle.write("ran\\n")
 deadline = time.time() + 150
@@ -59,17 +63,17 @@ def flowrun(name: str, flow_name: str, value: Any = None) -> dict[str, Any]:
     }
 
 
-def slow_flow(name: str, tmp_path: Path, **spec: Any) -> dict[str, Any]:
+def slow_flow(name: str, tool_dir: Path, **spec: Any) -> dict[str, Any]:
     """first (counted) -> wait (counted, waits for the release file) -> last."""
     return flow(
         name,
         [
-            {"id": "first", "tool": python_tool(COUNT, {"count": str(tmp_path / "first.count")})},
+            {"id": "first", "tool": python_tool(COUNT, {"count": str(tool_dir / "first.count")})},
             {
                 "id": "wait",
                 "tool": python_tool(
                     SLOW,
-                    {"count": str(tmp_path / "wait.count"), "release": str(tmp_path / "release")},
+                    {"count": str(tool_dir / "wait.count"), "release": str(tool_dir / "release")},
                     timeout=300,
                 ),
             },
@@ -116,7 +120,7 @@ def lines(path: Path) -> int:
 
 
 def test_flow_with_transform_and_python_tool_succeeds_with_status_columns_and_events(
-    control_plane: Cluster, runs: FlowRuns, tmp_path: Path
+    control_plane: Cluster, runs: FlowRuns, tool_dir: Path
 ) -> None:
     runs.apply(
         flow(
@@ -128,7 +132,7 @@ def test_flow_with_transform_and_python_tool_succeeds_with_status_columns_and_ev
                     "tool": python_tool(
                         COUNT,
                         {
-                            "count": str(tmp_path / "loud.count"),
+                            "count": str(tool_dir / "loud.count"),
                             "text": "{{ .nodes.greet.json.greeting }}",
                         },
                     ),
@@ -336,30 +340,30 @@ def test_invalid_flow_and_agent_are_not_ready_with_path_named_messages(
 
 
 def test_deleted_runner_pod_gets_a_next_attempt_and_finished_nodes_do_not_run_again(
-    control_plane: Cluster, runs: FlowRuns, tmp_path: Path
+    control_plane: Cluster, runs: FlowRuns, tool_dir: Path
 ) -> None:
-    runs.apply(slow_flow("resume", tmp_path), flowrun("resume-1", "resume"))
+    runs.apply(slow_flow("resume", tool_dir), flowrun("resume-1", "resume"))
     runs.wait_node("resume-1", "first", "Succeeded")
-    wait_for(lambda: lines(tmp_path / "wait.count") == 1, 120, "the slow node started")
+    wait_for(lambda: lines(tool_dir / "wait.count") == 1, 120, "the slow node started")
 
     control_plane.core().delete_namespaced_pod("resume-1-1", runs.namespace)
     wait_for(lambda: runs.status("resume-1").get("attempt") == 2, 120, "attempt 2")
-    wait_for(lambda: lines(tmp_path / "wait.count") == 2, 120, "the slow node started again")
-    (tmp_path / "release").touch()
+    wait_for(lambda: lines(tool_dir / "wait.count") == 2, 120, "the slow node started again")
+    (tool_dir / "release").touch()
 
     status = runs.wait_phase("resume-1", "Succeeded", "Failed")
     assert status["phase"] == "Succeeded", status.get("message")
     assert status["output"] == {"released": True}
-    assert lines(tmp_path / "first.count") == 1  # finished before the pod was deleted
+    assert lines(tool_dir / "first.count") == 1  # finished before the pod was deleted
     assert [p.metadata.name for p in runs.pods("resume-1")] == ["resume-1-2"]
     assert "AttemptLost" in {e.reason for e in runs.events("resume-1")}
 
 
 def test_cancel_deletes_the_pod_and_the_run_is_cancelled(
-    control_plane: Cluster, runs: FlowRuns, tmp_path: Path
+    control_plane: Cluster, runs: FlowRuns, tool_dir: Path
 ) -> None:
-    runs.apply(slow_flow("cancel", tmp_path), flowrun("cancel-1", "cancel"))
-    wait_for(lambda: lines(tmp_path / "wait.count") == 1, 120, "the slow node started")
+    runs.apply(slow_flow("cancel", tool_dir), flowrun("cancel-1", "cancel"))
+    wait_for(lambda: lines(tool_dir / "wait.count") == 1, 120, "the slow node started")
     runs.apply({**flowrun("cancel-1", "cancel"), "spec": {"flow": "cancel", "cancel": True}})
 
     status = runs.wait_phase("cancel-1", "Cancelled")
@@ -370,16 +374,16 @@ def test_cancel_deletes_the_pod_and_the_run_is_cancelled(
 
 
 def test_restarted_operator_never_creates_a_second_pod_for_an_attempt(
-    control_plane: Cluster, runs: FlowRuns, operator: OperatorProcess, tmp_path: Path
+    control_plane: Cluster, runs: FlowRuns, operator: OperatorProcess, tool_dir: Path
 ) -> None:
-    runs.apply(slow_flow("restart", tmp_path), flowrun("restart-1", "restart"))
-    wait_for(lambda: lines(tmp_path / "wait.count") == 1, 120, "the slow node started")
+    runs.apply(slow_flow("restart", tool_dir), flowrun("restart-1", "restart"))
+    wait_for(lambda: lines(tool_dir / "wait.count") == 1, 120, "the slow node started")
 
     operator.restart()
     # Let the restarted operator go through its initial listing while the pod still runs.
     wait_for(lambda: 'flow="restart"' in operator.metrics(), 60, "the run seen again")
     operator.stop()
-    (tmp_path / "release").touch()
+    (tool_dir / "release").touch()
     wait_for(
         lambda: (runs.status("restart-1").get("result") or {}).get("phase") == "Succeeded",
         120,
@@ -391,23 +395,23 @@ def test_restarted_operator_never_creates_a_second_pod_for_an_attempt(
     assert status["phase"] == "Succeeded", status.get("message")
     assert status["attempt"] == 1
     assert [p.metadata.name for p in runs.pods("restart-1")] == ["restart-1-1"]
-    assert lines(tmp_path / "wait.count") == 1
+    assert lines(tool_dir / "wait.count") == 1
 
 
 def test_concurrency_forbid_cancels_a_run_while_another_is_active(
-    control_plane: Cluster, runs: FlowRuns, tmp_path: Path
+    control_plane: Cluster, runs: FlowRuns, tool_dir: Path
 ) -> None:
     runs.apply(
-        slow_flow("single", tmp_path, concurrency={"policy": "Forbid", "max": 1}),
+        slow_flow("single", tool_dir, concurrency={"policy": "Forbid", "max": 1}),
         flowrun("single-1", "single"),
     )
-    wait_for(lambda: lines(tmp_path / "wait.count") == 1, 120, "the first run is active")
+    wait_for(lambda: lines(tool_dir / "wait.count") == 1, 120, "the first run is active")
     runs.apply(flowrun("single-2", "single"))
 
     second = runs.wait_phase("single-2", "Cancelled")
     assert second["reason"] == "ConcurrencyForbid"
     assert runs.pods("single-2") == []
-    (tmp_path / "release").touch()
+    (tool_dir / "release").touch()
     assert runs.wait_phase("single-1", "Succeeded", "Failed")["phase"] == "Succeeded"
 
 
@@ -415,15 +419,15 @@ def test_concurrency_forbid_cancels_a_run_while_another_is_active(
 
 
 def test_runner_token_may_patch_its_own_run_but_not_another(
-    control_plane: Cluster, runs: FlowRuns, tmp_path: Path
+    control_plane: Cluster, runs: FlowRuns, tool_dir: Path
 ) -> None:
     runs.apply(
-        slow_flow("confined", tmp_path),
+        slow_flow("confined", tool_dir),
         flowrun("confined-1", "confined"),
         flowrun("other-1", "no-such-flow"),
     )
     runs.wait_phase("other-1", "Failed")
-    wait_for(lambda: lines(tmp_path / "wait.count") == 1, 120, "the slow node started")
+    wait_for(lambda: lines(tool_dir / "wait.count") == 1, 120, "the slow node started")
     kubeconfig = runs.pod_kubeconfig("confined-1-1")
     assert kubeconfig.exists()
 
@@ -446,7 +450,7 @@ def test_runner_token_may_patch_its_own_run_but_not_another(
     assert stolen.returncode != 0 and "may write only ConfigMaps" in stolen.stderr
     with pytest.raises(client.ApiException):
         control_plane.core().read_namespaced_config_map("other-1-out-x", runs.namespace)
-    (tmp_path / "release").touch()
+    (tool_dir / "release").touch()
     assert runs.wait_phase("confined-1", "Succeeded", "Failed")["phase"] == "Succeeded"
 
 
@@ -487,26 +491,26 @@ def test_waiting_run_starts_the_next_attempt_when_a_request_is_decided(
 
 
 def test_queued_run_starts_when_the_active_run_finishes(
-    control_plane: Cluster, runs: FlowRuns, tmp_path: Path
+    control_plane: Cluster, runs: FlowRuns, tool_dir: Path
 ) -> None:
     runs.apply(
-        slow_flow("line", tmp_path, concurrency={"policy": "Queue", "max": 1}),
+        slow_flow("line", tool_dir, concurrency={"policy": "Queue", "max": 1}),
         flowrun("line-1", "line"),
     )
-    wait_for(lambda: lines(tmp_path / "wait.count") == 1, 120, "the first run is active")
+    wait_for(lambda: lines(tool_dir / "wait.count") == 1, 120, "the first run is active")
     runs.apply(flowrun("line-2", "line"))
     assert runs.wait_phase("line-2", "Queued")["reason"] == "Queued"
     assert runs.pods("line-2") == []
 
-    (tmp_path / "release").touch()
+    (tool_dir / "release").touch()
     assert runs.wait_phase("line-1", "Succeeded", "Failed")["phase"] == "Succeeded"
     assert runs.wait_phase("line-2", "Succeeded", "Failed")["phase"] == "Succeeded"
 
 
 def test_timeout_fails_the_run_and_deletes_its_pod(
-    control_plane: Cluster, runs: FlowRuns, tmp_path: Path
+    control_plane: Cluster, runs: FlowRuns, tool_dir: Path
 ) -> None:
-    runs.apply(slow_flow("late", tmp_path, limits={"timeoutSeconds": 5}), flowrun("late-1", "late"))
+    runs.apply(slow_flow("late", tool_dir, limits={"timeoutSeconds": 5}), flowrun("late-1", "late"))
     status = runs.wait_phase("late-1", "Failed", "Succeeded")
     assert status["phase"] == "Failed"
     assert status["reason"] == "Timeout"
@@ -514,12 +518,12 @@ def test_timeout_fails_the_run_and_deletes_its_pod(
 
 
 def test_lost_attempts_beyond_max_attempts_fail_the_run(
-    control_plane: Cluster, runs: FlowRuns, tmp_path: Path
+    control_plane: Cluster, runs: FlowRuns, tool_dir: Path
 ) -> None:
-    spec = slow_flow("fragile", tmp_path)
+    spec = slow_flow("fragile", tool_dir)
     spec["spec"]["retry"] = {"maxAttempts": 1, "backoffSeconds": 1}
     runs.apply(spec, flowrun("fragile-1", "fragile"))
-    wait_for(lambda: lines(tmp_path / "wait.count") == 1, 120, "the slow node started")
+    wait_for(lambda: lines(tool_dir / "wait.count") == 1, 120, "the slow node started")
     control_plane.core().delete_namespaced_pod("fragile-1-1", runs.namespace)
 
     status = runs.wait_phase("fragile-1", "Failed")
