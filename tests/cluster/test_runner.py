@@ -37,10 +37,12 @@ from tests.cluster.kube_fixtures import (  # noqa: F401  (fixtures)
 pytestmark = pytest.mark.cluster
 
 #: A python tool that appends its "mark" to the file "log", optionally blocks while the file
-#: "block" exists, and answers {"n": 2 * n}.
+#: "block" exists, and answers {"n": 2 * n}. (Contained tools of a root runner run each as a uid
+#: of their own: the log they all append to is made writable for every one.)
 TOOL_SCRIPT = textwrap.dedent("""
     import json, os, sys, time
     args = json.load(sys.stdin)
+    os.umask(0)
     with open(args["log"], "a") as handle:
         handle.write(args["mark"] + "\\n")
     while args.get("block") and os.path.exists(args["block"]):
