@@ -40,7 +40,11 @@ async def counted(
     kube_namespace: str,
     tmp_path: Path,
 ) -> AsyncIterator[tuple[Path, str]]:
-    """(kubeconfig of the runner's account, FlowSchema counting that account's requests)."""
+    """(kubeconfig of the runner's account, FlowSchema counting that account's requests).
+
+    This token is bound to no pod: it reads, and makes the schema count; the runner's writes
+    need a token of its run's pod (:func:`pod_kubeconfig`).
+    """
     control_plane.kubectl("apply", "-k", str(REPO / "config/rbac/runner"), "-n", kube_namespace)
     config = api_counts.account_kubeconfig(
         control_plane.kubeconfig(), kube_namespace, ACCOUNT, tmp_path / "runner.kubeconfig"
@@ -54,6 +58,32 @@ async def counted(
         yield config, schema
     finally:
         await api_counts.remove_schema(kube, schema)
+
+
+async def held_pod(api: kube_client.Client, namespace: str, name: str) -> None:
+    """The run's pod ``name`` as an object only: scheduling-gated, so nothing runs it."""
+    restricted = {
+        "allowPrivilegeEscalation": False,
+        "runAsNonRoot": True,
+        "runAsUser": 65532,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    await api.create(
+        kube_client.path_of("pods", namespace),
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name},
+            "spec": {
+                "serviceAccountName": ACCOUNT,
+                "schedulingGates": [{"name": "agentflows.io/test-holds-this-pod"}],
+                "containers": [
+                    {"name": "runner", "image": "agentflows:test", "securityContext": restricted}
+                ],
+            },
+        },
+    )
 
 
 async def prepare(api: kube_client.Client, namespace: str, flow: dict[str, Any]) -> str:
@@ -91,6 +121,7 @@ async def prepare(api: kube_client.Client, namespace: str, flow: dict[str, Any])
 
 
 async def test_a_one_node_run_costs_the_runner_at_most_four_api_requests(
+    control_plane: Cluster,
     counted: tuple[Path, str],
     kube: kube_client.Client,
     kube_namespace: str,
@@ -104,6 +135,12 @@ async def test_a_one_node_run_costs_the_runner_at_most_four_api_requests(
         kube_namespace,
         {"nodes": [{"id": "ask", "llm": {"model": model, "prompt": "Say hi"}}]},
     )
+    # The runner writes only with a token bound to its run's pod (status.pod), as in a pod.
+    await held_pod(kube, kube_namespace, f"{name}-1")
+    config = api_counts.account_kubeconfig(
+        control_plane.kubeconfig(), kube_namespace, ACCOUNT, config.parent / "pod.kubeconfig",
+        pod=f"{name}-1",
+    )  # fmt: skip
     env = {**os.environ, "KUBECONFIG": str(config), "AGENTFLOWS_ATTEMPT": "1"}
     agentflows = str(Path(sys.executable).parent / "agentflows")
     before = await api_counts.requests_of(kube, schema)

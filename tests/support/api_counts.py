@@ -92,10 +92,17 @@ async def requests_of(api: kube_client.Client, schema: str) -> int:
     return sum(int(float(value)) for value in pattern.findall(text))
 
 
-def account_kubeconfig(admin: Path, namespace: str, account: str, path: Path) -> Path:
-    """Write ``path``: a kubeconfig for the cluster of ``admin`` with a token of the account."""
+def account_kubeconfig(
+    admin: Path, namespace: str, account: str, path: Path, pod: str | None = None
+) -> Path:
+    """Write ``path``: a kubeconfig for the cluster of ``admin`` with a token of the account.
+
+    With ``pod``, the token is bound to that pod, as a kubelet's projected token is (the
+    runner's admission policy takes writes only from such a token of the run's pod).
+    """
+    bound = ["--bound-object-kind=Pod", f"--bound-object-name={pod}"] if pod else []
     token = subprocess.run(
-        ["kubectl", f"--kubeconfig={admin}", "create", "token", account, "-n", namespace],
+        ["kubectl", f"--kubeconfig={admin}", "create", "token", account, "-n", namespace, *bound],
         capture_output=True,
         text=True,
         check=True,
