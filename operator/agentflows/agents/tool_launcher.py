@@ -270,10 +270,15 @@ class _Launch:
         """What the command must reach: the interpreter, its command and files, its scratch."""
         import shutil
 
-        paths = [sys.executable, sys.prefix, sys.base_prefix, self.scratch]
-        paths.append(shutil.which(self.target[0]) or self.target[0])
-        paths.extend(arg for arg in self.target[1:] if arg.startswith("/"))
-        return [os.path.realpath(path) for path in paths if os.path.isabs(path)]
+        program = shutil.which(self.target[0]) or self.target[0]
+        files = [sys.executable, program, *(arg for arg in self.target[1:] if arg.startswith("/"))]
+        # A path is reached both as written (a virtualenv's bin/python, in a directory of
+        # mktemp's 0700) and as its symlinks resolve (into /root/.pyenv); an interpreter's
+        # prefixes are reached whole (pyvenv.cfg, lib/), marked by a trailing slash.
+        wholes = {sys.prefix, sys.base_prefix, sys.exec_prefix, self.scratch}
+        paths = [*files, *map(os.path.realpath, files)]
+        paths += [os.path.realpath(path) + "/" for path in wholes]
+        return [path for path in dict.fromkeys(paths) if os.path.isabs(path)]
 
     def exec_target(self) -> None:
         """Become the command: identity, no new privileges, limits, fds 0-2 only; exec."""
@@ -310,7 +315,8 @@ def _reach(paths: Sequence[str], uid: int, gid: int) -> None:
     (``/root``, where pyenv and many virtualenvs live) is covered with an empty tmpfs they may
     search, into which only the entries leading to ``paths`` are bind-mounted from the
     original; the rest of it (root's kubeconfig, keys, history) is gone for the command.
-    Repeated for directories further down.
+    Repeated for directories further down. A path ending in ``/`` is a directory needed whole:
+    if it cannot be searched itself, it is covered holding all of its entries.
     """
     for _ in range(_OPEN_ROUNDS):
         blocked: dict[str, set[str]] = {}
@@ -320,10 +326,11 @@ def _reach(paths: Sequence[str], uid: int, gid: int) -> None:
                 directory = "/".join(parts[:depth]) or "/"
                 try:
                     searchable = _searchable(os.stat(directory), uid, gid)
+                    entries = {parts[depth]} if parts[depth] else set(os.listdir(directory))
                 except OSError:
                     break
                 if not searchable:
-                    blocked.setdefault(directory, set()).add(parts[depth])
+                    blocked.setdefault(directory, set()).update(entries)
                     break
         if not blocked:
             return

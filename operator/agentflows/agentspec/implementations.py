@@ -107,8 +107,7 @@ class Implementations:
             return None
         module, function = self.calls[tool_name]
         header = (
-            f"SOURCE = {module.source!r}\nFILENAME = {module.filename!r}\n"
-            f"NAME = {function!r}\n"
+            f"SOURCE = {module.source!r}\nFILENAME = {module.filename!r}\nNAME = {function!r}\n"
         )
         return header + _CALL
 

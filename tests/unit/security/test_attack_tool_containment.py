@@ -293,3 +293,50 @@ def test_sigkill_of_the_cli_kills_its_tool_before_its_side_effect_and_removes_it
     go.touch()
     assert not done.exists()
     assert not os.path.exists(scratch)
+
+
+def test_a_python_tool_runs_as_root_from_a_virtualenv_only_root_may_search(
+    tmp_path: Path,
+) -> None:
+    """The CLI installed in a virtualenv made in ``mktemp -d`` (0700), as CI and users do.
+
+    The tool runs as a uid of its own, which may not search that directory; the launcher
+    opens exactly the interpreter's way through it, and the tool sees the virtualenv whole.
+    """
+    assert os.geteuid() == 0, "the point of this test is a root CLI"
+    venv = Path(tempfile.mkdtemp(prefix="agentflows-venv-"))
+    try:
+        assert venv.stat().st_mode & 0o777 == 0o700
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+        # This interpreter's packages (agentflows and its dependencies), as an install would.
+        site = subprocess.run(
+            [str(venv / "bin" / "python"), "-c", "import site; print(site.getsitepackages()[0])"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        paths = [entry for entry in sys.path if entry and os.path.isdir(entry)]
+        Path(site, "outer.pth").write_text("\n".join(paths) + "\n")
+        script = "import json, sys; print(json.dumps({'prefix': sys.prefix}))"
+        flow = tmp_path / "prefix.json"
+        flow.write_text(tool_flow(script, {}))
+        done = subprocess.run(
+            [
+                str(venv / "bin" / "python"),
+                "-c",
+                "from agentflows.cli.entry import main; main()",
+                "run",
+                str(flow),
+                "-o",
+                "json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        output = json.loads(done.stdout)["nodes"]["attack"]["output"]
+        assert output["json"] == {"prefix": str(venv)}
+    finally:
+        shutil.rmtree(venv, ignore_errors=True)
