@@ -23,7 +23,7 @@ import contextlib
 import dataclasses
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentflows.agents import (
@@ -78,6 +78,7 @@ class LiveCapabilities:
         env: Mapping[str, str] = os.environ,
         session_store: sessions.Store | None = None,
         file_access: files.FileAccess = files.NO_FILE_ACCESS,
+        builtin_tools: Mapping[str, Sequence[tools.ToolProvider]] | None = None,
     ) -> None:
         if resolver is None or isinstance(resolver, Mapping):
             resolver = MappingResolver(resolver or {})
@@ -88,6 +89,9 @@ class LiveCapabilities:
         self.session_store = session_store
         #: Where reference files may come from (local paths, ConfigMaps).
         self.file_access = file_access
+        #: Tools the host itself offers to the Agents it names (``agentflows draft``'s belt),
+        #: besides what their specs declare; no spec can ask for them.
+        self.builtin_tools = dict(builtin_tools or {})
         self.redactor = secrets.Redactor(
             secrets.env_secrets(env, model_client.PROVIDER_KEY_ENV.values())
         )
@@ -159,6 +163,7 @@ class LiveCapabilities:
                     delegation.SubFlowProvider(spec.sub_flows, self.resolver),
                     review.ReviewProvider(spec.human_review),
                     handoff.HandoffProvider(spec.handoffs if handoffs else []),
+                    *self.builtin_tools.get(task.agent_name, ()),
                 ]
             )
             registry = await tools.ToolRegistry.build(providers, ctx.autonomy)

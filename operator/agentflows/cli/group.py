@@ -40,7 +40,7 @@ class UsageError(Exception):
 
 #: Help sections: title -> command names, in the order shown.
 SECTIONS: dict[str, tuple[str, ...]] = {
-    "Run flows on this machine": ("validate", "run", "resume", "graph"),
+    "Run flows on this machine": ("validate", "run", "resume", "graph", "draft"),
     "Runs and human requests (local, or on a cluster)": ("list", "get", "requests"),
     "On a cluster": ("start", "watch", "logs", "approve", "reject", "respond", "crds"),
     "Internal (run by the operator's pods, CronJobs and Deployments)": (

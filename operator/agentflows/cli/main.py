@@ -25,6 +25,7 @@ from agentflows.api import flowrun as flowrun_api
 from agentflows.cli import (
     commands_agentspec,
     commands_cluster,
+    commands_draft,
     commands_graph,
     commands_runs,
     commands_sessions,
@@ -106,6 +107,7 @@ for _command in [
     *commands_runs.COMMANDS,
     *commands_agentspec.COMMANDS,
     *commands_graph.COMMANDS,
+    *commands_draft.COMMANDS,
     runner_command.runner,
     console_command.console,
 ]:
