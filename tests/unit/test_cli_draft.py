@@ -188,3 +188,47 @@ def test_draft_without_a_reachable_model_exits_2(tmp_path: Path) -> None:
     )
     assert result.exit_code == 2
     assert "--api-base" in result.stderr
+
+
+def test_draft_tells_the_builder_the_mcp_tools_names_and_schemas_but_no_secret_value(
+    model_server: ScriptedModelServer,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    from agentflows.agents import secrets
+    from agentflows.api import common
+    from tests.support import mcp_servers
+
+    token = "mcp-token-7f3a9c21e5"
+    ref = common.SecretKeyRef(secret_key_ref=common.SecretKeySelector(name="mcp-auth", key="t"))
+    server = mcp_servers.HttpMcpServer(token=token).start()
+    try:
+        agents = tmp_path / "calc.yaml"
+        agents.write_text(
+            "apiVersion: agentflows.io/v1alpha1\nkind: Agent\nmetadata: {name: calc}\nspec:\n"
+            "  model: {name: openai/gpt-4o-mini}\n  tools:\n  - name: calc\n    mcp:\n"
+            f"      url: {server.url}\n"
+            "      headers: {Authorization: {secretKeyRef: {name: mcp-auth, key: t}}}\n"
+        )
+        model_server.script(Reply.text("- nothing"))
+        result = CliRunner().invoke(
+            cli.main,
+            [
+                "draft",
+                "add numbers",
+                "-f",
+                str(agents),
+                "--api-base",
+                model_server.url,
+                "--model",
+                "openai/scripted-model",
+            ],
+            env={"OPENAI_API_KEY": API_KEY, secrets.secret_env_name(ref): f"Bearer {token}"},
+        )
+    finally:
+        server.stop()
+
+    assert result.exit_code == 1  # it drafted nothing
+    told = model_server.requests[0].body["messages"][-1]["content"]
+    assert "calc_add" in told and '"a": {' in told and "calc_whoami" in told
+    assert "secretKeyRef" in told and "mcp-auth" in told  # the reference, never the value
+    assert token not in json.dumps([r.body for r in model_server.requests])
