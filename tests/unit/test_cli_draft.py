@@ -232,3 +232,24 @@ def test_draft_tells_the_builder_the_mcp_tools_names_and_schemas_but_no_secret_v
     assert "calc_add" in told and '"a": {' in told and "calc_whoami" in told
     assert "secretKeyRef" in told and "mcp-auth" in told  # the reference, never the value
     assert token not in json.dumps([r.body for r in model_server.requests])
+
+
+def test_draft_suggest_prints_every_flow_that_validated_and_saves_none(
+    model_server: ScriptedModelServer,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    second = GOOD.replace("name: failing-pods", "name: pod-report")
+    model_server.script(
+        Reply.calls(ToolCall("validate_flow", {"yaml": GOOD})),
+        Reply.calls(ToolCall("validate_flow", {"yaml": BAD.replace("failing-pods", "broken")})),
+        Reply.calls(ToolCall("dry_run_flow", {"yaml": second})),
+        Reply.text("- failing-pods: triage every weekday\n- pod-report: a report"),
+    )
+    result = _draft(model_server, tmp_path, "--suggest")
+
+    assert result.exit_code == 0, result.output
+    assert "Propose up to three Flows" in model_server.requests[0].body["messages"][-1]["content"]
+    assert "# Flow failing-pods: validated" in result.stdout
+    assert "# Flow pod-report: validated" in result.stdout
+    assert "broken" not in result.stdout
+    assert list(tmp_path.iterdir()) == [tmp_path / "agents.yaml"]

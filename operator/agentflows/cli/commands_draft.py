@@ -32,9 +32,11 @@ import click
 from agentflows.api import agent as agent_api
 from agentflows.api import documents
 from agentflows.api import flow as flow_api
-from agentflows.cli import builder_tools, commands_agentspec, group, local, views
+from agentflows.cli import builder_tools, commands_agentspec, commands_cluster, group, local, views
 
 BUILDER = "flow-builder"
+#: Recent runs of the namespace ``--suggest`` shows the builder.
+RECENT_RUNS = 20
 DEFAULT_MODEL = "openai/gpt-4o-mini"
 #: How long listing one MCP server's tools may take, in seconds.
 MCP_LIST_SECONDS = 10.0
@@ -236,6 +238,65 @@ def _finish(
     sys.exit(0)
 
 
+async def _namespace(api: Any, namespace: str, runs: bool) -> tuple[documents.LoadResult, str]:
+    """The Agents and Flows of ``namespace`` as the person may read them (and its recent runs).
+
+    Only specs are kept (never a Secret: none is read); a resource that does not parse is left
+    out, as the builder may only build on what validates.
+    """
+    from agentflows import api as api_group
+    from agentflows.kube import client as kube
+
+    loaded = documents.LoadResult(sources=[f"namespace {namespace}"])
+    for plural, kind in (("agents", "Agent"), ("flows", "Flow")):
+        listed = await api.get(kube.path_of(plural, namespace))
+        for item in listed.get("items") or []:
+            name = (item.get("metadata") or {}).get("name")
+            document = {
+                "apiVersion": api_group.API_VERSION,
+                "kind": kind,
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": item.get("spec") or {},
+            }
+            resource, problems = documents.parse_resource(document, f"{namespace}/{kind} {name}")
+            if resource is not None and not problems:
+                loaded.add(resource, f"{namespace}/{kind} {name}")
+    if not runs:
+        return loaded, ""
+    listed = await api.get(kube.path_of("flowruns", namespace))
+    items = sorted(
+        listed.get("items") or [],
+        key=lambda r: (r.get("metadata") or {}).get("creationTimestamp") or "",
+        reverse=True,
+    )[:RECENT_RUNS]
+    lines = [
+        f"- FlowRun {r['metadata'].get('name')}: Flow {(r.get('spec') or {}).get('flow')}, "
+        f"{(r.get('status') or {}).get('phase', 'Pending')}"
+        + (f": {m[:200]}" if (m := (r.get("status") or {}).get("message")) else "")
+        for r in items
+    ]
+    return loaded, "Recent runs (newest first):\n" + ("\n".join(lines) or "(none)")
+
+
+def _from_cluster(
+    namespace: str | None, kubeconfig: str | None, kube_context: str | None, runs: bool
+) -> tuple[documents.LoadResult, str]:
+    """:func:`_namespace` with the person's kubeconfig identity (exit 2 when it cannot be read)."""
+    from agentflows.kube import client as kube
+
+    api = commands_cluster._client(kubeconfig, kube_context)
+    ns = namespace or api.config.namespace
+
+    async def read() -> tuple[documents.LoadResult, str]:
+        async with api:
+            return await _namespace(api, ns, runs)
+
+    try:
+        return asyncio.run(read())
+    except kube.ApiError as exc:
+        _usage(f"cannot read namespace {ns}: {exc}")
+
+
 def _load(files: tuple[Path, ...], revise: Path | None) -> tuple[documents.LoadResult, str | None]:
     """The existing resources, and the text of the Flow to revise (left out of them)."""
     loaded = commands_agentspec.load_paths(files) if files else documents.LoadResult()
@@ -287,7 +348,12 @@ def _load(files: tuple[Path, ...], revise: Path | None) -> tuple[documents.LoadR
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="Change the Flow of this file as PROMPT says, and show the diff.",
 )
-@click.option("--suggest", is_flag=True, help="Propose a few Flows for the given resources.")
+@click.option(
+    "--suggest", is_flag=True, help="Propose a few Flows for the given resources (and runs, -n)."
+)
+@commands_cluster.namespace_option
+@commands_cluster.kubeconfig_option
+@commands_cluster.context_option
 @click.option(
     "--max-iterations",
     default=12,
@@ -317,6 +383,9 @@ def draft_command(
     output: Path | None,
     revise: Path | None,
     suggest: bool,
+    namespace: str | None,
+    kubeconfig: str | None,
+    kube_context: str | None,
     max_iterations: int,
     max_tokens: int,
     max_cost: float,
@@ -334,13 +403,17 @@ def draft_command(
         _usage("--suggest only proposes Flows: it takes neither --revise nor -o")
     spec = _model(model, api_base)
     loaded, original = _load(files, revise)
+    runs = ""
+    if namespace is not None or kubeconfig is not None or kube_context is not None:
+        in_cluster, runs = _from_cluster(namespace, kubeconfig, kube_context, suggest)
+        loaded.extend(in_cluster)
     belt = builder_tools.Belt(loaded, output, _confirm)
     task = SUGGEST_TASK if suggest else f"The person asks for this Flow:\n{prompt}"
     if original is not None:
         task = f"Revise this Flow as the person asks: {prompt}\n```yaml\n{original}\n```"
     if output is None and not suggest:
         task += "\n(The person gave no -o FILE: give save_flow a path to ask them.)"
-    request = f"{task}\n\n{asyncio.run(describe_existing(loaded))}"
+    request = f"{task}\n\n{asyncio.run(describe_existing(loaded))}\n{runs}".rstrip("\n")
     outcome = asyncio.run(
         _run(request, belt, builder_agent(spec, max_iterations), builder_flow(max_tokens, max_cost))
     )
