@@ -11,6 +11,8 @@ and ``python`` tools and skill scripts, one :class:`~agentflows.agents.mcp.McpTo
 ``mcp`` tool (connected for the turn and closed after it), ``call_sub_agent`` and
 ``call_sub_flow`` (:mod:`agentflows.agents.delegation`) and ``request_human_review``
 (:mod:`agentflows.agents.review`). A ``tool`` node may call one server tool of an ``mcp`` tool.
+A host may add tools of its own for the Agents it names (``builtin_tools``: the tool belt of
+``agentflows draft``'s builder, :mod:`agentflows.cli.builder_tools`); no spec can ask for them.
 
 ``llm`` nodes with an ``outputSchema`` ask the model for JSON matching the schema, parse the
 reply (a fenced block is accepted) and validate it; a reply that is not JSON or does not match
