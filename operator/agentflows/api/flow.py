@@ -319,6 +319,12 @@ class NodeRetry(common.ApiModel):
     )
 
 
+#: How many times a loop runs unless its re-entry node or spec.limits says otherwise.
+DEFAULT_LOOP_ITERATIONS = 10
+#: The most iterations a loop may be allowed.
+MAX_LOOP_ITERATIONS = 10_000
+
+
 class Node(common.ApiModel):
     """One step of the flow: an id plus exactly one kind."""
 
@@ -350,6 +356,13 @@ class Node(common.ApiModel):
     retry: NodeRetry | None = Field(
         default=None,
         description="Retry this node after a temporary failure (default: spec.nodeRetry).",
+    )
+    max_iterations: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_LOOP_ITERATIONS,
+        description="On the node a loop re-enters: how many times the loop may run "
+        "(default: spec.limits.maxIterations).",
     )
 
     @model_validator(mode="after")
@@ -505,6 +518,12 @@ class Limits(common.ApiModel):
     )
     max_node_executions: int = Field(
         default=10_000, ge=1, le=1_000_000, description="Node executions (map items count)."
+    )
+    max_iterations: int = Field(
+        default=DEFAULT_LOOP_ITERATIONS,
+        ge=1,
+        le=MAX_LOOP_ITERATIONS,
+        description="Iterations of each loop, unless its re-entry node sets maxIterations.",
     )
     max_tokens: int | None = Field(
         default=None, ge=1, le=1_000_000_000_000, description="Tokens over the whole run."

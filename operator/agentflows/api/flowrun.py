@@ -101,6 +101,8 @@ class RunReason(enum.StrEnum):
     BUDGET_EXCEEDED = "BudgetExceeded"
     #: The run executed more than limits.maxNodeExecutions nodes.
     NODE_EXECUTION_LIMIT_EXCEEDED = "NodeExecutionLimitExceeded"
+    #: A loop would run more often than its re-entry node's maxIterations (or limits').
+    LOOP_ITERATION_LIMIT_EXCEEDED = "LoopIterationLimitExceeded"
     #: spec.output could not be evaluated.
     OUTPUT_FAILED = "OutputFailed"
     #: The run's snapshot of its Flow and Agents is missing or unreadable.

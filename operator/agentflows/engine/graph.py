@@ -8,8 +8,11 @@ Graph rules, written down because users will ask:
 - The first node is the start. Every other node needs an incoming edge (an explicit edge or a
   branch case); a node with none is "unreachable". This catches the common mistake of a node
   that was added but never wired.
-- The graph is acyclic, and so are calls between Flows: given its own name, validation names a
-  chain of sub-flow calls (through ``flow`` and ``map`` nodes and Agents' ``subFlows``) that
+- Edges may go back (a loop, :mod:`agentflows.engine.loops`): every loop needs a branch with a
+  way out, loops do not share nodes, and each is bounded by its re-entry node's
+  ``maxIterations`` (else ``spec.limits.maxIterations``).
+- Calls between Flows are acyclic: given its own name, validation names a chain of sub-flow
+  calls (through ``flow`` and ``map`` nodes and Agents' ``subFlows``) that
   comes back to the Flow, which would otherwise fail only at run time, five levels deep.
 - Every expression is compiled, trigger ``input`` and ``filter`` included; a bad one inside a
   free-form value (``tool.args``) is reported at its own key. Every JSON Schema is checked by
@@ -31,7 +34,8 @@ from typing import Any
 from agentflows.api import agent as agent_api
 from agentflows.api import documents, schemas
 from agentflows.api import flow as flow_api
-from agentflows.engine import capabilities, expressions, nodetools
+from agentflows.engine import capabilities, expressions, loops, nodetools
+from agentflows.engine.loops import Loop
 
 DEFAULT_CASE = "default"
 
@@ -57,6 +61,10 @@ class CompiledNode:
     successors: list[str] = dataclasses.field(default_factory=list)
     #: The nodes its agent (or map agent) may call as tools.
     node_tools: list[capabilities.NodeToolOffer] = dataclasses.field(default_factory=list)
+    #: Targets of its back edges (loop heads it re-enters); not in ``successors``.
+    back_to: list[str] = dataclasses.field(default_factory=list)
+    #: The head of the loop whose body it is in, if any.
+    loop: str | None = None
 
 
 @dataclasses.dataclass
@@ -70,6 +78,8 @@ class CompiledFlow:
     sinks: list[str]
     #: Nodes offered to agents as tools: run only when called, never scheduled.
     tool_nodes: dict[str, CompiledNode] = dataclasses.field(default_factory=dict)
+    #: Loops by head (the node each re-enters).
+    loops: dict[str, Loop] = dataclasses.field(default_factory=dict)
 
 
 class FlowInvalid(Exception):
@@ -336,35 +346,28 @@ def _check_shape(spec: flow_api.FlowSpec, nodes: dict[str, CompiledNode], out: _
                 f'node "{node.id}" is unreachable: '
                 f'no edge leads to it from the start node "{start}"',
             )
-    cycle = _find_cycle(nodes)
-    if cycle:
-        out.add("spec.edges", "cycle " + " -> ".join(cycle) + " (flows must be acyclic)")
 
 
-def _find_cycle(nodes: dict[str, CompiledNode]) -> list[str]:
-    state: dict[str, int] = {}
-    path: list[str] = []
+def _loops(
+    spec: flow_api.FlowSpec, nodes: dict[str, CompiledNode], out: _Collector
+) -> dict[str, Loop]:
+    """Find the loops, check them, and take the back edges out of successors/predecessors."""
+    successors = {n: list(node.successors) for n, node in nodes.items()}
 
-    def visit(node_id: str) -> list[str]:
-        state[node_id] = 1
-        path.append(node_id)
-        for succ in nodes[node_id].successors:
-            if state.get(succ) == 1:
-                return [*path[path.index(succ) :], succ]
-            if succ not in state:
-                found = visit(succ)
-                if found:
-                    return found
-        path.pop()
-        state[node_id] = 2
-        return []
+    def bound(head: str) -> int:
+        return nodes[head].spec.max_iterations or spec.limits.max_iterations
 
-    for node_id in nodes:
-        if node_id not in state:
-            found = visit(node_id)
-            if found:
-                return found
-    return []
+    found, backs = loops.find(spec.nodes[0].id, successors, bound)
+    for message in loops.problems(found, successors, lambda n: nodes[n].kind == "branch"):
+        out.add("spec.edges", message)
+    for source, target in backs:
+        nodes[source].successors.remove(target)
+        nodes[target].predecessors.remove(source)
+        nodes[source].back_to.append(target)
+    for loop in found.values():
+        for node_id in loop.body:
+            nodes[node_id].loop = nodes[node_id].loop or loop.head
+    return found
 
 
 def _calls(spec: flow_api.FlowSpec) -> list[tuple[str, str, str]]:
@@ -466,8 +469,10 @@ def compile_flow(
         if edge.source in nodes and edge.target in nodes:
             nodes[edge.source].successors.append(edge.target)
             nodes[edge.target].predecessors.append(edge.source)
+    found_loops: dict[str, Loop] = {}
     if spec.nodes[0].id in nodes:
         _check_shape(spec, nodes, out)
+        found_loops = _loops(spec, nodes, out)
     output = out.template("spec.output", spec.output, expression=True) if spec.output else None
     if out.problems:
         raise FlowInvalid(out.problems)
@@ -475,8 +480,8 @@ def compile_flow(
         call = compiled.spec.agent or (compiled.spec.map.agent if compiled.spec.map else None)
         if call is not None and call.node_tools:
             compiled.node_tools = nodetools.offers(call, spec, resolver)
-    sinks = [n.id for n in nodes.values() if not n.successors]
-    return CompiledFlow(spec, nodes, spec.nodes[0].id, output, sinks, tool_nodes)
+    sinks = [n.id for n in nodes.values() if not n.successors and not n.back_to]
+    return CompiledFlow(spec, nodes, spec.nodes[0].id, output, sinks, tool_nodes, found_loops)
 
 
 def validate(

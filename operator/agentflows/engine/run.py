@@ -30,6 +30,7 @@ from agentflows.engine import (
     expressions,
     graph,
     lifecycle,
+    loops,
     nodes,
     spans,
     state,
@@ -56,37 +57,111 @@ def _taken(frame: state.Frame, source: str, target: str) -> bool:
     return bool(chosen.get("next") == target)
 
 
+class _Schedule:
+    """Which nodes of a frame are settled and which may start, loops included.
+
+    The graph without back edges is a DAG. A node outside a loop that follows a node of the
+    loop waits until the loop has exited. When every node of a loop's body has settled, the
+    loop either exits (no back edge taken) or starts its next iteration: the body is unsettled
+    again and its nodes' records go to keys ``<id>#<iteration>``.
+    """
+
+    def __init__(self, frame: state.Frame) -> None:
+        self.frame = frame
+        self.nodes = frame.compiled.nodes
+        self.settled: set[str] = set()
+        self.exited: set[str] = set()
+        self.ready: list[str] = []
+        self.started: set[str] = set()
+        for loop in frame.compiled.loops.values():
+            frame.iterations[loop.head] = self._stored_iteration(loop)
+            self._load_history(loop)
+        for node_id, node in self.nodes.items():
+            record = frame.run.checkpoint.nodes.get(frame.key(node_id))
+            if record is not None and record.phase in FINISHED:
+                self.settled.add(node_id)
+                if record.phase == Phase.SUCCEEDED:
+                    nodes.check_human_record(frame, node, record)
+                    frame.scope.add(node_id, record.output, self._iteration_of(node_id))
+        candidates = list(self.nodes)
+        for head in frame.compiled.loops:
+            candidates.extend(self._close(head))
+        self._consider(candidates)
+
+    def _iteration_of(self, node_id: str) -> int | None:
+        return self.frame.iteration(node_id) if self.nodes[node_id].loop else None
+
+    def _stored_iteration(self, loop: loops.Loop) -> int:
+        records = self.frame.run.checkpoint.nodes
+        n = 1
+        while any(self.frame.key(b, n + 1) in records for b in loop.body):
+            n += 1
+        return n
+
+    def _load_history(self, loop: loops.Loop) -> None:
+        """Earlier iterations' outputs, for ``.iterations.<id>``."""
+        records = self.frame.run.checkpoint.nodes
+        for n in range(1, self.frame.iterations[loop.head]):
+            for node_id in sorted(loop.body):
+                record = records.get(self.frame.key(node_id, n))
+                if record is not None and record.phase == Phase.SUCCEEDED:
+                    self.frame.scope.add(node_id, record.output, n)
+
+    def _done_for(self, pred: str, node_id: str) -> bool:
+        loop = self.nodes[pred].loop
+        return pred in self.settled and (
+            loop is None or loop == self.nodes[node_id].loop or loop in self.exited
+        )
+
+    def _consider(self, candidates: list[str]) -> None:
+        for node_id in dict.fromkeys(candidates):
+            if node_id in self.settled or node_id in self.started:
+                continue
+            if all(self._done_for(p, node_id) for p in self.nodes[node_id].predecessors):
+                self.started.add(node_id)
+                self.ready.append(node_id)
+
+    def settle(self, node_id: str) -> None:
+        """Node ``node_id`` succeeded or was skipped: queue what may start now."""
+        self.settled.add(node_id)
+        self.started.discard(node_id)
+        candidates = list(self.nodes[node_id].successors)
+        head = self.nodes[node_id].loop
+        if head is not None:
+            candidates.extend(self._close(head))
+        self._consider(candidates)
+
+    def _close(self, head: str) -> list[str]:
+        """A loop whose body has settled exits or starts again; the nodes that may start now."""
+        loop = self.frame.compiled.loops[head]
+        if head in self.exited or not loop.body <= self.settled:
+            return []
+        if not any(_taken(self.frame, s, head) for s in loop.sources):
+            self.exited.add(head)
+            return [s for b in loop.body for s in self.nodes[b].successors]
+        iteration = self.frame.iterations[head]
+        if iteration >= loop.max_iterations:
+            raise state.RunStopped(
+                Reason.LOOP_ITERATION_LIMIT_EXCEEDED,
+                f"loop {loop.describe()} would start iteration {iteration + 1}, over the "
+                f'maxIterations={loop.max_iterations} of node "{self.frame.key(head, 1)}"',
+            )
+        self.frame.iterations[head] = iteration + 1
+        self.settled -= loop.body
+        return [head]
+
+
 async def execute_frame(frame: state.Frame) -> Any:
     """Run a (sub-)flow to the end; return the output, raise Paused or RunStopped.
 
-    A ready queue: each node counts its unsettled predecessors; when a node settles
-    (succeeds or is skipped), its successors' counts drop, and a node at zero is either
-    started (some edge into it was taken) or skipped (dead-path elimination).
+    A ready queue (:class:`_Schedule`): a node starts once each predecessor has settled, or is
+    skipped when no edge into it was taken (dead-path elimination).
     """
     graph_nodes = frame.compiled.nodes
-    settled: set[str] = set()
-    for node_id in graph_nodes:
-        record = frame.run.checkpoint.nodes.get(frame.key(node_id))
-        if record is not None and record.phase in FINISHED:
-            settled.add(node_id)
-            if record.phase == Phase.SUCCEEDED:
-                nodes.check_human_record(frame, graph_nodes[node_id], record)
-                frame.scope.add(node_id, record.output)
-    unsettled = {
-        node_id: sum(1 for p in node.predecessors if p not in settled)
-        for node_id, node in graph_nodes.items()
-    }
-    ready = [n for n in graph_nodes if n not in settled and unsettled[n] == 0]
+    schedule = _Schedule(frame)
+    ready = schedule.ready
     running: dict[asyncio.Task[Phase], str] = {}
     waiting = False
-
-    def settle(node_id: str) -> None:
-        settled.add(node_id)
-        for successor in graph_nodes[node_id].successors:
-            unsettled[successor] -= 1
-            if unsettled[successor] == 0 and successor not in settled:
-                ready.append(successor)
-
     try:
         while ready or running:
             while ready:
@@ -96,7 +171,7 @@ async def execute_frame(frame: state.Frame) -> Any:
                     _taken(frame, p, node_id) for p in node.predecessors
                 ):
                     await _skip(frame, node)
-                    settle(node_id)
+                    schedule.settle(node_id)
                     continue
                 running[asyncio.create_task(_execute_node(frame, node))] = node_id
             if not running:
@@ -107,7 +182,7 @@ async def execute_frame(frame: state.Frame) -> Any:
                 if task.result() == Phase.WAITING:
                     waiting = True
                 else:
-                    settle(node_id)
+                    schedule.settle(node_id)
     finally:
         for task in running:
             task.cancel()
@@ -135,7 +210,8 @@ async def _execute_node(frame: state.Frame, node: graph.CompiledNode) -> Phase:
     except state.NodeFailed as exc:
         raise state.RunStopped(exc.reason, f'node "{key}" failed: {exc}') from exc
     if phase == Phase.SUCCEEDED:
-        frame.scope.add(node.id, frame.run.checkpoint.nodes[key].output)
+        iteration = frame.iteration(node.id) if node.loop else None
+        frame.scope.add(node.id, frame.run.checkpoint.nodes[key].output, iteration)
     return phase
 
 

@@ -22,13 +22,20 @@ class ScopeBuilder:
         self._run_json = json.dumps(run_values, ensure_ascii=False, default=str)
         self._outputs: dict[str, Any] = {}
         self._parts: dict[str, str] = {}
+        self._iterations: dict[str, dict[int, Any]] = {}
 
-    def add(self, node_id: str, output: Any) -> None:
-        """Make a node's output visible at ``.nodes.<id>``."""
+    def add(self, node_id: str, output: Any, iteration: int | None = None) -> None:
+        """Make a node's output visible at ``.nodes.<id>``.
+
+        A node in a loop passes its ``iteration``: its outputs are also kept at
+        ``.iterations.<id>``, a list by iteration (``[0]`` the first, ``[-1]`` the latest).
+        """
         self._outputs[node_id] = output
         self._parts[node_id] = (
             json.dumps(node_id) + ":" + json.dumps(output, ensure_ascii=False, default=str)
         )
+        if iteration is not None:
+            self._iterations.setdefault(node_id, {})[iteration] = output
 
     @property
     def outputs(self) -> dict[str, Any]:
@@ -42,6 +49,13 @@ class ScopeBuilder:
             for key, value in extra.items()
         )
         parts = self._parts
+        iterations = {
+            node_id: [by_number[n] for n in sorted(by_number)]
+            for node_id, by_number in self._iterations.items()
+        }
+        if iterations:
+            extra = {"iterations": iterations, **extra}
+            tail = ',"iterations":' + json.dumps(iterations, ensure_ascii=False, default=str) + tail
 
         def render(needs: frozenset[str] | None) -> str:
             if needs is None:

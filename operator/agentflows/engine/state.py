@@ -99,6 +99,8 @@ class Frame:
     depth: int
     input: Any
     scope: scope.ScopeBuilder = dataclasses.field(init=False)
+    #: The iteration each loop of this (sub-)flow is in, by head (1 when absent).
+    iterations: dict[str, int] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         run_values: dict[str, Any] = {"name": self.run.name, "input": self.input}
@@ -106,9 +108,16 @@ class Frame:
             run_values["trigger"] = self.run.checkpoint.run.trigger
         self.scope = scope.ScopeBuilder(run_values, deadline=self.run.deadline)
 
-    def key(self, node_id: str) -> str:
-        """Status key of a node of this (sub-)flow."""
-        return self.prefix + node_id
+    def iteration(self, node_id: str) -> int:
+        """The iteration of its loop a node is in (1 outside loops)."""
+        node = self.compiled.nodes.get(node_id)
+        head = node.loop if node is not None else None
+        return self.iterations.get(head, 1) if head is not None else 1
+
+    def key(self, node_id: str, iteration: int | None = None) -> str:
+        """Status key of a node of this (sub-)flow: ``<id>``, then ``<id>#2``, ``<id>#3``..."""
+        n = self.iteration(node_id) if iteration is None else iteration
+        return self.prefix + node_id + (f"#{n}" if n > 1 else "")
 
 
 #: Runs a frame's nodes to the end; returns the output, raises Paused or RunStopped.

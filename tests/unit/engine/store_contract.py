@@ -136,3 +136,51 @@ nodes:
         second = await run_once(spec, backend.new_store(), host)
         assert second.phase == flowrun_api.RunPhase.SUCCEEDED
         assert host.calls == {"before": 1, "after": 1}
+
+    async def test_loop_stopped_in_iteration_k_resumes_without_rerunning_finished_iterations(
+        self, backend: Any
+    ) -> None:
+        from .helpers import flow_spec
+
+        spec = flow_spec(LOOP)
+        host = CountingHost()
+        task: asyncio.Task[Any] | None = None
+
+        def stop(event: state.RunEvent) -> None:
+            if event.kind == "succeeded" and event.key == "draft#3" and task is not None:
+                task.cancel()
+
+        task = asyncio.ensure_future(run_once(spec, backend.new_store(), host, observer=stop))
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert host.calls == {"draft": 1, "draft#2": 1, "draft#3": 1}
+        outcome = await run_once(spec, backend.new_store(), host)
+        assert outcome.phase == flowrun_api.RunPhase.SUCCEEDED, outcome.message
+        assert host.calls == {"draft": 1, "draft#2": 1, "draft#3": 1, "draft#4": 1}
+        loaded = await backend.new_store().load()
+        assert loaded.nodes["check#4"].output["json"]["next"] == "done"
+        assert outcome.output == 4
+
+    async def test_loop_over_its_bound_fails_the_run_naming_the_loop(self, backend: Any) -> None:
+        from .helpers import flow_spec
+
+        spec = flow_spec(LOOP.replace("{id: draft,", "{id: draft, maxIterations: 2,"))
+        host = CountingHost()
+        outcome = await run_once(spec, backend.new_store(), host)
+        assert outcome.phase == flowrun_api.RunPhase.FAILED
+        assert outcome.reason == flowrun_api.RunReason.LOOP_ITERATION_LIMIT_EXCEEDED
+        assert outcome.message == (
+            "loop draft -> check -> draft would start iteration 3, over the maxIterations=2 of "
+            'node "draft"'
+        )
+        assert host.calls == {"draft": 1, "draft#2": 1}
+
+
+#: Drafts until the fourth iteration; ``.iterations.draft`` lists every iteration's output.
+LOOP = """
+nodes:
+  - {id: draft, tool: {python: {script: x}}}
+  - id: check
+    branch: {value: "=.iterations.draft | length", cases: {"4": done}, default: draft}
+  - {id: done, transform: "=.iterations.draft | length"}
+"""

@@ -81,7 +81,7 @@ nodes:
     assert found == ['spec.nodes[0].agent.name: no Agent "ghost"']
 
 
-def test_cycle_is_reported() -> None:
+def test_cycle_without_an_exit_is_refused_naming_its_nodes() -> None:
     found = problems("""
 nodes:
   - {id: a, transform: "=1"}
@@ -92,7 +92,10 @@ edges:
   - {from: b, to: c}
   - {from: c, to: b}
 """)
-    assert "spec.edges: cycle b -> c -> b (flows must be acyclic)" in found
+    assert (
+        "spec.edges: loop b -> c -> b has no exit: a loop must pass through a branch node with a case or default leading out of it"
+        in found
+    )
 
 
 def test_edge_to_unknown_node_and_wrong_branch_label_are_reported() -> None:

@@ -1,0 +1,142 @@
+"""Loops of a flow: which edges go back, the nodes each loop runs again, and their rules.
+
+A depth-first walk from the start node (successors in edge order) finds the *back edges*: an
+edge to a node still on the walk's path. The target of a back edge is the loop's *head* (the
+node it re-enters); its *body* is every node on a path from the head to a back edge's source.
+The run loop schedules the graph without its back edges (a DAG) and, when every node of a body
+has settled and a back edge was taken, starts the next iteration of the body.
+
+Rules (:func:`problems`):
+- every loop has an exit: a branch node in its body with a case (or default) leading out of it;
+- loops do not share nodes (no nested or overlapping loops in one flow; a sub-flow called from
+  a loop may loop itself);
+- the head's ``maxIterations`` (else ``spec.limits.maxIterations``) bounds how many times the
+  body runs; one more re-entry fails the run with reason LoopIterationLimitExceeded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+
+
+@dataclasses.dataclass(frozen=True)
+class Loop:
+    """One loop: its head, the sources of its back edges, its body, and its bound."""
+
+    head: str
+    sources: tuple[str, ...]
+    body: frozenset[str]
+    path: tuple[str, ...]
+    max_iterations: int
+
+    def describe(self) -> str:
+        """``draft -> review -> decide -> draft``, for messages."""
+        return " -> ".join(self.path)
+
+
+def back_edges(start: str, successors: Mapping[str, Sequence[str]]) -> list[tuple[str, str]]:
+    """Edges from a node to one on the depth-first path from ``start`` that reaches it."""
+    found: list[tuple[str, str]] = []
+    on_path: set[str] = set()
+    seen: set[str] = set()
+    stack: list[tuple[str, int]] = [(start, 0)]
+    on_path.add(start)
+    seen.add(start)
+    while stack:
+        node, index = stack[-1]
+        nexts = successors.get(node, ())
+        if index == len(nexts):
+            stack.pop()
+            on_path.discard(node)
+            continue
+        stack[-1] = (node, index + 1)
+        succ = nexts[index]
+        if succ in on_path:
+            found.append((node, succ))
+        elif succ not in seen:
+            seen.add(succ)
+            on_path.add(succ)
+            stack.append((succ, 0))
+    return found
+
+
+def _reach(starts: Sequence[str], step: Callable[[str], Sequence[str]]) -> set[str]:
+    seen: set[str] = set()
+    stack = list(starts)
+    while stack:
+        node = stack.pop()
+        if node not in seen:
+            seen.add(node)
+            stack.extend(step(node))
+    return seen
+
+
+def _path(
+    head: str, source: str, body: frozenset[str], dag: Mapping[str, Sequence[str]]
+) -> list[str]:
+    """A path head -> ... -> source inside the body, then back to head."""
+    previous: dict[str, str] = {}
+    queue = [head]
+    while queue:
+        node = queue.pop(0)
+        if node == source:
+            break
+        for succ in dag.get(node, ()):
+            if succ in body and succ not in previous and succ != head:
+                previous[succ] = node
+                queue.append(succ)
+    path = [source]
+    while path[-1] != head:
+        path.append(previous[path[-1]])
+    return [*reversed(path), head]
+
+
+def find(
+    start: str,
+    successors: Mapping[str, Sequence[str]],
+    max_iterations: Callable[[str], int],
+) -> tuple[dict[str, Loop], set[tuple[str, str]]]:
+    """The loops of a graph by head, and its back edges."""
+    backs = back_edges(start, successors)
+    dag = {n: [s for s in succ if (n, s) not in backs] for n, succ in successors.items()}
+    preds: dict[str, list[str]] = {}
+    for node, succ in dag.items():
+        for target in succ:
+            preds.setdefault(target, []).append(node)
+    loops: dict[str, Loop] = {}
+    for head in dict.fromkeys(h for _, h in backs):
+        sources = tuple(s for s, h in backs if h == head)
+        body = frozenset(
+            _reach([head], lambda n: dag.get(n, ())) & _reach(sources, lambda n: preds.get(n, ()))
+        )
+        path = tuple(_path(head, sources[0], body, dag))
+        loops[head] = Loop(head, sources, body, path, max_iterations(head))
+    return loops, set(backs)
+
+
+def problems(
+    loops: Mapping[str, Loop],
+    successors: Mapping[str, Sequence[str]],
+    is_branch: Callable[[str], bool],
+) -> list[str]:
+    """What is wrong with a flow's loops: no exit, or sharing nodes with another loop."""
+    found: list[str] = []
+    owner: dict[str, str] = {}
+    for loop in loops.values():
+        exits = [
+            n for n in loop.body if is_branch(n) and any(s not in loop.body for s in successors[n])
+        ]
+        if not exits:
+            found.append(
+                f"loop {loop.describe()} has no exit: a loop must pass through a branch node "
+                "with a case or default leading out of it"
+            )
+        for node in sorted(loop.body):
+            if node in owner:
+                found.append(
+                    f'node "{node}" is in two loops (re-entering "{owner[node]}" and '
+                    f'"{loop.head}"): loops of one flow must not share nodes'
+                )
+            owner.setdefault(node, loop.head)
+    return found

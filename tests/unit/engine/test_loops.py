@@ -1,0 +1,42 @@
+"""Loops: an approval inside a loop pauses per iteration and its decision routes the loop."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agentflows.api import flowrun as flowrun_api
+from agentflows.engine import store
+
+from .helpers import CountingHost, flow_spec, run_once
+
+REVIEW = """
+nodes:
+  - id: draft
+    tool:
+      python: {script: x}
+      args: {comment: "{{ .nodes.review.json.comment }}"}
+  - {id: review, approval: {message: "ok?"}}
+  - id: decide
+    branch: {value: "=.nodes.review.json.decision", cases: {approve: done}, default: draft}
+  - {id: done, transform: "=.iterations.draft | map(.json.args.comment)"}
+"""
+
+
+async def test_rejection_comment_reaches_the_next_iteration_and_each_iteration_asks_anew(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "run.json"
+    spec = flow_spec(REVIEW)
+    host = CountingHost()
+    assert (await run_once(spec, store.FileStore(path), host)).phase.value == "Waiting"
+    reject = flowrun_api.Decision.REJECT
+    await store.FileStore(path).decide("review", decision=reject, comment="shorter", decided_by="b")
+    assert (await run_once(spec, store.FileStore(path), host)).phase.value == "Waiting"
+    checkpoint = await store.FileStore(path).load()
+    assert sorted(checkpoint.requests) == ["review", "review#2"]
+    approve = flowrun_api.Decision.APPROVE
+    await store.FileStore(path).decide("review#2", decision=approve, decided_by="b")
+    outcome = await run_once(spec, store.FileStore(path), host)
+    assert outcome.phase == flowrun_api.RunPhase.SUCCEEDED, outcome.message
+    assert outcome.output == ["", "shorter"]
+    assert host.calls == {"draft": 1, "draft#2": 1}
