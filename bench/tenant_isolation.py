@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -65,7 +66,7 @@ async def team_a(api: kube.Client, label: str, runs: int) -> str:
 async def create_many(api: kube.Client, bodies: list[dict[str, Any]]) -> None:
     path = kube.path_of("flowruns", TEAM_B)
     jobs: list[Callable[[], Awaitable[Any]]] = [
-        lambda body=body: api.create(path, body) for body in bodies
+        functools.partial(api.create, path, body) for body in bodies
     ]
     await oc.bounded(jobs, 16)
 

@@ -101,3 +101,23 @@ def test_a_trigger_on_its_runs_events_is_not_fed_by_its_own_runs(
     wait_for(lambda: run_for(runs, "last"), 60, "the run for the last sentinel")
     assert started_for(runs) == ["None", "elsewhere", "last"]
     assert len(told()) == 1
+
+
+def test_a_trigger_fed_by_its_own_runs_says_so_in_the_flows_status(
+    runs: FlowRuns, operator: OperatorProcess
+) -> None:
+    runs.apply(flow("echo", [TRIGGER]))
+    wait_for(lambda: ready(runs, "echo"), 60, "the Flow's TriggersReady")
+    wait_for(lambda: event_watch(operator) == "1.0", 60, "the operator's Event watch")
+    runs.apply({"kind": "FlowRun", "metadata": {"name": "seed"}, "spec": {"flow": "echo"}})
+
+    def refused() -> dict[str, Any] | None:
+        condition = runs.condition("flows", "echo", "TriggersRefused")
+        return condition if condition and condition["status"] == "True" else None
+
+    condition = wait_for(refused, 60, "the Flow's TriggersRefused condition")
+    assert condition["reason"] == "TriggerRefused"
+    assert condition["message"].startswith(
+        "trigger runs: FlowRun seed belongs to a run of this Flow"
+    )
+    assert runs.condition("flows", "echo", "TriggersReady")["status"] == "True"

@@ -172,7 +172,7 @@ async def _write(
     problems: list[documents.Problem],
     outcome: flowtriggers.Outcome,
 ) -> None:
-    """Write Ready, TriggersReady and observedGeneration when they changed."""
+    """Write Ready, TriggersReady, TriggersRefused and observedGeneration when they changed."""
     obj = flow.obj
     status = agents.ready_status(obj, problems, {})
     status["conditions"] = conditions.set_condition(
@@ -183,6 +183,16 @@ async def _write(
         outcome.message,
         generation=status["observedGeneration"],
     )
+    refused = ctl.triggers.manager.refused(obj)
+    if refused or conditions.condition_of(status["conditions"], flowtriggers.TRIGGERS_REFUSED):
+        status["conditions"] = conditions.set_condition(
+            status["conditions"],
+            flowtriggers.TRIGGERS_REFUSED,
+            "True" if refused else "False",
+            "TriggerRefused" if refused else "NoneRefused",
+            "; ".join(refused),
+            generation=status["observedGeneration"],
+        )
     if not agents.unchanged(obj, status):
         meta = obj["metadata"]
         path = kube.path_of("flows", meta["namespace"], meta["name"], sub="status")

@@ -27,6 +27,9 @@ from agentflows.triggers import common, kubernetes, schedule
 
 #: The Flow condition that says whether its CronJobs and watches match its triggers.
 TRIGGERS_READY = "TriggersReady"
+#: The Flow condition, present once a trigger of this generation refused a delivery as a loop
+#: or was suspended (its filter hit a bound): True with every reason, until the Flow changes.
+TRIGGERS_REFUSED = "TriggersRefused"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -66,14 +66,21 @@ def quiet_libraries() -> None:
     logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
-def _trigger_suspended(api: kube.Client, reason: str = "TriggerSuspended") -> kubernetes.Suspended:
-    """A Warning Event on the Flow: a trigger was suspended, or refused a loop (TriggerLoop)."""
+def _trigger_suspended(
+    ctl: context.Controller, reason: str = "TriggerSuspended"
+) -> kubernetes.Suspended:
+    """A Warning Event on the Flow: a trigger was suspended, or refused a loop (TriggerLoop).
+
+    The Flow is reconciled too, so its ``TriggersRefused`` condition says the same.
+    """
 
     async def post(flow: Mapping[str, Any], trigger: str, message: str) -> None:
         text = f"trigger {trigger}: {message}"
         # a listed object carries no kind: the Event names it fully
         involved = {**flow, "apiVersion": "agentflows.io/v1alpha1", "kind": "Flow"}
-        await events.post(api, involved, events.WARNING, reason, text)
+        await events.post(ctl.api, involved, events.WARNING, reason, text)
+        meta = flow["metadata"]
+        ctl.enqueue(workqueue.FLOW, meta["namespace"], meta["name"])
 
     return post
 
@@ -101,9 +108,9 @@ async def run(
     ctl.triggers = flowtriggers.FlowTriggers(
         kubernetes.WatchManager(
             api,
-            on_suspended=_trigger_suspended(api),
+            on_suspended=_trigger_suspended(ctl),
             lineage=flowtriggers.run_lineage(ctl.cache),
-            on_loop=_trigger_suspended(api, "TriggerLoop"),
+            on_loop=_trigger_suspended(ctl, "TriggerLoop"),
         ),
         schedule.Settings.from_env(),
     )

@@ -27,7 +27,8 @@ as triggers come and go, and hands each watch event to every trigger of that kin
    Event starts B, whose run's Event starts A, ...) stops after :data:`MAX_TRIGGER_DEPTH` hops,
    counted in each run's ``agentflows.io/trigger-depth`` annotation. A refused delivery is
    counted (:attr:`WatchManager.loops_refused`) and the Flow's author told once per Flow
-   generation (``on_loop``: a Warning Event ``TriggerLoop`` on the Flow);
+   generation (``on_loop``: a Warning Event ``TriggerLoop`` on the Flow, and
+   :meth:`WatchManager.refused` for the Flow's ``TriggersRefused`` condition);
 
 then a FlowRun is created with ``payload = {type, object}``, the object trimmed to its identity,
 labels and, for Events, reason, message and the involved object. The Flow's concurrency policy
@@ -318,6 +319,8 @@ class WatchManager:
         #: Deliveries refused as loops, by trigger (``namespace/flow/trigger``).
         self.loops_refused: collections.Counter[str] = collections.Counter()
         self._loops_told: set[tuple[str, Any, str]] = set()
+        #: Why a trigger refused a delivery or was suspended, by identity (the Flow's status).
+        self._refused: dict[tuple[str, Any, str], str] = {}
         self.limiter = common.RateLimiter()
         self.dedup = common.Deduplicator()
         self._bindings: dict[WatchKey, list[_Binding]] = {}
@@ -325,6 +328,16 @@ class WatchManager:
         self._paths: dict[tuple[str, str, str | None], str] = {}
         #: Triggers whose filter hit its bound, by identity: skipped until the Flow changes.
         self._suspended: set[tuple[str, Any, str]] = set()
+
+    def refused(self, flow_obj: Mapping[str, Any]) -> list[str]:
+        """``trigger NAME: why`` for each trigger of this Flow generation that refused/halted."""
+        meta = flow_obj["metadata"]
+        uid, generation = str(meta.get("uid", "")), meta.get("generation")
+        return sorted(
+            f"trigger {name}: {why}"
+            for (u, g, name), why in self._refused.items()
+            if (u, g) == (uid, generation)
+        )
 
     async def sync(self, flows: Iterable[Mapping[str, Any]]) -> None:
         """Watch exactly what the kubernetes triggers of ``flows`` (every Flow) need."""
@@ -337,6 +350,7 @@ class WatchManager:
         current = {b.identity for bindings in wanted.values() for b in bindings}
         self._suspended &= current
         self._loops_told &= current
+        self._refused = {k: v for k, v in self._refused.items() if k in current}
         for key in list(self._watches):
             watch = self._watches[key]
             if key not in wanted or _Scope.common_to(wanted[key]) != watch.scope:
@@ -459,6 +473,7 @@ class WatchManager:
         except expressions.ExpressionLimit as exc:
             self._suspended.add(binding.identity)
             message = f"{exc}; suspended until the Flow changes"
+            self._refused[binding.identity] = message
             log.warning("trigger %s: %s", binding.name, message)
             if self.on_suspended is not None:
                 await self.on_suspended(binding.flow, binding.trigger.name, message)
@@ -530,6 +545,7 @@ class WatchManager:
         if binding.identity not in self._loops_told:
             self._loops_told.add(binding.identity)
             message = f"{why}: a trigger never fires on its own runs' objects (a loop)"
+            self._refused[binding.identity] = message
             log.warning("trigger %s: refused: %s", binding.name, message)
             if self.on_loop is not None:
                 await self.on_loop(binding.flow, binding.trigger.name, message)
