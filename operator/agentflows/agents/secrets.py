@@ -136,6 +136,11 @@ class Redactor:
             text = text.replace(value, REDACTED)
         return text
 
+    @property
+    def longest(self) -> int:
+        """The length of the longest form of a known secret (0 when none is known)."""
+        return max(map(len, self._values), default=0)
+
     def value(self, value: Any) -> Any:
         """Return a JSON value with every known secret masked in its strings and keys."""
         if not self._values:
@@ -147,3 +152,37 @@ class Redactor:
         if isinstance(value, dict):
             return {self.value(key): self.value(item) for key, item in value.items()}
         return value
+
+
+class StreamRedactor:
+    """Redacts text that arrives in pieces: a secret split across two pieces is still masked.
+
+    :meth:`feed` returns what may be shown now: the text so far, redacted, except its last
+    ``longest - 1`` characters (the :attr:`Redactor.longest` form of any secret), which are held
+    back because they may be the start of a secret the next piece completes. A secret not yet
+    whole has at most that many characters in the buffer, all in its tail, so whatever leaves is
+    final. :meth:`flush` returns the rest at the end of the text. Masked once whole, the
+    secret's ``[redacted]`` may itself be held back in part: it is plain text the next round
+    passes through unchanged.
+    """
+
+    def __init__(self, redactor: Redactor) -> None:
+        self._redactor = redactor
+        self._held = ""
+
+    def feed(self, piece: str) -> str:
+        """Take the next piece; return the redacted text that is safe to show now."""
+        text = self._redactor(self._held + piece)
+        keep = max(self._redactor.longest - 1, 0)
+        cut = max(len(text) - keep, 0)
+        self._held = text[cut:]
+        return text[:cut]
+
+    def flush(self) -> str:
+        """Return the redacted text held back (the text has ended)."""
+        text, self._held = self._redactor(self._held), ""
+        return text
+
+    def discard(self) -> None:
+        """Forget the text held back (the attempt it belonged to broke off)."""
+        self._held = ""

@@ -71,3 +71,11 @@ async def test_no_secret_value_appears_in_results_details_errors_or_model_messag
         await caps.run_agent(capabilities.AgentTask("a", spec, "go"), ctx)
     assert API_KEY not in str(failure.value)
     assert "HTTP 401" in str(failure.value)
+
+
+def test_a_secret_split_across_two_streamed_pieces_is_still_masked() -> None:
+    redactor = secrets.Redactor(["sk-stream-secret-0123"])
+    stream = secrets.StreamRedactor(redactor)
+    shown = stream.feed("the key is sk-stream-") + stream.feed("secret-0123, done") + stream.flush()
+    assert shown == "the key is [redacted], done"
+    assert "sk-stream" not in stream.feed("the key is sk-stream-")
