@@ -8,6 +8,9 @@ token issuing), kube-controller-manager (every default controller, per-controlle
 credentials) and the process kubelet (:mod:`devcluster.kubelet`). Every port is picked free at
 start, so several control planes (a developer's and a test run's) coexist. :func:`stop` ends all
 of it, including processes the kubelet started for pods, and removes the state directory.
+``start(node_kind="real")`` (``hack/control-plane up --node real``) runs a real node instead of
+the process kubelet: containerd, the kubelet, kube-proxy and kube-scheduler, with the API server
+on the pod bridge (:mod:`devcluster.node`); :func:`stop` then also restores the host.
 
 The static users, all with token authentication:
 
