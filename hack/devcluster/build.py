@@ -46,6 +46,8 @@ HELM_VERSION = "v3.22.0"
 PROMETHEUS_MODULE_VERSION = "v0.316.0"
 PROMETHEUS_COMMANDS = ("prometheus", "promtool")
 JAEGER_VERSION = "v1.76.0"
+# crictl, which the real node's ``down`` tears pod sandboxes down with (Debian 12 has no package).
+CRICTL_VERSION = "v1.34.0"
 # What a wrapper needs of Jaeger's go.mod: its ``go`` line and its one ``replace`` line (which is
 # why a plain ``go install ...@version`` refuses it, as it does etcd).
 JAEGER_GO = "1.24.6"
@@ -55,6 +57,9 @@ JAEGER_REPLACES = {"github.com/Shopify/sarama": "v1.33.0"}
 HELM_KUBE_VERSION = ("1", "37")
 
 KUBERNETES_COMMANDS = ("kube-apiserver", "kube-controller-manager")
+# The real node's binaries (``hack/control-plane up --node real``), built from the same module and
+# into the same cache directory as the control plane's, so their versions can never disagree.
+NODE_COMMANDS = ("kubelet", "kube-proxy", "kube-scheduler")
 BINARY_NAMES = ("etcd", *KUBERNETES_COMMANDS)
 
 _STAGING_REPLACE = re.compile(r"^\s*(k8s\.io/[\w.-]+)\s+=>\s+\./staging/src/k8s\.io/[\w.-]+\s*$")
@@ -86,7 +91,7 @@ def _go_env() -> dict[str, str]:
     return env
 
 
-def _run_go(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> str:
+def run_go(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> str:
     """Run one go command in ``cwd``; raise with its output when it fails."""
     completed = subprocess.run(
         ["go", *args], cwd=cwd, env=env or _go_env(), capture_output=True, text=True, check=False
@@ -102,7 +107,7 @@ def _run_go(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> st
 def staging_modules(kubernetes_version: str, workdir: Path) -> list[str]:
     """Read the staging module names from the published go.mod of ``k8s.io/kubernetes``."""
     info = json.loads(
-        _run_go(["mod", "download", "-json", f"k8s.io/kubernetes@{kubernetes_version}"], workdir)
+        run_go(["mod", "download", "-json", f"k8s.io/kubernetes@{kubernetes_version}"], workdir)
     )
     modules = [
         match.group(1)
@@ -158,10 +163,15 @@ def _install(built: Path, target: Path) -> None:
     staging.replace(target)
 
 
-def build_kubernetes(version: str = KUBERNETES_VERSION) -> Path:
-    """Build kube-apiserver and kube-controller-manager ``version``; return their directory."""
+def build_kubernetes(
+    version: str = KUBERNETES_VERSION, commands: tuple[str, ...] = KUBERNETES_COMMANDS
+) -> Path:
+    """Build the Kubernetes ``commands`` (default: the control plane's) ``version``.
+
+    Return their directory, ``<cache>/kubernetes-<version>/``; commands already there are kept.
+    """
     outdir = cache_root() / f"kubernetes-{version}"
-    if all((outdir / name).is_file() for name in KUBERNETES_COMMANDS):
+    if all((outdir / name).is_file() for name in commands):
         return outdir
     with tempfile.TemporaryDirectory(prefix="agentflows-k8s-build-") as tmp:
         workdir = Path(tmp)
@@ -169,13 +179,13 @@ def build_kubernetes(version: str = KUBERNETES_VERSION) -> Path:
         replaces = {module: staging_version for module in staging_modules(version, workdir)}
         _write_wrapper(workdir, {"k8s.io/kubernetes": version}, replaces)
         ldflags = _kubernetes_ldflags(version)
-        for name in KUBERNETES_COMMANDS:
+        for name in commands:
             if (outdir / name).is_file():
                 continue
             started = time.monotonic()
             _log(f"building {name} {version} (staging modules at {staging_version})")
             out = workdir / name
-            _run_go(
+            run_go(
                 [
                     "build",
                     "-p",
@@ -206,7 +216,7 @@ def build_etcd(version: str = ETCD_VERSION) -> Path:
         started = time.monotonic()
         _log(f"building etcd {version}")
         out = workdir / "etcd"
-        _run_go(
+        run_go(
             [
                 "build",
                 "-p",
@@ -244,7 +254,7 @@ def helm_binary(version: str = HELM_VERSION) -> Path:
         env = {**_go_env(), "GOBIN": str(workdir / "bin"), "GOFLAGS": ""}
         started = time.monotonic()
         _log(f"building helm {version}")
-        _run_go(
+        run_go(
             [
                 "install",
                 "-p",
@@ -282,7 +292,7 @@ def prometheus_binaries(version: str = PROMETHEUS_MODULE_VERSION) -> tuple[Path,
         env = {**_go_env(), "GOBIN": str(workdir / "bin"), "GOFLAGS": ""}
         started = time.monotonic()
         _log(f"building prometheus and promtool {version}")
-        _run_go(
+        run_go(
             [
                 "install",
                 "-p",
@@ -323,7 +333,7 @@ def jaeger_binary(version: str = JAEGER_VERSION) -> Path:
         out = workdir / "jaeger"
         package = "github.com/jaegertracing/jaeger"
         ldflags = f"-s -w -X {package}/internal/version.latestVersion={version}"
-        _run_go(
+        run_go(
             [
                 "build",
                 "-p",
@@ -341,6 +351,46 @@ def jaeger_binary(version: str = JAEGER_VERSION) -> Path:
         size_mib = target.stat().st_size / 2**20
         _log(f"built jaeger in {time.monotonic() - started:.0f}s ({size_mib:.1f} MiB)")
     return target
+
+
+def crictl_binary(version: str = CRICTL_VERSION) -> Path:
+    """Return the cached ``crictl`` ``version``, building it from the module proxy if needed."""
+    target = cache_root() / f"crictl-{version}" / "crictl"
+    if target.is_file():
+        return target
+    with tempfile.TemporaryDirectory(prefix="agentflows-crictl-build-") as tmp:
+        workdir = Path(tmp)
+        env = {**_go_env(), "GOBIN": str(workdir / "bin"), "GOFLAGS": ""}
+        started = time.monotonic()
+        _log(f"building crictl {version}")
+        run_go(
+            [
+                "install",
+                "-p",
+                "2",
+                "-trimpath",
+                "-ldflags",
+                "-s -w",
+                f"sigs.k8s.io/cri-tools/cmd/crictl@{version}",
+            ],
+            workdir,
+            env,
+        )
+        _install(workdir / "bin" / "crictl", target)
+        _log(f"built crictl in {time.monotonic() - started:.0f}s")
+    return target
+
+
+def crictl_binary_if_built(version: str = CRICTL_VERSION) -> Path | None:
+    """Return the cached ``crictl`` if it is there (``down`` never builds anything)."""
+    target = cache_root() / f"crictl-{version}" / "crictl"
+    return target if target.is_file() else None
+
+
+def ensure_node_binaries() -> Path:
+    """Build or find the real node's binaries (kubelet, kube-proxy, kube-scheduler, crictl)."""
+    crictl_binary()
+    return build_kubernetes(commands=NODE_COMMANDS)
 
 
 def ensure_binaries() -> Binaries:

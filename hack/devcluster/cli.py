@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from devcluster import build, controlplane, monitoring
+from devcluster import build, controlplane, monitoring, node
 
 
 def _state_dir(args: argparse.Namespace) -> Path:
@@ -32,6 +32,15 @@ def _build(_: argparse.Namespace) -> int:
     for path in (binaries.etcd, binaries.kube_apiserver, binaries.kube_controller_manager):
         print(f"{path}  {path.stat().st_size / 2**20:.1f} MiB")
     print(f"binaries ready in {time.monotonic() - started:.1f}s", file=sys.stderr)
+    return 0
+
+
+def _build_node(_: argparse.Namespace) -> int:
+    started = time.monotonic()
+    directory = build.ensure_node_binaries()
+    for path in [*(directory / name for name in build.NODE_COMMANDS), build.crictl_binary()]:
+        print(f"{path}  {path.stat().st_size / 2**20:.1f} MiB")
+    print(f"node binaries ready in {time.monotonic() - started:.1f}s", file=sys.stderr)
     return 0
 
 
@@ -67,11 +76,12 @@ def _write_monitoring(_: argparse.Namespace) -> int:
 
 def _up(args: argparse.Namespace) -> int:
     started = time.monotonic()
-    cp = controlplane.start(_state_dir(args), audit=args.audit_log)
+    cp = controlplane.start(_state_dir(args), audit=args.audit_log, node_kind=args.node)
     elapsed = time.monotonic() - started
     print(
         f"control plane ready in {elapsed:.1f}s at {cp.server} "
-        f"(kubernetes {cp.versions['kubernetes']}, etcd {cp.versions['etcd']})"
+        f"(kubernetes {cp.versions['kubernetes']}, etcd {cp.versions['etcd']}, "
+        f"{cp.node} node)"
     )
     print(f"  export KUBECONFIG={cp.kubeconfig('admin')}")
     users = ", ".join(f"{cp.kubeconfig(u)}" for u in controlplane.USERS if u != "admin")
@@ -105,6 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--state-dir", help="default: $AGENTFLOWS_CP_DIR or /tmp/agentflows-cp")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("build", help="build or find the cached binaries").set_defaults(run=_build)
+    commands.add_parser(
+        "build-node", help="build or find kubelet, kube-proxy, kube-scheduler and crictl"
+    ).set_defaults(run=_build_node)
     commands.add_parser("build-helm", help="build or find the cached helm").set_defaults(
         run=_build_helm
     )
@@ -123,6 +136,13 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="API server audit log in <state>/logs/audit.log (bench/operator_scale.py reads it)",
     )
+    up.add_argument(
+        "--node",
+        choices=controlplane.NODE_KINDS,
+        default="process",
+        help="process: the process kubelet (no container runtime); real: containerd, kubelet, "
+        "kube-proxy and kube-scheduler (root; hack/install-node installs what it needs)",
+    )
     up.set_defaults(run=_up)
     commands.add_parser("down", help="stop everything, remove the state").set_defaults(run=_down)
     commands.add_parser("status", help="report processes and readiness").set_defaults(run=_status)
@@ -132,6 +152,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.run(args))
-    except (controlplane.ControlPlaneError, RuntimeError, OSError) as error:
+    except (controlplane.ControlPlaneError, node.NodeError, RuntimeError, OSError) as error:
         print(f"hack/control-plane {args.command}: {error}", file=sys.stderr)
         return 1

@@ -8,6 +8,9 @@ token issuing), kube-controller-manager (every default controller, per-controlle
 credentials) and the process kubelet (:mod:`devcluster.kubelet`). Every port is picked free at
 start, so several control planes (a developer's and a test run's) coexist. :func:`stop` ends all
 of it, including processes the kubelet started for pods, and removes the state directory.
+``start(node_kind="real")`` (``hack/control-plane up --node real``) runs a real node instead of
+the process kubelet: containerd, the kubelet, kube-proxy and kube-scheduler, with the API server
+on the pod bridge (:mod:`devcluster.node`); :func:`stop` then also restores the host.
 
 The static users, all with token authentication:
 
@@ -45,7 +48,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from devcluster import build, pki
+from devcluster import build, images, node, pki
 
 DEFAULT_STATE_DIR = Path(os.environ.get("AGENTFLOWS_CP_DIR", "/tmp/agentflows-cp"))
 NODE_NAME = "agentflows-dev"
@@ -61,8 +64,35 @@ USERS: dict[str, tuple[str, ...]] = {
     "mallory": (),
 }
 _CONTROLLER_MANAGER_USER = "system:kube-controller-manager"
-# Order of shutdown: the kubelet first (it stops the pods' processes), etcd last.
-_PROCESS_ORDER = ("kubelet", "kube-controller-manager", "kube-apiserver", "etcd")
+# The real node's identities (static tokens): the kubelet's lets the Node authorizer and the
+# NodeRestriction admission plugin bound it; the other two have the bootstrap RBAC bindings.
+_NODE_USERS: dict[str, tuple[str, ...]] = {
+    f"system:node:{NODE_NAME}": ("system:nodes",),
+    "system:kube-proxy": (),
+    "system:kube-scheduler": (),
+}
+# Order of shutdown: the scheduler and kubelet first (the kubelet stops the pods' processes; the
+# real node's sandboxes are removed through containerd right after it), etcd last.
+_PROCESS_ORDER = (
+    "kube-scheduler",
+    "kubelet",
+    "kube-proxy",
+    "containerd",
+    "kube-controller-manager",
+    "kube-apiserver",
+    "etcd",
+)
+# What each process's command line holds (guards against a recycled pid).
+_EXPECTED_COMMAND = {
+    "etcd": "etcd",
+    "kube-apiserver": "kube-apiserver",
+    "kube-controller-manager": "kube-controller-manager",
+    "kube-scheduler": "kube-scheduler",
+    "kubelet": "kubelet",
+    "kube-proxy": "kube-proxy",
+    "containerd": "containerd",
+}
+NODE_KINDS = ("process", "real")
 _HACK_DIR = Path(__file__).resolve().parent.parent
 # The audit policy of ``start(audit=True)``: rules are matched in order, the first one wins.
 _AUDIT_POLICY = {
@@ -110,6 +140,9 @@ class ControlPlane:
     pids: dict[str, int] = field(default_factory=dict)
     node_name: str = NODE_NAME
     versions: dict[str, str] = field(default_factory=dict)
+    # "process": the process kubelet runs containers as host processes; "real": containerd,
+    # the kubelet, kube-proxy and kube-scheduler (:mod:`devcluster.node`).
+    node: str = "process"
 
     def kubeconfig(self, user: str = "admin") -> Path:
         """Return the kubeconfig path of one of :data:`USERS`."""
@@ -308,6 +341,26 @@ def _audit_flags(state_dir: Path) -> list[str]:
     ]
 
 
+def _apiserver_network_flags(cp: ControlPlane, keys: pki.Pki) -> list[str]:
+    if cp.node != "real":
+        return [
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            # The only "node" address is 127.0.0.1, which the endpoints of the kubernetes Service
+            # may not hold; nothing in the process kubelet's cluster routes through that Service.
+            "--endpoint-reconciler-type=none",
+        ]
+    # Pods reach the API server on the bridge, directly and through the kubernetes Service
+    # (whose Endpoints the lease reconciler keeps); the kubelet takes its client certificate.
+    return [
+        f"--bind-address={node.NODE_IP}",
+        f"--advertise-address={node.NODE_IP}",
+        "--endpoint-reconciler-type=lease",
+        f"--kubelet-client-certificate={keys.ca_cert.parent / 'kubelet-client.crt'}",
+        f"--kubelet-client-key={keys.ca_cert.parent / 'kubelet-client.key'}",
+    ]
+
+
 def _start_apiserver(
     cp: ControlPlane, binaries: build.Binaries, keys: pki.Pki, audit: bool
 ) -> None:
@@ -317,8 +370,7 @@ def _start_apiserver(
         [
             str(binaries.kube_apiserver),
             f"--etcd-servers=http://127.0.0.1:{cp.ports['etcd']}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
+            *_apiserver_network_flags(cp, keys),
             f"--secure-port={cp.ports['kube-apiserver']}",
             f"--tls-cert-file={keys.apiserver_cert}",
             f"--tls-private-key-file={keys.apiserver_key}",
@@ -334,9 +386,6 @@ def _start_apiserver(
             "DefaultTolerationSeconds,NodeRestriction,PodSecurity,Priority,ResourceQuota,"
             "MutatingAdmissionWebhook,ValidatingAdmissionWebhook,ValidatingAdmissionPolicy",
             "--allow-privileged=true",
-            # The only "node" address is 127.0.0.1, which the endpoints of the kubernetes Service
-            # may not hold; nothing in the dev cluster routes through that Service anyway.
-            "--endpoint-reconciler-type=none",
             "--kubelet-preferred-address-types=InternalIP,Hostname",
             "--profiling=false",
             *(_audit_flags(cp.state_dir) if audit else []),
@@ -388,27 +437,45 @@ def _start_kubelet(cp: ControlPlane, keys: pki.Pki) -> None:
     )
 
 
-def _prepare(state_dir: Path) -> tuple[ControlPlane, pki.Pki]:
+_REAL_NODE_PORTS = (
+    "kubelet-healthz",
+    "kube-proxy-healthz",
+    "kube-proxy-metrics",
+    "kube-scheduler",
+)
+
+
+def _prepare(state_dir: Path, node_kind: str) -> tuple[ControlPlane, pki.Pki]:
     if (state_dir / "state.json").exists():
         raise ControlPlaneError(
             f"a control plane is already recorded in {state_dir}; run `hack/control-plane down`"
         )
+    if node_kind not in NODE_KINDS:
+        raise ControlPlaneError(f"node must be one of {', '.join(NODE_KINDS)}, not {node_kind!r}")
     for sub in ("logs", "run", "pods"):
         (state_dir / sub).mkdir(parents=True, exist_ok=True)
     state_dir.chmod(0o700)
-    keys = pki.generate(state_dir / "pki", SERVICE_IP)
-    names = ("etcd", "etcd-peer", "kube-apiserver", "kube-controller-manager", "kubelet")
-    ports = {name: _free_port() for name in names}
-    tokens = {user: secrets.token_hex(24) for user in [*USERS, _CONTROLLER_MANAGER_USER]}
+    real = node_kind == "real"
+    keys = pki.generate(state_dir / "pki", SERVICE_IP, node.NODE_IP if real else None)
+    names = ["etcd", "etcd-peer", "kube-apiserver", "kube-controller-manager", "kubelet"]
+    ports = {name: _free_port() for name in names + (list(_REAL_NODE_PORTS) if real else [])}
+    node_users = _NODE_USERS if real else {}
+    tokens = {u: secrets.token_hex(24) for u in [*USERS, _CONTROLLER_MANAGER_USER, *node_users]}
+    host = node.NODE_IP if real else "127.0.0.1"
     cp = ControlPlane(
         state_dir=state_dir,
-        server=f"https://127.0.0.1:{ports['kube-apiserver']}",
+        server=f"https://{host}:{ports['kube-apiserver']}",
         ca_cert=keys.ca_cert,
         tokens=tokens,
         ports=ports,
         versions={"kubernetes": build.KUBERNETES_VERSION, "etcd": build.ETCD_VERSION},
+        node=node_kind,
     )
-    rows = [f'{tokens[u]},{u},uid-{u},"{",".join(g)}"' for u, g in USERS.items()]
+    if real:
+        # Recorded before anything touches the host, so a failed start is undone by stop().
+        cp.save()
+        node.prepare_host(state_dir)
+    rows = [f'{tokens[u]},{u},uid-{u},"{",".join(g)}"' for u, g in {**USERS, **node_users}.items()]
     rows.append(f"{tokens[_CONTROLLER_MANAGER_USER]},{_CONTROLLER_MANAGER_USER},uid-kcm")
     (state_dir / "tokens.csv").write_text("\n".join(rows) + "\n")
     (state_dir / "tokens.csv").chmod(0o600)
@@ -421,16 +488,77 @@ def _prepare(state_dir: Path) -> tuple[ControlPlane, pki.Pki]:
         _CONTROLLER_MANAGER_USER,
         tokens[_CONTROLLER_MANAGER_USER],
     )
+    for user in node_users:
+        _write_kubeconfig(
+            _component_kubeconfig(state_dir, user), cp.server, cp.ca_cert, user, tokens[user]
+        )
     cp.save()
     return cp, keys
 
 
+def _component_kubeconfig(state_dir: Path, user: str) -> Path:
+    return node.node_dir(state_dir) / f"{user.rsplit(':', 1)[-1]}.kubeconfig"
+
+
+def _containerd_serving(cp: ControlPlane) -> bool:
+    socket = node.containerd_socket(cp.state_dir)
+    argv = ["ctr", "--address", str(socket), "version"]
+    return (
+        socket.exists() and subprocess.run(argv, capture_output=True, check=False).returncode == 0
+    )
+
+
+def _start_real_node(cp: ControlPlane, keys: pki.Pki, deadline: float) -> None:
+    """Start containerd (with the pause image), kube-scheduler, the kubelet and kube-proxy."""
+    directory = build.ensure_node_binaries()
+    pause = images.pause_image()
+    config = node.write_containerd_config(cp.state_dir, images.PAUSE_IMAGE)
+    _spawn(cp, "containerd", ["containerd", f"--config={config}"])
+    _wait(cp, "containerd", ("containerd",), lambda: _containerd_serving(cp), deadline)
+    images.import_image(node.containerd_socket(cp.state_dir), pause)
+    _spawn(
+        cp,
+        "kube-scheduler",
+        [
+            str(directory / "kube-scheduler"),
+            f"--kubeconfig={_component_kubeconfig(cp.state_dir, 'system:kube-scheduler')}",
+            "--leader-elect=false",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={cp.ports['kube-scheduler']}",
+            "--profiling=false",
+        ],
+    )
+    node.write_kubelet_config(
+        cp.state_dir, cp.ca_cert, cp.ports["kubelet"], cp.ports["kubelet-healthz"]
+    )
+    kubelet_kubeconfig = _component_kubeconfig(cp.state_dir, f"system:node:{cp.node_name}")
+    _spawn(
+        cp,
+        "kubelet",
+        node.kubelet_argv(
+            directory / "kubelet",
+            cp.state_dir,
+            kubelet_kubeconfig,
+            cp.node_name,
+            (keys.kubelet_cert, keys.kubelet_key),
+        ),
+    )
+    proxy_kubeconfig = _component_kubeconfig(cp.state_dir, "system:kube-proxy")
+    proxy_config = node.write_proxy_config(cp.state_dir, proxy_kubeconfig, cp.node_name, cp.ports)
+    _spawn(cp, "kube-proxy", [str(directory / "kube-proxy"), f"--config={proxy_config}"])
+
+
 def start(
-    state_dir: Path | None = None, timeout: float = 240, *, audit: bool = False
+    state_dir: Path | None = None,
+    timeout: float = 240,
+    *,
+    audit: bool = False,
+    node_kind: str = "process",
 ) -> ControlPlane:
     """Start the whole control plane in ``state_dir`` and wait until it serves and a Node is Ready.
 
     With ``audit``, the API server writes :func:`audit_log` (see the module docstring).
+    ``node_kind`` is ``"process"`` (the process kubelet) or ``"real"`` (:mod:`devcluster.node`).
 
     On failure everything started so far is stopped and the state directory removed before the
     :class:`ControlPlaneError` (with the failing process's log tail) propagates.
@@ -439,9 +567,9 @@ def start(
     if state_dir is None:
         state_dir = DEFAULT_STATE_DIR
     state_dir = state_dir.resolve()
-    cp, keys = _prepare(state_dir)
     deadline = time.monotonic() + timeout
     try:
+        cp, keys = _prepare(state_dir, node_kind)
         _start_etcd(cp, binaries)
         _wait(cp, "etcd /health", ("etcd",), lambda: _etcd_healthy(cp), deadline)
         _start_apiserver(cp, binaries, keys, audit)
@@ -453,7 +581,10 @@ def start(
             deadline,
         )
         _start_controller_manager(cp, binaries, keys)
-        _start_kubelet(cp, keys)
+        if cp.node == "real":
+            _start_real_node(cp, keys, deadline)
+        else:
+            _start_kubelet(cp, keys)
         _wait(
             cp,
             "the controllers",
@@ -464,7 +595,11 @@ def start(
         _wait(
             cp,
             f"Node {cp.node_name} Ready",
-            ("kube-apiserver", "kubelet"),
+            (
+                "kube-apiserver",
+                "kubelet",
+                *(("containerd", "kube-proxy") if cp.node == "real" else ()),
+            ),
             lambda: _node_ready(cp),
             deadline,
         )
@@ -507,22 +642,21 @@ def _pod_process_pids(state_dir: Path) -> list[int]:
 def stop(state_dir: Path | None = None) -> None:
     """Stop every process of the control plane in ``state_dir`` and remove the directory."""
     state_dir = (state_dir or DEFAULT_STATE_DIR).resolve()
-    expected = {
-        "etcd": "etcd",
-        "kube-apiserver": "kube-apiserver",
-        "kube-controller-manager": "kube-controller-manager",
-        "kubelet": "devcluster.kubelet",
-    }
     for name in _PROCESS_ORDER:
+        if name == "kube-proxy":
+            # The kubelet is gone and containerd still serves: remove every pod sandbox now.
+            node.remove_pod_sandboxes(state_dir, build.crictl_binary_if_built())
         pid_file = state_dir / "run" / f"{name}.pid"
         with contextlib.suppress(ValueError, OSError):
             pid = int(pid_file.read_text().strip())
-            if _own_process(pid, expected[name]):
+            if _own_process(pid, _EXPECTED_COMMAND[name]):
                 _terminate_group(pid, grace=10)
     # The kubelet stops its pods' processes on SIGTERM; these are the ones it could not.
     for pid in _pod_process_pids(state_dir):
         if _alive(pid) and _own_process(pid, ""):
             _terminate_group(pid, grace=2)
+    proxy = build.cache_root() / f"kubernetes-{build.KUBERNETES_VERSION}" / "kube-proxy"
+    node.restore_host(state_dir, proxy if proxy.is_file() else None)
     shutil.rmtree(state_dir, ignore_errors=True)
 
 

@@ -77,8 +77,13 @@ def _signed_cert(
     return cert, key
 
 
-def generate(directory: Path, service_ip: str) -> Pki:
-    """Write a fresh CA, serving certificates and service-account keys into ``directory``."""
+def generate(directory: Path, service_ip: str, node_ip: str | None = None) -> Pki:
+    """Write a fresh CA, serving certificates and service-account keys into ``directory``.
+
+    With ``node_ip`` (a real node's bridge address, where the API server and kubelet listen) the
+    serving certificates hold that address too, and ``kubelet-client.crt`` is the API server's
+    client certificate for the kubelet (``system:masters``: logs, exec, attach, port-forward).
+    """
     directory.mkdir(parents=True, exist_ok=True)
     ca_key = directory / "ca.key"
     ca_cert = directory / "ca.crt"
@@ -101,7 +106,7 @@ def generate(directory: Path, service_ip: str) -> Pki:
         "keyUsage=critical,keyCertSign,cRLSign,digitalSignature",
     )
     ca = (ca_cert, ca_key)
-    local_names = ["IP:127.0.0.1", "DNS:localhost"]
+    local_names = ["IP:127.0.0.1", "DNS:localhost", *([f"IP:{node_ip}"] if node_ip else [])]
     apiserver_cert, apiserver_key = _signed_cert(
         directory,
         "apiserver",
@@ -119,6 +124,14 @@ def generate(directory: Path, service_ip: str) -> Pki:
     kubelet_cert, kubelet_key = _signed_cert(
         directory, "kubelet", ca, "/CN=agentflows-process-kubelet", local_names
     )
+    if node_ip:
+        _signed_cert(
+            directory,
+            "kubelet-client",
+            ca,
+            "/O=system:masters/CN=kube-apiserver-kubelet-client",
+            ["DNS:kube-apiserver-kubelet-client"],
+        )
     service_account_key = directory / "sa.key"
     service_account_pub = directory / "sa.pub"
     _openssl(
