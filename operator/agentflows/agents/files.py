@@ -41,8 +41,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from agentflows.agents import http_tool, secrets
 from agentflows.agents import model as model_client
+from agentflows.agents import secrets
 from agentflows.api import agent as agent_api
 from agentflows.api import common
 from agentflows.api import flow as flow_api
@@ -155,6 +155,8 @@ async def _read(
         data = await asyncio.to_thread(_read_path, spec, where, access)
         return f"path {spec.path}", posixpath.basename(spec.path), data
     assert spec.url is not None
+    from agentflows.agents import http_tool  # httpx loads only when a file is fetched
+
     tool = agent_api.HttpTool(
         url=spec.url, allow_hosts=spec.allow_hosts, max_response_bytes=spec.max_bytes
     )
