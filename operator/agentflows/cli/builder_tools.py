@@ -162,26 +162,30 @@ class Belt:
             return None, problems
         return Draft(text, flows[0], local.resolver_of(combined)), []
 
-    async def _dry_run(self, text: str, input_value: Any) -> tools.ToolOutcome:
+    def _checked(self, text: str, refusal: str) -> Draft | tools.ToolOutcome:
+        """The draft of ``text``, kept as :attr:`valid`, or the failure ``refusal: problems``.
+
+        A draft that does not validate has its problems recorded as fed back to the model.
+        """
         draft, problems = self.check(text)
         if draft is None:
             self.problems_seen.append(problems)
-            return tools.ToolOutcome.failure(
-                "the draft does not validate, so it was not run: " + "; ".join(problems)
-            )
+            return tools.ToolOutcome.failure(f"{refusal}: " + "; ".join(problems))
         self._keep(draft)
+        return draft
+
+    async def _dry_run(self, text: str, input_value: Any) -> tools.ToolOutcome:
+        draft = self._checked(text, "the draft does not validate, so it was not run")
+        if isinstance(draft, tools.ToolOutcome):
+            return draft
         result = await dry_run(draft, input_value)
         self.dry_run, self.dry_run_yaml = result, text
         return tools.ToolOutcome.success(result)
 
     async def _save(self, text: str, path: Any) -> tools.ToolOutcome:
-        draft, problems = self.check(text)
-        if draft is None:
-            self.problems_seen.append(problems)
-            return tools.ToolOutcome.failure(
-                "not saved: the draft does not validate: " + "; ".join(problems)
-            )
-        self._keep(draft)
+        draft = self._checked(text, "not saved: the draft does not validate")
+        if isinstance(draft, tools.ToolOutcome):
+            return draft
         target = self.output
         if target is None:
             if not isinstance(path, str) or not path:

@@ -24,6 +24,7 @@ import asyncio
 import difflib
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -65,6 +66,13 @@ SUGGEST_TASK = (
     "distinct name. Validate and dry-run each; do not save them. Say in your final answer why "
     "each is worth having."
 )
+
+
+def _limit_option(
+    name: str, default: float, kind: click.IntRange | click.FloatRange, help_text: str
+) -> Callable[[Any], Any]:
+    """One of the session's bounds: an option with its default shown in ``--help``."""
+    return click.option(name, default=default, show_default=True, type=kind, help=help_text)
 
 
 def _usage(message: str) -> NoReturn:
@@ -354,27 +362,14 @@ def _load(files: tuple[Path, ...], revise: Path | None) -> tuple[documents.LoadR
 @commands_cluster.namespace_option
 @commands_cluster.kubeconfig_option
 @commands_cluster.context_option
-@click.option(
+@_limit_option(
     "--max-iterations",
-    default=12,
-    show_default=True,
-    type=click.IntRange(1, 200),
-    help="Model turns with tool calls before the builder gives up.",
+    12,
+    click.IntRange(1, 200),
+    "Model turns with tool calls before the builder gives up.",
 )
-@click.option(
-    "--max-tokens",
-    default=200_000,
-    show_default=True,
-    type=click.IntRange(1),
-    help="Token limit of the session.",
-)
-@click.option(
-    "--max-cost",
-    default=1.0,
-    show_default=True,
-    type=click.FloatRange(0),
-    help="Cost limit of the session, in USD.",
-)
+@_limit_option("--max-tokens", 200_000, click.IntRange(1), "Token limit of the session.")
+@_limit_option("--max-cost", 1.0, click.FloatRange(0), "Cost limit of the session, in USD.")
 def draft_command(
     prompt: str,
     files: tuple[Path, ...],
