@@ -53,6 +53,14 @@ def post_about_a_run(cluster: Cluster, namespace: str, name: str) -> None:
     cluster.core().create_namespaced_event(namespace, body)
 
 
+def start_the_seed_of_a_trigger_on_its_runs(runs: FlowRuns, operator: OperatorProcess) -> None:
+    """Flow echo, triggered by its namespace's FlowRun Events, watched; then its run seed."""
+    runs.apply(flow("echo", [TRIGGER]))
+    wait_for(lambda: ready(runs, "echo"), 60, "the Flow's TriggersReady")
+    wait_for(lambda: event_watch(operator) == "1.0", 60, "the operator's Event watch")
+    runs.apply({"kind": "FlowRun", "metadata": {"name": "seed"}, "spec": {"flow": "echo"}})
+
+
 def started_for(runs: FlowRuns) -> list[str]:
     """The input names of every FlowRun of Flow echo (the seed, not labelled, included)."""
     listing = runs.custom.list_namespaced_custom_object(
@@ -75,10 +83,7 @@ def run_for(runs: FlowRuns, about: str) -> dict[str, Any] | None:
 def test_a_trigger_on_its_runs_events_is_not_fed_by_its_own_runs(
     runs: FlowRuns, operator: OperatorProcess
 ) -> None:
-    runs.apply(flow("echo", [TRIGGER]))
-    wait_for(lambda: ready(runs, "echo"), 60, "the Flow's TriggersReady")
-    wait_for(lambda: event_watch(operator) == "1.0", 60, "the operator's Event watch")
-    runs.apply({"kind": "FlowRun", "metadata": {"name": "seed"}, "spec": {"flow": "echo"}})
+    start_the_seed_of_a_trigger_on_its_runs(runs, operator)
     assert runs.wait_phase("seed", "Succeeded", "Failed")["phase"] == "Succeeded"
 
     def told() -> list[Any]:
@@ -106,10 +111,7 @@ def test_a_trigger_on_its_runs_events_is_not_fed_by_its_own_runs(
 def test_a_trigger_fed_by_its_own_runs_says_so_in_the_flows_status(
     runs: FlowRuns, operator: OperatorProcess
 ) -> None:
-    runs.apply(flow("echo", [TRIGGER]))
-    wait_for(lambda: ready(runs, "echo"), 60, "the Flow's TriggersReady")
-    wait_for(lambda: event_watch(operator) == "1.0", 60, "the operator's Event watch")
-    runs.apply({"kind": "FlowRun", "metadata": {"name": "seed"}, "spec": {"flow": "echo"}})
+    start_the_seed_of_a_trigger_on_its_runs(runs, operator)
 
     def refused() -> dict[str, Any] | None:
         condition = runs.condition("flows", "echo", "TriggersRefused")

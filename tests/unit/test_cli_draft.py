@@ -8,6 +8,7 @@ the server's recorded requests, and what was saved from the file itself.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,14 +59,32 @@ ASSUMED = "- schedule time zone Europe/Oslo\n- approver alice"
 BELT = {"validate_flow", "dry_run_flow", "explain_resource", "save_flow"}
 
 
-def _draft(server: ScriptedModelServer, tmp_path: Path, *args: str) -> Result:
-    agents = tmp_path / "agents.yaml"
-    agents.write_text(AGENTS)
+#: One turn of the scripted builder: the belt tool it calls and the arguments.
+Call = tuple[str, dict[str, Any]]
+
+
+def _draft(
+    server: ScriptedModelServer,
+    tmp_path: Path,
+    args: Sequence[str],
+    calls: Sequence[Call] = (),
+    answer: str | None = None,
+    agents: str = AGENTS,
+    env: Mapping[str, str] | None = None,
+) -> Result:
+    """``agentflows draft ARGS -f AGENTS``, the builder scripted to make ``calls`` then answer.
+
+    One call a turn; without an ``answer`` the script ends after the calls.
+    """
+    turns = [Reply.calls(ToolCall(tool, arguments)) for tool, arguments in calls]
+    server.script(*turns, *([] if answer is None else [Reply.text(answer)]))
+    agents_file = tmp_path / "agents.yaml"
+    agents_file.write_text(agents)
     model = ["--model", "openai/scripted-model", "--api-base", server.url]
     return CliRunner().invoke(
         cli.main,
-        ["draft", *args, "-f", str(agents), *model],
-        env={"OPENAI_API_KEY": API_KEY, "AGENTFLOWS_BUILDER_MODEL": None},
+        ["draft", *args, "-f", str(agents_file), *model],
+        env={"OPENAI_API_KEY": API_KEY, "AGENTFLOWS_BUILDER_MODEL": None, **(env or {})},
     )
 
 
@@ -77,16 +96,21 @@ def test_draft_feeds_the_problems_back_and_saves_the_fixed_flow_after_its_dry_ru
     model_server: ScriptedModelServer,  # noqa: F811
     tmp_path: Path,
 ) -> None:
-    model_server.script(
-        Reply.calls(ToolCall("validate_flow", {"yaml": BAD})),
-        Reply.calls(ToolCall("explain_resource", {"path": "Flow.spec.nodes.approval"})),
-        Reply.calls(ToolCall("validate_flow", {"yaml": GOOD})),
-        Reply.calls(ToolCall("dry_run_flow", {"yaml": GOOD})),
-        Reply.calls(ToolCall("save_flow", {"yaml": GOOD})),
-        Reply.text(ASSUMED),
-    )
     saved = tmp_path / "failing-pods.yaml"
-    result = _draft(model_server, tmp_path, "list failing pods, ask me first", "-o", str(saved))
+    calls = [
+        ("validate_flow", {"yaml": BAD}),
+        ("explain_resource", {"path": "Flow.spec.nodes.approval"}),
+        ("validate_flow", {"yaml": GOOD}),
+        ("dry_run_flow", {"yaml": GOOD}),
+        ("save_flow", {"yaml": GOOD}),
+    ]
+    result = _draft(
+        model_server,
+        tmp_path,
+        ["list failing pods, ask me first", "-o", str(saved)],
+        calls=calls,
+        answer=ASSUMED,
+    )
 
     assert result.exit_code == 0, result.output
     first, second = model_server.requests[0].body, model_server.requests[1].body
@@ -109,9 +133,14 @@ def test_draft_never_saves_a_draft_that_does_not_validate(
     model_server: ScriptedModelServer,  # noqa: F811
     tmp_path: Path,
 ) -> None:
-    model_server.script(Reply.calls(ToolCall("save_flow", {"yaml": BAD})), Reply.text("- nothing"))
     saved = tmp_path / "out.yaml"
-    result = _draft(model_server, tmp_path, "list failing pods", "-o", str(saved))
+    result = _draft(
+        model_server,
+        tmp_path,
+        ["list failing pods", "-o", str(saved)],
+        calls=[("save_flow", {"yaml": BAD})],
+        answer="- nothing",
+    )
 
     assert result.exit_code == 1
     refused = model_server.requests[1].body["messages"][-1]["content"]
@@ -125,11 +154,13 @@ def test_draft_without_o_saves_nothing_when_nobody_can_confirm(
     tmp_path: Path,
 ) -> None:
     target = tmp_path / "asked.yaml"
-    model_server.script(
-        Reply.calls(ToolCall("save_flow", {"yaml": GOOD, "path": str(target)})),
-        Reply.text(ASSUMED),
+    result = _draft(
+        model_server,
+        tmp_path,
+        ["list failing pods"],
+        calls=[("save_flow", {"yaml": GOOD, "path": str(target)})],
+        answer=ASSUMED,
     )
-    result = _draft(model_server, tmp_path, "list failing pods")
 
     assert result.exit_code == 0, result.output
     refused = model_server.requests[1].body["messages"][-1]["content"]
@@ -142,12 +173,12 @@ def test_draft_stops_at_its_iteration_limit(
     model_server: ScriptedModelServer,  # noqa: F811
     tmp_path: Path,
 ) -> None:
-    model_server.script(
-        Reply.calls(ToolCall("validate_flow", {"yaml": BAD})),
-        Reply.calls(ToolCall("validate_flow", {"yaml": BAD})),
-        Reply.calls(ToolCall("validate_flow", {"yaml": BAD})),
+    result = _draft(
+        model_server,
+        tmp_path,
+        ["list failing pods", "--max-iterations", "2"],
+        calls=[("validate_flow", {"yaml": BAD})] * 3,
     )
-    result = _draft(model_server, tmp_path, "list failing pods", "--max-iterations", "2")
 
     assert result.exit_code == 1
     assert "the builder stopped" in result.stderr
@@ -161,10 +192,13 @@ def test_draft_revise_prints_the_diff_of_the_changed_flow(
     existing = tmp_path / "flow.yaml"
     existing.write_text(GOOD)
     changed = GOOD.replace("users: [alice]", "groups: [sre]")
-    model_server.script(
-        Reply.calls(ToolCall("validate_flow", {"yaml": changed})), Reply.text("- group sre")
+    result = _draft(
+        model_server,
+        tmp_path,
+        ["let the sre group approve", "--revise", str(existing)],
+        calls=[("validate_flow", {"yaml": changed})],
+        answer="- group sre",
     )
-    result = _draft(model_server, tmp_path, "let the sre group approve", "--revise", str(existing))
 
     assert result.exit_code == 0, result.output
     assert "kind: Flow" in model_server.requests[0].body["messages"][-1]["content"]
@@ -201,28 +235,20 @@ def test_draft_tells_the_builder_the_mcp_tools_names_and_schemas_but_no_secret_v
     token = "mcp-token-7f3a9c21e5"
     ref = common.SecretKeyRef(secret_key_ref=common.SecretKeySelector(name="mcp-auth", key="t"))
     server = mcp_servers.HttpMcpServer(token=token).start()
+    calc = (
+        "apiVersion: agentflows.io/v1alpha1\nkind: Agent\nmetadata: {name: calc}\nspec:\n"
+        "  model: {name: openai/gpt-4o-mini}\n  tools:\n  - name: calc\n    mcp:\n"
+        f"      url: {server.url}\n"
+        "      headers: {Authorization: {secretKeyRef: {name: mcp-auth, key: t}}}\n"
+    )
     try:
-        agents = tmp_path / "calc.yaml"
-        agents.write_text(
-            "apiVersion: agentflows.io/v1alpha1\nkind: Agent\nmetadata: {name: calc}\nspec:\n"
-            "  model: {name: openai/gpt-4o-mini}\n  tools:\n  - name: calc\n    mcp:\n"
-            f"      url: {server.url}\n"
-            "      headers: {Authorization: {secretKeyRef: {name: mcp-auth, key: t}}}\n"
-        )
-        model_server.script(Reply.text("- nothing"))
-        result = CliRunner().invoke(
-            cli.main,
-            [
-                "draft",
-                "add numbers",
-                "-f",
-                str(agents),
-                "--api-base",
-                model_server.url,
-                "--model",
-                "openai/scripted-model",
-            ],
-            env={"OPENAI_API_KEY": API_KEY, secrets.secret_env_name(ref): f"Bearer {token}"},
+        result = _draft(
+            model_server,
+            tmp_path,
+            ["add numbers"],
+            answer="- nothing",
+            agents=calc,
+            env={secrets.secret_env_name(ref): f"Bearer {token}"},
         )
     finally:
         server.stop()
@@ -239,13 +265,13 @@ def test_draft_suggest_prints_every_flow_that_validated_and_saves_none(
     tmp_path: Path,
 ) -> None:
     second = GOOD.replace("name: failing-pods", "name: pod-report")
-    model_server.script(
-        Reply.calls(ToolCall("validate_flow", {"yaml": GOOD})),
-        Reply.calls(ToolCall("validate_flow", {"yaml": BAD.replace("failing-pods", "broken")})),
-        Reply.calls(ToolCall("dry_run_flow", {"yaml": second})),
-        Reply.text("- failing-pods: triage every weekday\n- pod-report: a report"),
-    )
-    result = _draft(model_server, tmp_path, "--suggest")
+    calls = [
+        ("validate_flow", {"yaml": GOOD}),
+        ("validate_flow", {"yaml": BAD.replace("failing-pods", "broken")}),
+        ("dry_run_flow", {"yaml": second}),
+    ]
+    answer = "- failing-pods: triage every weekday\n- pod-report: a report"
+    result = _draft(model_server, tmp_path, ["--suggest"], calls=calls, answer=answer)
 
     assert result.exit_code == 0, result.output
     assert "Propose up to three Flows" in model_server.requests[0].body["messages"][-1]["content"]
