@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from agentflows.api import budget as budget_api
 from agentflows.api import crd
 from agentflows.api import flow as flow_api
+from agentflows.api import runner as runner_api
 from agentflows.cli import main as cli
 from agentflows.controller import pods, settings
 
@@ -83,9 +84,11 @@ def test_the_crds_carry_the_same_rule_for_the_api_server() -> None:
 def test_a_stored_flow_cannot_override_the_operators_variables_in_the_pod() -> None:
     # a Flow written before the rule: built without validation, as an old object is read
     env = [
-        flow_api.EnvVar.model_construct(name="AGENTFLOWS_BUDGET", value="", secret_key_ref=None),
-        flow_api.EnvVar.model_construct(name="AGENTFLOWS_ATTEMPT", value="99", secret_key_ref=None),
-        flow_api.EnvVar.model_construct(name="TEAM", value="blue", secret_key_ref=None),
+        runner_api.EnvVar.model_construct(name="AGENTFLOWS_BUDGET", value="", secret_key_ref=None),
+        runner_api.EnvVar.model_construct(
+            name="AGENTFLOWS_ATTEMPT", value="99", secret_key_ref=None
+        ),
+        runner_api.EnvVar.model_construct(name="TEAM", value="blue", secret_key_ref=None),
     ]
     flow = flow_api.FlowSpec.model_validate({"nodes": [{"id": "a", "transform": "=1"}]})
     flow.runner.env = env

@@ -18,6 +18,7 @@ from agentflows.api import agent as agent_api
 from agentflows.api import common, reference_policy, references
 from agentflows.api import flow as flow_api
 from agentflows.api import flowrun as flowrun_api
+from agentflows.api import runner as runner_api
 from agentflows.controller import pods
 from tests.cluster import test_secret_reference_policy as cluster_cases
 
@@ -26,8 +27,8 @@ REPO = Path(__file__).resolve().parents[2]
 NAMING: dict[type, str] = {
     common.SecretKeySelector: references.SECRET,
     agent_api.ConfigMapKeySelector: references.CONFIG_MAP,
-    flow_api.ConfigMapFiles: references.CONFIG_MAP,
-    flow_api.ClaimFiles: references.CLAIM,
+    runner_api.ConfigMapFiles: references.CONFIG_MAP,
+    runner_api.ClaimFiles: references.CLAIM,
 }
 
 

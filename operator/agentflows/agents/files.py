@@ -46,12 +46,13 @@ from agentflows.agents import secrets
 from agentflows.api import agent as agent_api
 from agentflows.api import common
 from agentflows.api import flow as flow_api
+from agentflows.api import runner as runner_api
 from agentflows.engine import capabilities
 
 #: All reference files of one turn together, in bytes.
 MAX_TOTAL_BYTES = 33_554_432
 #: Where ``path`` files are looked for in a runner pod unless AGENTFLOWS_FILES_ROOT says.
-POD_FILES_ROOT = flow_api.RUNNER_FILES_ROOT
+POD_FILES_ROOT = runner_api.RUNNER_FILES_ROOT
 FILES_ROOT_ENV = "AGENTFLOWS_FILES_ROOT"
 _TEXT_TYPES = frozenset(
     {"application/json", "application/yaml", "application/x-yaml", "application/xml"}

@@ -17,6 +17,7 @@ from agentflows.api import agent as agent_api
 from agentflows.api import budget as budget_api
 from agentflows.api import common
 from agentflows.api import flow as flow_api
+from agentflows.api import runner as runner_api
 from agentflows.controller import resolve, settings
 from agentflows.kube import objects, podsecurity
 
@@ -45,7 +46,7 @@ def secret_env(
     ]
 
 
-def runner_env(spec: flow_api.RunnerSpec) -> list[dict[str, Any]]:
+def runner_env(spec: runner_api.RunnerSpec) -> list[dict[str, Any]]:
     """The Flow's ``runner.env`` as container env, without a variable of the operator's.
 
     The models and the CRD refuse such a name; one stored before that rule existed is left out
@@ -68,7 +69,7 @@ def runner_env(spec: flow_api.RunnerSpec) -> list[dict[str, Any]]:
     return env
 
 
-def files_volumes(spec: flow_api.RunnerSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def files_volumes(spec: runner_api.RunnerSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The Flow's ``runner.files`` as (volumes, read-only mounts under the files root)."""
     volumes: list[dict[str, Any]] = []
     mounts: list[dict[str, Any]] = []
@@ -81,7 +82,7 @@ def files_volumes(spec: flow_api.RunnerSpec) -> tuple[list[dict[str, Any]], list
             volume["persistentVolumeClaim"] = {"claimName": claim, "readOnly": True}
         mount = {
             "name": volume["name"],
-            "mountPath": f"{flow_api.RUNNER_FILES_ROOT}/{entry.name}",
+            "mountPath": f"{runner_api.RUNNER_FILES_ROOT}/{entry.name}",
             "readOnly": True,
         }
         if entry.sub_path is not None:
