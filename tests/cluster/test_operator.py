@@ -310,7 +310,10 @@ def test_invalid_flow_and_agent_are_not_ready_with_path_named_messages(
         60,
         "Agent Ready=False",
     )
-    assert agent_ready["message"] == 'spec.model.apiKey.secretKeyRef: Secret "no-such-secret" does not exist'
+    assert (
+        agent_ready["message"]
+        == 'spec.model.apiKey.secretKeyRef: Secret "no-such-secret" does not exist'
+    )
     message = wait_for(
         lambda: (
             "ghost"
