@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, NoReturn
+from collections.abc import Awaitable, Callable
+from typing import Any, NoReturn, TypeVar
 
 import click
 
 from agentflows.api import flowrun as flowrun_api
 from agentflows.api import schemas
 from agentflows.cli import completion, group, local, views
+
+T = TypeVar("T")
 
 namespace_option = click.option(
     "-n", "--namespace", default=None, help="Namespace (default: the kubeconfig's)."
@@ -53,6 +56,22 @@ def _client(
 def _fail(exc: Exception) -> NoReturn:
     click.echo(f"error: {exc}", err=True)
     sys.exit(group.EXIT_INVALID)
+
+
+def _with_api(api: Any, use: Callable[[], Awaitable[T]]) -> T:
+    """``use()`` with the client ``api`` open; an API error exits 2 naming it."""
+    from agentflows.cli import cluster
+    from agentflows.kube import client as kube
+
+    async def go() -> T:
+        async with api:
+            try:
+                return await use()
+            except kube.ApiError as exc:
+                _fail(exc)
+
+    result: T = cluster.run_async(go())
+    return result
 
 
 @click.command()
@@ -134,21 +153,16 @@ def get_from_cluster(
 ) -> None:
     """``agentflows get`` of a FlowRun: its summary with offloaded outputs read back."""
     from agentflows.cli import cluster
-    from agentflows.kube import client as kube
 
     api = _client(kubeconfig, kube_context, looked_locally)
     ns = namespace or api.config.namespace
 
-    async def go() -> None:
-        async with api:
-            try:
-                run = await cluster.get_run(api, ns, run_name)
-                status = await cluster.resolve_outputs(api, ns, run)
-            except kube.ApiError as exc:
-                _fail(exc)
-            click.echo(views.render_run(views.summary(run, status), output))
+    async def show() -> None:
+        run = await cluster.get_run(api, ns, run_name)
+        status = await cluster.resolve_outputs(api, ns, run)
+        click.echo(views.render_run(views.summary(run, status), output))
 
-    cluster.run_async(go())
+    _with_api(api, show)
 
 
 def runs_from_cluster(
@@ -160,21 +174,15 @@ def runs_from_cluster(
     looked_locally: str | None,
 ) -> tuple[list[dict[str, Any]], str]:
     """FlowRuns of a namespace (or all), optionally of one Flow, and where they were looked for."""
-    from agentflows.cli import cluster
     from agentflows.cli import requests as requests_mod
-    from agentflows.kube import client as kube
 
     api = _client(kubeconfig, kube_context, looked_locally)
     ns = None if all_namespaces else (namespace or api.config.namespace)
 
-    async def go() -> list[dict[str, Any]]:
-        async with api:
-            try:
-                return await requests_mod.list_runs(api, ns, flow)
-            except kube.ApiError as exc:
-                _fail(exc)
+    async def listed() -> list[dict[str, Any]]:
+        return await requests_mod.list_runs(api, ns, flow)
 
-    runs: list[dict[str, Any]] = cluster.run_async(go())
+    runs = _with_api(api, listed)
     return runs, ("in any namespace" if ns is None else f"in namespace {ns}")
 
 
@@ -193,27 +201,22 @@ def watch(
 ) -> None:
     """Follow a run live: a line per node change, until it ends or waits."""
     from agentflows.cli import cluster
-    from agentflows.kube import client as kube
 
     api = _client(kubeconfig, kube_context)
     ns = namespace or api.config.namespace
 
-    async def go() -> int:
-        async with api:
-            before: dict[str, Any] = {"metadata": {"name": run_name}}
-            phase = None
-            try:
-                async for run in cluster.follow(api, ns, run_name, give_up_after=timeout):
-                    for line in cluster.node_changes(before, run):
-                        click.echo(line)
-                    before = run
-                    phase = (run.get("status") or {}).get("phase")
-            except kube.ApiError as exc:
-                _fail(exc)
-            _print_decisions(before, ns)
-            return cluster.exit_code(phase)
+    async def follow() -> int:
+        before: dict[str, Any] = {"metadata": {"name": run_name}}
+        phase = None
+        async for run in cluster.follow(api, ns, run_name, give_up_after=timeout):
+            for line in cluster.node_changes(before, run):
+                click.echo(line)
+            before = run
+            phase = (run.get("status") or {}).get("phase")
+        _print_decisions(before, ns)
+        return cluster.exit_code(phase)
 
-    sys.exit(cluster.run_async(go()))
+    sys.exit(_with_api(api, follow))
 
 
 @click.command()
@@ -231,19 +234,14 @@ def logs(
 ) -> None:
     """Print the runner pod's log of a run."""
     from agentflows.cli import cluster
-    from agentflows.kube import client as kube
 
     api = _client(kubeconfig, kube_context)
     ns = namespace or api.config.namespace
 
-    async def go() -> None:
-        async with api:
-            try:
-                click.echo(await cluster.logs(api, ns, run_name, attempt), nl=False)
-            except kube.ApiError as exc:
-                _fail(exc)
+    async def show() -> None:
+        click.echo(await cluster.logs(api, ns, run_name, attempt), nl=False)
 
-    cluster.run_async(go())
+    _with_api(api, show)
 
 
 COMMANDS = [start, watch, logs]
