@@ -62,7 +62,7 @@ def dispatch(ctl: context.Controller) -> workqueue.Reconciler:
     return reconcile
 
 
-def _terminal_event(ctl: context.Controller) -> workqueue.TerminalHook:
+def terminal_event(ctl: context.Controller) -> workqueue.TerminalHook:
     """A Warning Event ``ReconcileFailed`` on the object whose error retrying cannot fix.
 
     The work queue stops retrying such a key (:func:`workqueue.terminal`); the Event says why
@@ -137,7 +137,7 @@ async def run(
         dispatch(ctl),
         workers=config.workers,
         on_error=lambda key, _exc: metrics.reconcile_errors.labels(key.kind).inc(),
-        on_terminal=_terminal_event(ctl),
+        on_terminal=terminal_event(ctl),
         on_timing=metrics.queue_timing,
     )
     ctl.cache = cache.Cache(api, config.namespaces, config.owns, ctl.enqueue)
