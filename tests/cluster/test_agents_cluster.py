@@ -11,7 +11,6 @@ import asyncio
 import json
 import os
 import sys
-import time
 from asyncio.subprocess import PIPE
 from typing import Any
 
@@ -23,6 +22,7 @@ from tests.cluster.kube_fixtures import (  # noqa: F401  (fixtures)
     crds,
     create_flowrun,
     get_flowrun,
+    grant_deciders,
     kube,
     kube_namespace,
     patch_status,
@@ -64,12 +64,8 @@ async def _create(api: kube_client.Client, namespace: str, snapshot: dict[str, A
     return name
 
 
-async def _runner(
-    cluster: Cluster, namespace: str, name: str, server: ScriptedModelServer
-) -> tuple[int, str, float | None]:
-    """Run the runner to its end: exit status, stderr, seconds to its first model request."""
-    seen = len(server.requests)
-    started = time.monotonic()
+async def _runner(cluster: Cluster, namespace: str, name: str) -> tuple[int, str]:
+    """Run the runner to its end: exit status and stderr."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -83,15 +79,9 @@ async def _runner(
         stdout=PIPE,
         stderr=PIPE,
     )
-    communicate = asyncio.ensure_future(process.communicate())
-    first_request = None
-    while not communicate.done():
-        if first_request is None and len(server.requests) > seen:
-            first_request = time.monotonic() - started
-        await asyncio.sleep(0.005)
-    _, stderr = await asyncio.wait_for(communicate, 300)
+    _, stderr = await asyncio.wait_for(process.communicate(), 300)
     assert process.returncode is not None
-    return process.returncode, stderr.decode(), first_request
+    return process.returncode, stderr.decode()
 
 
 async def test_review_pauses_the_run_and_a_new_runner_continues_the_same_turn_after_an_edit(
@@ -119,11 +109,8 @@ async def test_review_pauses_the_run_and_a_new_runner_continues_the_same_turn_af
         )
     )
 
-    code, stderr, first_request = await _runner(control_plane, kube_namespace, name, model_server)
+    code, stderr = await _runner(control_plane, kube_namespace, name)
     assert code == 3, stderr
-    # Cold start of a runner process to its first model request (the pod's start aside).
-    assert first_request is not None and first_request < 5, first_request
-    print(f"runner cold start -> first model request: {first_request:.2f} s")
     status = (await get_flowrun(kube, kube_namespace, name))["status"]
     request = status["requests"]["ship"]
     assert (request["kind"], request["message"], request["node"]) == (
@@ -139,13 +126,16 @@ async def test_review_pauses_the_run_and_a_new_runner_continues_the_same_turn_af
     assert [m["role"] for m in saved] == ["system", "user", "assistant"]
     assert node["detail"]["record"]["toolCalls"][0]["status"] == "pending"
 
-    # A human edits the proposed arguments, as `kubectl patch ... --subresource=status` does.
+    # alice, the approver, edits the proposed arguments with her own identity, as
+    # `kubectl patch ... --subresource=status` does.
+    grant_deciders(control_plane, kube_namespace)
     decision = {"decision": "edit", "edits": {"version": "v1"}, "decidedBy": "alice"}
-    await patch_status(kube, kube_namespace, name, {"requests": {"ship": decision}})
+    async with kube_client.Client.from_env(str(control_plane.kubeconfig("alice"))) as alice:
+        await patch_status(alice, kube_namespace, name, {"requests": {"ship": decision}})
     await patch_status(kube, kube_namespace, name, {"attempt": 2})
     model_server.script(Reply.text("Deployed v1 instead of v2."))
 
-    code, stderr, _ = await _runner(control_plane, kube_namespace, name, model_server)
+    code, stderr = await _runner(control_plane, kube_namespace, name)
     assert code == 0, stderr
     status = (await get_flowrun(kube, kube_namespace, name))["status"]
     assert status["result"]["phase"] == "Succeeded"

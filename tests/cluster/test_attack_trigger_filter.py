@@ -5,18 +5,15 @@ A Flow author writes a ``kubernetes`` trigger whose jq ``filter`` loops forever
 for every Flow of the cluster, so before the fix one such Flow stalled event handling for
 everyone. Here, with the operator running as in tests/cluster/test_operator_triggers.py, the
 bad Flow's triggers watch the same Events as another tenant's good Flow, and the good Flow
-still gets a FlowRun for every Event, within the filter bound plus a generous margin; a plain
-FlowRun started meanwhile succeeds; the bad triggers are suspended and the operator's log says
-so with the trigger's name and the bound it hit.
-
-The good trigger's latency (Event created -> its FlowRun seen, both on this test's monotonic
-clock, polled every 0.1 s) is printed without and with the bad Flow; only a generous bound is
-asserted (machines are noisy).
+still gets a FlowRun for every Event (before the fix the first Event stalled the operator's
+event loop for good, so none appeared); a plain FlowRun started meanwhile succeeds; the bad
+triggers are suspended, each after one bound and once, and the operator's log says so with the
+trigger's name and the bound it hit. No latency is asserted (machines are noisy): the waits
+below only give up.
 """
 
 from __future__ import annotations
 
-import time
 import uuid
 from typing import Any
 
@@ -33,8 +30,8 @@ pytestmark = pytest.mark.cluster
 
 LOOP = "def f: f; f"
 ALLOCATE = "[range(1e9)] | length > 0"
-#: The longest a good trigger's run may take to appear: the bad filter's bound, plus margin.
-GOOD_RUN_SECONDS = common.EXPRESSION_SECONDS + 30
+#: When a wait for the good trigger's run gives up (not a latency bound).
+GIVE_UP_SECONDS = 120
 EVENTS_PER_PHASE = 3
 
 
@@ -85,17 +82,15 @@ def post_probe(cluster: Cluster, namespace: str, about: str) -> None:
     cluster.core().create_namespaced_event(namespace, body)
 
 
-def good_run_latency(runs: FlowRuns, about: str) -> float:
-    """Post a Probe Event about ``about``; seconds until the good Flow's run for it exists."""
-    posted = time.monotonic()
+def good_run(runs: FlowRuns, about: str) -> None:
+    """Post a Probe Event about ``about`` and wait for the good Flow's run for it."""
     post_probe(runs.cluster, runs.namespace, about)
 
     def started() -> list[dict[str, Any]]:
         found = flowruns_of(runs, "good")
         return [r for r in found if (r["spec"].get("input") or {}).get("name") == about]
 
-    wait_for(started, GOOD_RUN_SECONDS, f"the good Flow's run for {about}", interval=0.1)
-    return time.monotonic() - posted
+    wait_for(started, GIVE_UP_SECONDS, f"the good Flow's run for {about}", interval=0.1)
 
 
 def ready(runs: FlowRuns, name: str) -> dict[str, Any] | None:
@@ -116,18 +111,18 @@ def test_a_looping_trigger_filter_delays_no_other_flows_runs_and_is_suspended_wi
     runs.apply(flow("good", [probe_trigger("probe", namespace, '.event.object.type == "Normal"')]))
     wait_for(lambda: ready(runs, "good"), 60, "the good Flow's TriggersReady")
     wait_for(lambda: event_watch(operator) == "1.0", 60, "the operator's Event watch")
-    alone = [good_run_latency(runs, f"alone-{i}") for i in range(EVENTS_PER_PHASE)]
+    for i in range(EVENTS_PER_PHASE):
+        good_run(runs, f"alone-{i}")
 
     bad = [probe_trigger("loop", namespace, LOOP), probe_trigger("allocate", namespace, ALLOCATE)]
     runs.apply(flow("bad", bad), flow("plain", []))
     wait_for(lambda: ready(runs, "bad"), 60, "the bad Flow's TriggersReady")
     wait_for(lambda: event_watch(operator) == "1.0", 60, "the operator's Event watch")
 
-    with_bad = [good_run_latency(runs, "with-bad-0")]
+    good_run(runs, "with-bad-0")
     runs.apply({"kind": "FlowRun", "metadata": {"name": "plain-1"}, "spec": {"flow": "plain"}})
-    with_bad += [good_run_latency(runs, f"with-bad-{i}") for i in range(1, EVENTS_PER_PHASE)]
-    print(f"good trigger latency without the bad Flow: {[round(s, 2) for s in alone]} s")
-    print(f"good trigger latency with the bad Flow:    {[round(s, 2) for s in with_bad]} s")
+    for i in range(1, EVENTS_PER_PHASE):
+        good_run(runs, f"with-bad-{i}")
 
     plain = runs.wait_phase("plain-1", "Succeeded", "Failed")
     assert plain["phase"] == "Succeeded", plain

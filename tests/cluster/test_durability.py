@@ -263,7 +263,9 @@ def test_operator_restarted_twice_during_twenty_runs_makes_one_pod_per_attempt(
         wait_for(lambda: len(watcher.seen) >= RUNS // 2, 180, "half the runs started")
         operator.restart()
         wait_all_succeeded(runs, names, timeout=240)
-        time.sleep(2)  # let the watch deliver the last pod events
+        final = {(n, runs.status(n)["attempt"]) for n in names}
+        # the watch has delivered each run's pod of its last attempt (no fixed wait for it)
+        wait_for(lambda: final.issubset(list(watcher.seen)), 60, "the last attempts' pods watched")
     assert_one_pod_per_attempt(runs, names, watcher)
     assert {runs.status(n)["attempt"] for n in names} == {1}, "a restart lost an attempt"
     assert_no_finished_node_ran_again(runs, names, journal)

@@ -337,10 +337,18 @@ def test_a_user_who_is_not_an_approver_is_denied_by_the_api_server(
     assert by_cli.returncode != 0
     assert "mallory is not an approver of this request" in by_cli.stderr
 
-    time.sleep(2)
+    # Admission denied both writes: nothing was stored, so the request is still undecided.
     status = runs.status("gate-1")
     assert status["phase"] == "Waiting" and status["attempt"] == 1
     assert "decision" not in status["requests"]["review"]
+    # And the operator never saw a decision from them: once alice decides, her decision is the
+    # only one it announced, and none was taken back.
+    approved = cli(control_plane, "alice", "approve", "gate-1", "review", "-n", runs.namespace)
+    assert approved.returncode == 0, approved.stderr
+    decided = wait_event(runs, "gate-1", "RequestDecided")
+    assert decided.message.startswith("alice approved request review")
+    assert len(events_of(runs, "gate-1", "RequestDecided")) == 1
+    assert events_of(runs, "gate-1", "RequestDecisionInvalid") == []
 
 
 def test_a_forged_decided_by_is_denied(control_plane: Cluster, humans: FlowRuns) -> None:
@@ -592,8 +600,10 @@ def test_a_run_decided_while_the_operator_is_down_continues_once_after_its_resta
     try:
         approved = cli(control_plane, "alice", "approve", "gate-1", "-n", runs.namespace)
         assert approved.returncode == 0, approved.stderr
-        time.sleep(2)
-        assert runs.status("gate-1")["attempt"] == 1
+        # no operator is running to start an attempt: the decision waits for it in the status
+        assert not operator.alive
+        status = runs.status("gate-1")
+        assert status["attempt"] == 1 and status["requests"]["review"]["decision"] == "approve"
     finally:
         operator.start()
 

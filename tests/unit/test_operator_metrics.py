@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import prometheus_client
 from prometheus_client import parser
 
@@ -30,13 +28,14 @@ PENDING_REQUEST = "agentflows_oldest_pending_request_timestamp_seconds"
 
 
 def test_a_pending_run_exports_when_it_was_first_seen_until_it_leaves_pending() -> None:
-    metrics = metrics_mod.Metrics()
-    before = time.time()
+    clock = [1_000.0]
+    metrics = metrics_mod.Metrics(clock=lambda: clock[0])
     metrics.observe_run("team-a", "etl-1", "etl", "Pending", {})
     first = series(metrics, PENDING_RUN)
     ((labels, since),) = first.items()
     assert dict(labels) == {"namespace": "team-a", "flow": "etl"}
-    assert before <= since <= time.time()
+    assert since == 1_000.0
+    clock[0] = 1_005.0
 
     metrics.observe_run("team-a", "etl-2", "etl", "Pending", {})
     metrics.observe_run("team-a", "etl-1", "etl", "Pending", {})

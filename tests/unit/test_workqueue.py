@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from agentflows.controller import metrics as metrics_mod
 from agentflows.controller import workqueue
+from agentflows.engine import errors
 
 A = workqueue.Key(workqueue.FLOWRUN, "ns", "a")
 B = workqueue.Key(workqueue.FLOWRUN, "ns", "b")
@@ -175,3 +176,62 @@ def test_namespaces_take_turns_whatever_order_their_keys_came_in() -> None:
 
     asyncio.run(main())
     assert "".join(seen) == "abcabcabc"
+
+
+def test_an_error_that_retrying_cannot_fix_is_not_retried_and_is_recorded_once() -> None:
+    calls: list[workqueue.Key] = []
+    recorded: list[tuple[workqueue.Key, str]] = []
+    counted: list[workqueue.Key] = []
+
+    async def reconcile(key: workqueue.Key) -> float | None:
+        calls.append(key)
+        raise errors.PermanentError("offload reference 'x' is not 'configmap:<prefix>:<parts>'")
+
+    async def record(key: workqueue.Key, exc: BaseException) -> None:
+        recorded.append((key, str(exc)))
+
+    async def main() -> None:
+        queue = workqueue.WorkQueue(
+            reconcile, workers=1, on_error=lambda k, _e: counted.append(k), on_terminal=record
+        )
+        queue.add(A)
+        worker = asyncio.create_task(queue.run())
+        await until(lambda: bool(recorded) and not queue.pending())
+        assert queue.due(A) is None  # no retry scheduled
+        queue.add(A)  # the object changed: reconciled again
+        await until(lambda: len(recorded) == 2 and not queue.pending())
+        assert queue.due(A) is None
+        worker.cancel()
+
+    asyncio.run(main())
+    assert calls == [A, A]
+    assert counted == [A, A]
+    assert [key for key, _ in recorded] == [A, A]
+    assert "configmap:<prefix>:<parts>" in recorded[0][1]
+
+
+def test_an_error_that_may_pass_is_retried_with_backoff() -> None:
+    calls: list[workqueue.Key] = []
+    recorded: list[workqueue.Key] = []
+
+    async def reconcile(key: workqueue.Key) -> float | None:
+        calls.append(key)
+        if len(calls) == 1:
+            raise RuntimeError("the API server is not there yet")
+        return None
+
+    async def record(key: workqueue.Key, _exc: BaseException) -> None:
+        recorded.append(key)
+
+    async def main() -> None:
+        queue = workqueue.WorkQueue(reconcile, workers=1, on_terminal=record)
+        queue.add(A)
+        worker = asyncio.create_task(queue.run())
+        await until(lambda: bool(calls) and not queue.pending())
+        assert queue.due(A) is not None  # the retry is scheduled
+        await until(lambda: len(calls) == 2 and not queue.pending())
+        worker.cancel()
+
+    asyncio.run(main())
+    assert calls == [A, A]
+    assert recorded == []

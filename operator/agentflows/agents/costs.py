@@ -26,6 +26,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agentflows.agents.litellm_import import import_litellm
+
 #: Context window assumed for a model the table does not know (docs/architecture.md).
 DEFAULT_CONTEXT_WINDOW = 128_000
 #: Characters per token in the rough estimate used when no tokenizer applies.
@@ -106,9 +108,7 @@ def count_tokens(model_name: str, messages: Sequence[Mapping[str, Any]]) -> int:
     """
     if model_entry(model_name) is None:
         return rough_tokens(messages)
-    from agentflows.agents import model as model_client
-
-    litellm = model_client.import_litellm()
+    litellm = import_litellm()
     try:
         return int(litellm.token_counter(model=model_name, messages=[dict(m) for m in messages]))
     except Exception:

@@ -53,12 +53,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import os
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from agentflows.agents import costs, egress, secrets
+from agentflows.agents.litellm_import import import_litellm
 from agentflows.api import agent as agent_api
 from agentflows.api import common
 from agentflows.api import flow as flow_api
@@ -97,21 +97,6 @@ RETRY_BACKOFF_SECONDS = 0.5
 MAX_BACKOFF_SECONDS = 8.0
 #: HTTP statuses after which trying again later may succeed.
 _RETRYABLE_STATUS = frozenset({408, 409, 425, 429})
-
-_litellm: Any = None
-
-
-def import_litellm() -> Any:
-    """Import litellm once, configured for offline costs and quiet errors."""
-    global _litellm
-    if _litellm is None:
-        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-        import litellm
-
-        # litellm otherwise prints a "Give Feedback / Get Help" banner on every error.
-        litellm.suppress_debug_info = True
-        _litellm = litellm
-    return _litellm
 
 
 @dataclasses.dataclass(frozen=True)

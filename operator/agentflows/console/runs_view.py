@@ -11,9 +11,9 @@ from typing import Any
 import pydantic
 
 from agentflows.api import flowrun as flowrun_api
+from agentflows.api import requests as human_requests
 from agentflows.console import markup
 from agentflows.controller import conditions
-from agentflows.controller import requests as requests_mod
 
 #: Columns of the runs table, and the row keys the script updates (``data-field``).
 COLUMNS = (
@@ -52,7 +52,7 @@ def pending(run: dict[str, Any]) -> dict[str, flowrun_api.HumanRequest]:
         typed = flowrun_api.FlowRunStatus.model_validate(status)
     except pydantic.ValidationError:
         return {}
-    return requests_mod.pending(typed)
+    return human_requests.pending(typed)
 
 
 #: Phases a run never leaves.

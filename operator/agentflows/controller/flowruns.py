@@ -25,6 +25,7 @@ import asyncio
 import logging
 
 from agentflows.api import flow as flow_api
+from agentflows.api import requests as human_requests
 from agentflows.api.flowrun import RunnerResult, RunPhase, RunReason
 from agentflows.controller import (
     admission,
@@ -188,14 +189,14 @@ async def _on_waiting(
         requests.mark_expired(ctl, run, expired)
         why = f"request(s) {', '.join(expired)} expired"
         return await attempts.start_next(ctl, run, snapshot, why)
-    gone = requests.missing(run.stored)
+    gone = human_requests.missing(run.stored)
     if gone:
         message = (
             f"node(s) {', '.join(gone)} wait for a request that was deleted from "
             "status.requests: nobody can decide it"
         )
         return await finishing.finish(ctl, run, RunPhase.FAILED, RunReason.REQUEST_MISSING, message)
-    undecided = sorted(requests.pending(run.stored))
+    undecided = sorted(human_requests.pending(run.stored))
     text = f"waiting for a decision on request(s) {', '.join(undecided) or '(none)'}"
     run.set_phase(RunPhase.WAITING, RunReason.WAITING, message or text)
     return requests.seconds_to_expiry(run.stored)

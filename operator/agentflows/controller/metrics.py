@@ -39,8 +39,14 @@ def _drop(gauge: prometheus_client.Gauge, labels: tuple[str, ...]) -> None:
 class Metrics:
     """The operator's metrics in their own registry."""
 
-    def __init__(self, registry: prometheus_client.CollectorRegistry | None = None) -> None:
+    def __init__(
+        self,
+        registry: prometheus_client.CollectorRegistry | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.registry = registry or prometheus_client.CollectorRegistry()
+        #: Wall-clock seconds of the oldest-pending timestamps (tests pass their own).
+        self._clock = clock
         #: What the operator needs and cannot get (``/readyz`` answers 503 with it).
         self.unmet = unmet.Unmet()
         r = self.registry
@@ -274,7 +280,7 @@ class Metrics:
         phase: str,
         kinds: Iterable[tuple[str, str, str]],
     ) -> None:
-        now = time.time()
+        now = self._clock()
         if phase == flowrun_api.RunPhase.PENDING.value:
             self._pending_since.setdefault(key, ((namespace, flow), now))
         else:

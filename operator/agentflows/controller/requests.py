@@ -16,30 +16,28 @@ has already checked *who* decided. This module checks *what* was decided:
 What has been announced is kept in the annotation ``agentflows.io/requests`` (request id ->
 ``created`` | ``decided``), so a restarted operator never posts an Event twice. Expiry is the
 engine's job (the node's ``onTimeout``); the operator only starts an attempt once ``expiresAt``
-has passed (:func:`expired`, :func:`seconds_to_expiry`).
+has passed (:func:`expired`, :func:`seconds_to_expiry`). Which requests are pending is
+:mod:`agentflows.api.requests`' (pure, shared with the run's state).
 """
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agentflows.agents import approval
 from agentflows.agents import review as agent_review
+from agentflows.api import requests as human_requests
 from agentflows.api import schemas
 from agentflows.api.flowrun import (
     DECISIONS,
     Decision,
     FlowRunStatus,
     HumanRequest,
-    NodePhase,
     RequestKind,
 )
-from agentflows.controller import conditions, context, events
+from agentflows.controller import conditions, context, events, runstate
 from agentflows.kube import status_store
-
-if TYPE_CHECKING:  # runstate counts pending requests with this module's helpers
-    from agentflows.controller import runstate
 
 #: Annotation on a FlowRun: JSON of request id -> "created" | "decided" (Events posted).
 ANNOTATION = "agentflows.io/requests"
@@ -64,40 +62,6 @@ def _wire_name(field: str) -> str:
     return HumanRequest.model_fields[field].alias or field
 
 
-def _node_waits(status: FlowRunStatus, request: HumanRequest) -> bool:
-    """Whether the request's node still waits (a request written before its node: yes)."""
-    node = status.nodes.get(request.node)
-    return node is None or node.phase is NodePhase.WAITING
-
-
-def pending(status: FlowRunStatus) -> dict[str, HumanRequest]:
-    """Requests waiting for a decision: undecided, and their node still waits."""
-    return {
-        rid: request
-        for rid, request in status.requests.items()
-        if not request.decision and _node_waits(status, request)
-    }
-
-
-def missing(status: FlowRunStatus) -> list[str]:
-    """``node (request id)`` of each waiting node whose request is gone from status.requests."""
-    found = []
-    for key, node in sorted(status.nodes.items()):
-        detail = node.detail if isinstance(node.detail, dict) else {}
-        request_id = detail.get("request")
-        if node.phase is NodePhase.WAITING and request_id and request_id not in status.requests:
-            found.append(f"{key} ({request_id})")
-    return found
-
-
-def pending_by_kind(status: FlowRunStatus) -> dict[str, int]:
-    """The number of pending requests per kind (the pending-requests gauge)."""
-    counts: dict[str, int] = {}
-    for request in pending(status).values():
-        counts[request.kind.value] = counts.get(request.kind.value, 0) + 1
-    return counts
-
-
 def resumable(run: runstate.RunContext) -> list[str]:
     """Requests whose accepted decision the next attempt consumes (their node still waits).
 
@@ -110,7 +74,7 @@ def resumable(run: runstate.RunContext) -> list[str]:
         if request.decision
         and seen.get(rid) == DECIDED
         and not request.error
-        and _node_waits(run.stored, request)
+        and human_requests.node_waits(run.stored, request)
     )
 
 
@@ -126,14 +90,16 @@ def expired(status: FlowRunStatus) -> list[str]:
     """Pending approval and input requests past their ``expiresAt``."""
     return sorted(
         rid
-        for rid, request in pending(status).items()
+        for rid, request in human_requests.pending(status).items()
         if (left := _expiry(request)) is not None and left <= 0
     )
 
 
 def seconds_to_expiry(status: FlowRunStatus) -> float | None:
     """Seconds until the first pending request expires, if any will."""
-    lefts = [left for r in pending(status).values() if (left := _expiry(r)) is not None]
+    lefts = [
+        left for r in human_requests.pending(status).values() if (left := _expiry(r)) is not None
+    ]
     return max(0.0, min(lefts)) if lefts else None
 
 

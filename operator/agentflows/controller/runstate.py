@@ -13,8 +13,9 @@ import dataclasses
 from typing import Any
 
 from agentflows.api import common
+from agentflows.api import requests as human_requests
 from agentflows.api.flowrun import FlowRunStatus, RunnerResult, RunPhase
-from agentflows.controller import cache, conditions, context, events, requests
+from agentflows.controller import cache, conditions, context, events
 from agentflows.kube import client as kube
 from agentflows.kube import objects
 
@@ -216,5 +217,5 @@ class RunContext:
         """Update the run gauges from the current status."""
         phase = self.phase.value if self.phase else RunPhase.PENDING.value
         terminal = self.phase is not None and self.phase.terminal
-        pending = {} if terminal else requests.pending_by_kind(self.status)
+        pending = {} if terminal else human_requests.pending_by_kind(self.status)
         ctl.metrics.observe_run(self.namespace, self.name, self.flow, phase, pending)

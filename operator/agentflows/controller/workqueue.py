@@ -4,8 +4,14 @@ The reconcilers are level-triggered: any event about an object (or about a pod i
 adds the object's :class:`Key`. A key waiting in the queue is not added twice; a key added while
 its reconcile runs is processed once more afterwards; a reconcile returns how many seconds until
 it wants to look again (a backoff, a deadline, a TTL), or None. A reconcile that raises is retried
-with a per-key exponential backoff. Kept in memory only: a restarted operator rebuilds it from
-the cache's first lists.
+with a per-key exponential backoff, unless the error says trying again cannot help (an
+:class:`~agentflows.engine.errors.AgentflowsError` whose ``retryable`` is False, e.g. a
+:class:`~agentflows.engine.errors.PermanentError`; controller-runtime's ``TerminalError``): then
+the key is not retried, the failure is logged once and handed to ``on_terminal`` (the operator
+posts a Warning Event on the object), and the key is reconciled again only when it is added
+again (the object or what it refers to changed). Other errors (a bug, an API server refusal)
+are retried with backoff. Kept in memory only: a restarted operator rebuilds it from the cache's
+first lists.
 
 Namespaces share the workers fairly (:class:`FairQueue`): waiting keys are kept in one line
 per namespace and workers take from the lines in turn, so 1,000 FlowRuns created in team-b
@@ -20,6 +26,8 @@ import collections
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
+
+from agentflows.engine import errors
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +57,8 @@ class Key:
 
 Reconciler = Callable[[Key], Awaitable[float | None]]
 ErrorHook = Callable[[Key, BaseException], None]
+#: Called (and awaited) once for an error that retrying cannot fix: the key is not retried.
+TerminalHook = Callable[[Key, BaseException], Awaitable[None]]
 #: Called after each reconcile with the seconds the key waited (from the first add since its last
 #: reconcile began: while that reconcile still ran, then in the queue) and the seconds the
 #: reconcile took (the operator's ``agentflows_workqueue_wait_seconds``/``reconcile_seconds``).
@@ -96,12 +106,14 @@ class WorkQueue:
         *,
         workers: int = 8,
         on_error: ErrorHook | None = None,
+        on_terminal: TerminalHook | None = None,
         on_timing: TimingHook | None = None,
         max_backoff: float = 60.0,
     ) -> None:
         self._reconcile = reconcile
         self._workers = workers
         self._on_error = on_error
+        self._on_terminal = on_terminal
         self._on_timing = on_timing
         self._max_backoff = max_backoff
         self._queue = FairQueue()
@@ -142,6 +154,11 @@ class WorkQueue:
         self._timers.pop(key, None)
         self.add(key)
 
+    def due(self, key: Key) -> float | None:
+        """When (event-loop time) a delayed re-add of ``key`` is due, or None when none is."""
+        timer = self._timers.get(key)
+        return timer[0] if timer is not None else None
+
     def pending(self) -> int:
         """Keys waiting or being processed (for tests and metrics)."""
         return len(self._queued) + len(self._active)
@@ -180,14 +197,7 @@ class WorkQueue:
                 self.add(key)  # not done: first in line if the queue runs again
                 raise
             except Exception as exc:
-                failures = self._failures.get(key, 0) + 1
-                self._failures[key] = failures
-                requeue = min(self._max_backoff, 0.5 * 2 ** (failures - 1))
-                log.exception(
-                    "reconciling %s failed (try %d); again in %.1fs", key, failures, requeue
-                )
-                if self._on_error is not None:
-                    self._on_error(key, exc)
+                requeue = await self._failed(key, exc)
             finally:
                 self._active.discard(key)
             if self._on_timing is not None:
@@ -197,3 +207,29 @@ class WorkQueue:
                 self.add(key)
             if requeue is not None:
                 self.add(key, max(requeue, 0.05))
+
+    async def _failed(self, key: Key, exc: Exception) -> float | None:
+        """Log a failed reconcile; the seconds until its retry, or None when none can help."""
+        if self._on_error is not None:
+            self._on_error(key, exc)
+        if terminal(exc):
+            self._failures.pop(key, None)
+            log.error(
+                "reconciling %s failed and trying again cannot help: %s; not retried until "
+                "the object or what it refers to changes",
+                key,
+                exc,
+            )
+            if self._on_terminal is not None:
+                await self._on_terminal(key, exc)
+            return None
+        failures = self._failures.get(key, 0) + 1
+        self._failures[key] = failures
+        requeue = min(self._max_backoff, 0.5 * 2.0 ** (failures - 1))
+        log.exception("reconciling %s failed (try %d); again in %.1fs", key, failures, requeue)
+        return requeue
+
+
+def terminal(exc: BaseException) -> bool:
+    """Whether the error says trying the same reconcile again cannot help (not retried)."""
+    return isinstance(exc, errors.AgentflowsError) and not exc.retryable

@@ -28,18 +28,16 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import dataclasses
-import datetime
 import json
 import os
 import ssl
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from agentflows.kube import kubeconfig_files
+from agentflows.kube.kubeconfig_types import Config as Config
+from agentflows.kube.kubeconfig_types import ConfigError as ConfigError
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 _PLAIN_CLUSTER_KEYS = frozenset(
@@ -55,63 +53,6 @@ _PLAIN_USER_KEYS = frozenset(
         "client-key-data",
     }
 )
-
-
-class ConfigError(Exception):
-    """The cluster credentials cannot be loaded; the message says why in words."""
-
-
-@dataclasses.dataclass
-class Config:
-    """Where the API server is and how to authenticate (secrets stay in memory)."""
-
-    server: str
-    namespace: str = "default"
-    ca_file: str | None = None
-    ca_data: str | None = None
-    cert_file: str | None = None
-    cert_data: str | None = None
-    key_file: str | None = None
-    key_data: str | None = dataclasses.field(default=None, repr=False)
-    insecure: bool = False
-    token: str | None = dataclasses.field(default=None, repr=False)
-    token_file: str | None = None
-    library: Any = dataclasses.field(default=None, repr=False)
-    exec_credential: kubeconfig_files.ExecCredential | None = dataclasses.field(
-        default=None, repr=False
-    )
-
-    def authorization(self) -> str | None:
-        """The ``Authorization`` header value; the library refreshes what it loaded."""
-        if self.exec_credential is not None:
-            token = self.exec_credential.status.get("token")
-            return f"Bearer {token}" if token else None
-        if self.library is not None:
-            value = self.library.get_api_key_with_prefix("BearerToken")
-            return str(value) if value else None
-        if self.token_file:
-            # re-read each time: projected service-account tokens rotate
-            return f"Bearer {Path(self.token_file).read_text().strip()}"
-        return f"Bearer {self.token}" if self.token else None
-
-    @property
-    def expiration(self) -> datetime.datetime | None:
-        """When the current credential expires (None: not known to)."""
-        return self.exec_credential.expiry if self.exec_credential else None
-
-    @property
-    def renewable(self) -> bool:
-        """True when a refused credential can be renewed (an exec plugin's)."""
-        return self.exec_credential is not None
-
-    def stale(self) -> bool:
-        """True when :meth:`renew` should run before the next request."""
-        return self.exec_credential is not None and self.exec_credential.stale()
-
-    def renew(self) -> None:
-        """Run the exec plugin again (blocking: call it in a thread from async code)."""
-        if self.exec_credential is not None:
-            self.exec_credential.run()
 
 
 def kubeconfig_paths(path: str | None) -> list[str]:

@@ -19,7 +19,7 @@ from typing import Any
 from kubernetes import client as k8s_client
 from kubernetes.config import config_exception, exec_provider, kube_config
 
-from agentflows.kube import kubeconfig
+from agentflows.kube import kubeconfig_types as kubeconfig
 
 #: Seconds before a credential's expiry at which it is renewed.
 EXPIRY_MARGIN = datetime.timedelta(seconds=10)

@@ -220,6 +220,11 @@ class Receiver:
         )
         self._buffered = 0
         self.registry = prometheus_client.CollectorRegistry()
+        prometheus_client.Gauge(
+            "agentflows_webhook_buffered_bytes",
+            "Request body bytes held in memory now, over all deliveries (max_buffered_bytes).",
+            registry=self.registry,
+        ).set_function(lambda: self._buffered)
         self.requests = prometheus_client.Counter(
             "agentflows_webhook_requests_total",
             "Webhook deliveries by answer code.",

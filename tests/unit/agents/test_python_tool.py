@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-import time
+import asyncio
+import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,6 +12,7 @@ import pytest
 from agentflows.agents import host
 from agentflows.api import agent as agent_api
 from agentflows.engine import capabilities
+from tests.support.processes import survivors
 
 
 async def call(
@@ -49,14 +52,36 @@ async def test_nonzero_exit_fails_with_the_end_of_stderr(ctx: capabilities.NodeC
         await call(ctx, "1 / 0")
 
 
-async def test_script_running_past_its_timeout_is_killed(ctx: capabilities.NodeContext) -> None:
-    started = time.monotonic()
+def _sleeper(marker: str, tool_dir: Path) -> str:
+    """Script lines: a child sleeping 30 s (``marker`` in its command line), then ``slept``."""
+    return (
+        "import os, subprocess, sys\n"
+        "os.umask(0)\n"
+        f"subprocess.run([sys.executable, '-c', 'import time; time.sleep(30)  # {marker}'])\n"
+        f"open({str(tool_dir / 'slept')!r}, 'w').close()\n"
+    )
+
+
+async def gone(marker: str) -> None:
+    """Wait until no process with ``marker`` is left (it was killed: it would sleep 30 s)."""
+    for _ in range(200):
+        if not survivors(marker):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"processes with {marker} are still there: {survivors(marker)}")
+
+
+async def test_script_running_past_its_timeout_is_killed(
+    ctx: capabilities.NodeContext, tool_dir: Path
+) -> None:
+    marker = f"timeout-{uuid.uuid4().hex}"
     with pytest.raises(
         capabilities.CapabilityError, match=r"killed after timeoutSeconds=0\.5"
     ) as failure:
-        await call(ctx, "import time\ntime.sleep(30)", timeout_seconds=0.5)
-    assert time.monotonic() - started < 25  # killed, not left to sleep its 30 s
+        await call(ctx, _sleeper(marker, tool_dir), timeout_seconds=0.5)
     assert failure.value.retryable
+    await gone(marker)
+    assert not (tool_dir / "slept").exists()  # killed, not left to sleep its 30 s
 
 
 async def test_script_sees_only_the_basic_environment(ctx: capabilities.NodeContext) -> None:
@@ -78,14 +103,22 @@ async def test_script_printing_without_end_is_killed(ctx: capabilities.NodeConte
         await call(ctx, "import sys\nwhile True:\n    sys.stdout.write('x' * 65536)")
 
 
-async def test_timeout_also_kills_what_the_script_started(ctx: capabilities.NodeContext) -> None:
+async def test_timeout_also_kills_what_the_script_started(
+    ctx: capabilities.NodeContext, tool_dir: Path
+) -> None:
+    marker = f"child-{uuid.uuid4().hex}"
+    slept = tool_dir / "slept"
+    child = f"import time; time.sleep(30); open({str(slept)!r}, 'w').close()  # {marker}"
     script = (
-        "import subprocess, sys, time\n"
-        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'])\n"
+        "import os, subprocess, sys, time\n"
+        "os.umask(0)\n"
+        f"subprocess.Popen([sys.executable, '-c', {child!r}])\n"
         "print('x' * 300000, flush=True)\n"
         "time.sleep(30)\n"
     )
-    started = time.monotonic()
     with pytest.raises(capabilities.CapabilityError, match="killed after"):
         await call(ctx, script, timeout_seconds=1)
-    assert time.monotonic() - started < 25  # the child's pipe did not hold the call for 30 s
+    # the child that holds the script's pipe was killed with it, before its 30 s sleep ended:
+    # the call did not wait for the pipe to close
+    await gone(marker)
+    assert not slept.exists()

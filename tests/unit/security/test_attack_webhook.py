@@ -178,12 +178,26 @@ async def test_one_peers_slow_connections_leave_room_for_signed_deliveries_of_ot
         held_writer.close()
 
 
+async def buffered_at_least(base: str, size: int) -> None:
+    """Wait until the receiver's ``agentflows_webhook_buffered_bytes`` reaches ``size``."""
+    async with aiohttp.ClientSession() as session:
+        for _ in range(500):
+            async with session.get(f"{base}/metrics") as response:
+                text = await response.text()
+            for line in text.splitlines():
+                name, _, value = line.partition(" ")
+                if name == "agentflows_webhook_buffered_bytes" and float(value) >= size:
+                    return
+            await asyncio.sleep(0.01)
+    pytest.fail(f"the receiver never held {size} bytes")
+
+
 async def test_body_buffering_is_bounded_over_all_requests(start: Start) -> None:
     base, fake = await start(max_buffered_bytes=64 * 1024, body_timeout_seconds=5)
     _, writer = await raw(base)
     writer.write(head(length=100_000) + b" " * 60_000)  # holds 60 kB and stalls
     await writer.drain()
-    await asyncio.sleep(0.2)  # let the receiver take the stalled bytes into its budget
+    await buffered_at_least(base, 60_000)  # the receiver took the stalled bytes into its budget
     body = json.dumps({"ref": "x" * 20_000}).encode()
     status, answered = await post(base, HOOK, body, signed(body))
     assert (status, answered) == (503, {"error": "too many deliveries at once"})

@@ -1,0 +1,44 @@
+"""Which human requests of a FlowRun are pending: pure functions of its status.
+
+:mod:`agentflows.controller.requests` (announce, check decisions, expiry) and
+:mod:`agentflows.controller.runstate` (the pending-requests gauge) both read them from here,
+so neither imports the other for them.
+"""
+
+from __future__ import annotations
+
+from agentflows.api.flowrun import FlowRunStatus, HumanRequest, NodePhase
+
+
+def node_waits(status: FlowRunStatus, request: HumanRequest) -> bool:
+    """Whether the request's node still waits (a request written before its node: yes)."""
+    node = status.nodes.get(request.node)
+    return node is None or node.phase is NodePhase.WAITING
+
+
+def pending(status: FlowRunStatus) -> dict[str, HumanRequest]:
+    """Requests waiting for a decision: undecided, and their node still waits."""
+    return {
+        rid: request
+        for rid, request in status.requests.items()
+        if not request.decision and node_waits(status, request)
+    }
+
+
+def missing(status: FlowRunStatus) -> list[str]:
+    """``node (request id)`` of each waiting node whose request is gone from status.requests."""
+    found = []
+    for key, node in sorted(status.nodes.items()):
+        detail = node.detail if isinstance(node.detail, dict) else {}
+        request_id = detail.get("request")
+        if node.phase is NodePhase.WAITING and request_id and request_id not in status.requests:
+            found.append(f"{key} ({request_id})")
+    return found
+
+
+def pending_by_kind(status: FlowRunStatus) -> dict[str, int]:
+    """The number of pending requests per kind (the pending-requests gauge)."""
+    counts: dict[str, int] = {}
+    for request in pending(status).values():
+        counts[request.kind.value] = counts.get(request.kind.value, 0) + 1
+    return counts
