@@ -46,7 +46,9 @@ def test_review_loop_example_revises_with_the_comment_until_approved(
     model_server: ScriptedModelServer, tmp_path: Path
 ) -> None:
     flow = _example_on(model_server, tmp_path)
-    model_server.script(Reply.text("Pricing is new."), Reply.text("Pricing is new; free tier stays."))
+    model_server.script(
+        Reply.text("Pricing is new."), Reply.text("Pricing is new; free tier stays.")
+    )
     run = _agentflows("run", str(flow), "--input", "topic=pricing", "--name", "rl", cwd=tmp_path)
     assert run.returncode == 3, run.stderr
     assert json.loads(run.stdout)["phase"] == "Waiting"
