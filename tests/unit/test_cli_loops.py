@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -76,3 +77,7 @@ def test_review_loop_example_revises_with_the_comment_until_approved(
     assert "free tier" not in _prompt(model_server, 0)
     assert "The reviewer said: mention the free tier" in _prompt(model_server, 1)
     assert "Pricing is new." in _prompt(model_server, 1)
+    shown = _agentflows("get", "rl", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    ran = re.findall(r"^  Succeeded (\S+)", shown.stdout, re.M)
+    assert ran == ["draft", "review", "decide", "revise", "review#2", "decide#2", "publish"]
