@@ -15,7 +15,9 @@ class ParsedMermaid:
 
     BOX = re.compile(r'^\s*(n\d+)\["(.*)"\]$')
     SUBGRAPH = re.compile(r'^\s*subgraph (n\d+)\["(.*)"\]$')
-    EDGE = re.compile(r'^\s*(n\d+) -->(?:\|"(.*)"\|)? (n\d+)$')
+    EDGE = re.compile(r'^\s*(n\d+) (-->|-\.->)(?:\|"(.*)"\|)? (n\d+)$')
+    #: What a dotted link (a loop's back edge) says after its case values.
+    LOOP = re.compile(r"^(?:(.*) · )?loop, max (\d+)$")
     CLASS_DEF = re.compile(r"^\s*classDef (\w+) (.+)$")
     CLASS = re.compile(r"^\s*class ([\w,]+) (\w+)$")
     STYLE = re.compile(r"^\s*style (n\d+) (.+)$")
@@ -26,6 +28,8 @@ class ParsedMermaid:
         self.labels: dict[str, list[str]] = {}
         self.groups: dict[str, list[str]] = {}
         self.edges: list[tuple[str, str, str | None]] = []
+        #: Dotted links (back edges) by (from key, to key): the loop's bound they show.
+        self.back_edges: dict[tuple[str, str], int] = {}
         self.class_defs: dict[str, str] = {}
         self.classes: dict[str, str] = {}
         self.styles: dict[str, str] = {}
@@ -43,7 +47,13 @@ class ParsedMermaid:
                 if open_groups:
                     self.groups[open_groups[-1]].append(m[1])
             elif m := self.EDGE.match(line):
-                self.edges.append((m[1], m[3], decode(m[2]) if m[2] else None))
+                label = decode(m[3]) if m[3] else None
+                if m[2] == "-.->":
+                    loop = self.LOOP.match(label or "")
+                    assert loop is not None, line
+                    self.back_edges[(m[1], m[4])] = int(loop[2])
+                    label = loop[1]
+                self.edges.append((m[1], m[4], label))
             elif m := self.CLASS_DEF.match(line):
                 self.class_defs[m[1]] = m[2]
             elif m := self.CLASS.match(line):

@@ -12,7 +12,8 @@ The rules of the reference runtime, plus what the agentflows engine needs:
 - A data edge reads an output its source can produce (an LlmNode without declared outputs
   produces only ``generated_text``) and writes an input its destination has, both nodes of the
   flow.
-- The control flow is acyclic (the engine runs a graph without loops).
+- The control flow may loop (through a BranchingNode, whose branch out of the loop is its
+  exit): the engine checks the loop and bounds it by the Flow's ``limits.maxIterations``.
 """
 
 from __future__ import annotations
@@ -349,34 +350,6 @@ def _walk(start: str, edges: dict[tuple[str, str], str] | list[tuple[str, str]])
     return seen
 
 
-def _cycle(nodes: dict[str, model.Node], taken: dict[tuple[str, str], str]) -> list[str]:
-    state: dict[str, int] = {}
-    stack: list[str] = []
-
-    def visit(node: str) -> list[str]:
-        state[node] = 1
-        stack.append(node)
-        for (source, _), target in taken.items():
-            if source != node:
-                continue
-            if state.get(target) == 1:
-                return [*stack[stack.index(target) :], target]
-            if target not in state:
-                found = visit(target)
-                if found:
-                    return found
-        stack.pop()
-        state[node] = 2
-        return []
-
-    for node in nodes:
-        if node not in state:
-            found = visit(node)
-            if found:
-                return found
-    return []
-
-
 def build(flow: model.Flow, out: list[documents.Problem]) -> Graph | None:
     """Check the flow's structure into ``out``; the graph when it can be built."""
     nodes: dict[str, model.Node] = {}
@@ -557,15 +530,6 @@ def check(flow: model.Flow, prefix: str = "") -> Graph:
     if graph is not None:
         _reach_problems(graph, out)
         _data_problems(graph, out)
-        cycle = _cycle(graph.nodes, graph.taken)
-        if cycle:
-            out.append(
-                errors.problem(
-                    "control_flow_connections",
-                    f"a loop ({' -> '.join(graph.nodes[c].name for c in cycle)}): agentflows "
-                    "runs flows without loops; unroll it or use a MapNode",
-                )
-            )
     for i, node in enumerate(flow.nodes):
         one = (model.FlowNode, model.MapNode, model.CatchExceptionNode)
         subflows = {"subflow": node.subflow} if isinstance(node, one) else {}

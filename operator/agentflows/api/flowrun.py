@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import json
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, StringConstraints
@@ -42,6 +43,23 @@ class RunPhase(enum.StrEnum):
     def terminal(self) -> bool:
         """True once the run can change no more."""
         return self in (RunPhase.SUCCEEDED, RunPhase.FAILED, RunPhase.CANCELLED)
+
+
+def node_of_key(key: str) -> tuple[str, int]:
+    """The top-level node of a ``status.nodes`` key and the loop iteration it records.
+
+    Keys are the engine's (:meth:`agentflows.engine.state.Frame.key`): ``id``, ``id#2`` for
+    iteration 2 of a node in a loop, ``id[3]`` for a map item, ``id#2/inner`` inside a sub-flow
+    (node ids hold none of ``#[/``): ``review#2`` is ``("review", 2)``, ``plan`` ``("plan", 1)``.
+    """
+    head = key.split("/", 1)[0].split("[", 1)[0]
+    node_id, _, iteration = head.partition("#")
+    return node_id, int(iteration) if iteration.isdigit() else 1
+
+
+def key_order(key: str) -> list[str | int]:
+    """Sorts status keys by node, then iteration and item by number: ``review#2`` before ``#10``."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", key)]
 
 
 #: Most bytes of JSON a run's ``spec.input`` may hold (compact JSON, as counted by

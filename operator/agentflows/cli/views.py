@@ -150,9 +150,9 @@ def render_run(info: dict[str, Any], output: str) -> str:
         lines.append(f"  started {info.get('startTime') or NONE}")
         lines.append(f"  finished {info.get('completionTime') or NONE}")
         lines.append(f"  usage {_usage_text(info.get('usage'))}")
-    for key, record in info["nodes"].items():
+    for key, record in in_run_order(info["nodes"]):
         lines.append(_node_line(key, record, wide))
-    for rid, request in info["requests"].items():
+    for rid, request in sorted(info["requests"].items(), key=lambda r: flowrun_api.key_order(r[0])):
         state = request.get("decision") or "pending"
         line = f"  request {rid} ({request.get('kind')}): {request.get('message')} [{state}]"
         if wide:
@@ -162,6 +162,23 @@ def render_run(info: dict[str, Any], output: str) -> str:
     if info.get("output") is not None:
         lines.append("output: " + json.dumps(info["output"], ensure_ascii=False)[:4000])
     return "\n".join(lines)
+
+
+def in_run_order(nodes: dict[str, Any]) -> list[tuple[str, Any]]:
+    """Node records in the order they started (a skipped node: when it was skipped).
+
+    The API server returns ``status.nodes`` with its keys sorted (``review#10`` before
+    ``review#2``), a local run in the order written: both print as the run went, iterations of
+    a loop in turn, ties (map items started together) by node and number.
+    """
+    last = dt.datetime.max.replace(tzinfo=dt.UTC)
+
+    def started(item: tuple[str, Any]) -> tuple[dt.datetime, list[str | int]]:
+        record = item[1] if isinstance(item[1], dict) else {}
+        moment = conditions.parse_time(record.get("startedAt") or record.get("finishedAt"))
+        return moment or last, flowrun_api.key_order(item[0])
+
+    return sorted(nodes.items(), key=started)
 
 
 def _node_line(key: str, record: dict[str, Any], wide: bool) -> str:

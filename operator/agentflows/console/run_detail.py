@@ -12,8 +12,10 @@ from typing import Any
 import pydantic
 
 from agentflows.api import flow as flow_api
+from agentflows.api import flowrun as flowrun_api
 from agentflows.console import markup, runs_view
 from agentflows.engine import graph as graph_mod
+from agentflows.engine import loops
 
 #: What a node's input section says it shows (a node record keeps no evaluated input).
 INPUT_NOTE = "no evaluated input is recorded: these are the outputs of the nodes it reads"
@@ -60,12 +62,30 @@ def _output(value: Any, ref: Any, fetch_href: str | None) -> markup.Html:
 
 
 def node_order(run: dict[str, Any], flow_spec: dict[str, Any] | None) -> list[str]:
-    """Node ids in the Flow's order, then any others the status has (map items, sub-steps)."""
-    declared = [
-        str(n.get("id")) for n in (flow_spec or {}).get("nodes") or [] if isinstance(n, dict)
-    ]
-    recorded = list(((run.get("status") or {}).get("nodes") or {}).keys())
-    return declared + [n for n in recorded if n not in declared]
+    """Node ids in the Flow's order, each followed by its other records, then any others.
+
+    A node's other records: its loop iterations in turn (``review#2`` before ``review#10``),
+    its map items, the steps of its sub-flow.
+    """
+    declared = list(
+        dict.fromkeys(
+            str(n.get("id")) for n in (flow_spec or {}).get("nodes") or [] if isinstance(n, dict)
+        )
+    )
+    position = {node_id: index for index, node_id in enumerate(declared)}
+    recorded = ((run.get("status") or {}).get("nodes") or {}).keys()
+
+    def order(key: str) -> tuple[int, list[str | int]]:
+        base = flowrun_api.node_of_key(key)[0]
+        return position.get(base, len(declared)), flowrun_api.key_order(key)
+
+    return sorted([*declared, *(k for k in recorded if k not in position)], key=order)
+
+
+def definition_id(key: str) -> str:
+    """The node id a record key is an iteration of (``review#2``: ``review``), else the key."""
+    base, iteration = flowrun_api.node_of_key(key)
+    return base if key == f"{base}#{iteration}" else key
 
 
 def graph(run: dict[str, Any], flow_spec: dict[str, Any] | None) -> markup.Html:
@@ -99,20 +119,37 @@ def _tool_calls(detail: Any) -> markup.Html:
     return markup.table(("Tool", "Status", "Started", "Took", "Error"), rows, class_="calls")
 
 
-def upstream(flow_spec: dict[str, Any] | None) -> dict[str, list[str]]:
-    """Each node's upstream nodes by the edges the engine runs the Flow by (none when unknown)."""
+def upstream(flow_spec: dict[str, Any] | None) -> dict[str, list[tuple[str, bool]]]:
+    """Each node's upstream nodes by the edges the engine runs the Flow by (none when unknown).
+
+    Each with whether its edge goes back (a loop's back edge feeds the next iteration).
+    """
     try:
         spec = flow_api.FlowSpec.model_validate(flow_spec or {})
     except pydantic.ValidationError:
         return {}
-    found: dict[str, list[str]] = {}
-    for edge in graph_mod.edges(spec):
-        found.setdefault(edge.target, []).append(edge.source)
+    edges = graph_mod.edges(spec)
+    successors: dict[str, list[str]] = {}
+    for edge in edges:
+        successors.setdefault(edge.source, []).append(edge.target)
+    backs = set(loops.back_edges(spec.nodes[0].id, successors)) if spec.nodes else set()
+    found: dict[str, list[tuple[str, bool]]] = {}
+    for edge in edges:
+        back = (edge.source, edge.target) in backs
+        found.setdefault(edge.target, []).append((edge.source, back))
     return found
 
 
+def _source_key(records: dict[str, Any], source: str, iteration: int) -> str:
+    """The record of ``source`` that an iteration read: its latest one up to that iteration."""
+    for n in range(iteration, 1, -1):
+        if f"{source}#{n}" in records:
+            return f"{source}#{n}"
+    return source
+
+
 def _inputs(
-    run: dict[str, Any], node: str, record: dict[str, Any], sources: list[str] | None
+    run: dict[str, Any], node: str, record: dict[str, Any], sources: list[tuple[str, bool]] | None
 ) -> markup.Html:
     """The node's input as far as the status tells: its record's, else its sources' outputs."""
     if "input" in record:
@@ -124,8 +161,11 @@ def _inputs(
     if not sources:
         shown = [("the run's input (.run.input)", (run.get("spec") or {}).get("input"))]
     else:
+        iteration = flowrun_api.node_of_key(node)[1]
+        keys = [(s, _source_key(records, s, iteration - back)) for s, back in sources]
         shown = [
-            (f"output of {s} (.nodes.{s})", (records.get(s) or {}).get("output")) for s in sources
+            (f"output of {key} (.nodes.{s})", (records.get(key) or {}).get("output"))
+            for s, key in keys
         ]
     items = markup.join(
         markup.join([markup.tag("dt", label), markup.tag("dd", markup.json_block(value))])
@@ -159,9 +199,10 @@ def nodes(run: dict[str, Any], flow_spec: dict[str, Any] | None, output_href: An
                 ),
             ]
         )
-        facts = [("Definition", markup.json_block(definitions.get(node)))]
-        if node in definitions:
-            reads = None if sources is None else sources.get(node, [])
+        node_id = definition_id(node)
+        facts = [("Definition", markup.json_block(definitions.get(node_id)))]
+        if node_id in definitions:
+            reads = None if sources is None else sources.get(node_id, [])
             facts.append(("Input", _inputs(run, node, record, reads)))
         if record.get("error"):
             facts.append(("Error", markup.tag("pre", record["error"], class_="error")))

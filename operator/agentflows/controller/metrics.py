@@ -362,7 +362,7 @@ class Metrics:
         kinds = {n.id: n.kind for n in flow_spec.nodes} if flow_spec else {}
         models = _node_models(flow_spec, agent_models) if flow_spec else {}
         for node_id, node in status.nodes.items():
-            base = node_id.split("[", 1)[0].split("/", 1)[0]
+            base = flowrun_api.node_of_key(node_id)[0]
             node_type = kinds.get(base, "unknown")
             begin = conditions.parse_time(node.started_at)
             end = conditions.parse_time(node.finished_at)

@@ -71,8 +71,11 @@ def _link(link: shape.Link) -> str:
     if isinstance(head, shape.Group):
         attributes.append(f"lhead=cluster_{head.key}")
         head = head.entry()
-    if link.label:
-        attributes.append(f'label="{text(link.label)}"')
+    label = shape.loop_label(link)
+    if label:
+        attributes.append(f'label="{text(label)}"')
+    if link.loop_bound is not None:
+        attributes.append("style=dashed")
     shown = f" [{', '.join(attributes)}]" if attributes else ""
     return f"{tail.key} -> {head.key}{shown};"
 

@@ -1,6 +1,7 @@
 """A picture of a flow as a Mermaid flowchart (pastes into GitHub and GitLab Markdown).
 
-Boxes are ``n0["label"]``, groups ``subgraph n1["title"] ... end``, links ``a -->|"case"| b``.
+Boxes are ``n0["label"]``, groups ``subgraph n1["title"] ... end``, links ``a -->|"case"| b``,
+a loop's back edge dotted: ``a -.->|"loop, max 5"| b``.
 Every label is written in double quotes with each character outside a small safe set as a
 Mermaid entity code (``#60;`` for ``<``), so no text from a Flow can close a label, start a
 directive (``%%{init}``, ``click``), a Markdown string or HTML: it shows as the text it is.
@@ -36,7 +37,9 @@ def _elements(
         out += _elements(element.children, element.links, indent + "  ")
         out.append(f"{indent}end")
     for link in links:
-        arrow = f'-->|"{text(link.label)}"|' if link.label else "-->"
+        line = "-.->" if link.loop_bound is not None else "-->"
+        label = shape.loop_label(link)
+        arrow = f'{line}|"{text(label)}"|' if label else line
         out.append(f"{indent}{link.source.key} {arrow} {link.target.key}")
     return out
 

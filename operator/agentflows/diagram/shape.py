@@ -12,11 +12,14 @@ identifier in the output.
   when the sub-flow is known (``flows``); otherwise a box. Sub-flows are drawn to the engine's
   depth limit, and a sub-flow that calls itself is drawn once.
 - Edges are the engine's (:func:`agentflows.engine.graph.edges`); an edge out of a branch node
-  is labelled with the case values (and ``default``) that take it.
+  is labelled with the case values (and ``default``) that take it. An edge that goes back (a
+  loop's back edge, :func:`agentflows.engine.loops.back_edges`) carries the loop's bound
+  (``maxIterations`` of the node it re-enters, else the Flow's limit) and is drawn dotted.
 - For a run, each element has the phase of its status record and its duration. Status keys
   are the engine's: ``id``, ``map[3]`` for a map item, ``sub/id`` inside a sub-flow; the body
   of a map has the phases of all its items, summed up (``3 items: 2 Succeeded, 1 Running``).
-  A node not finished yet shows the time so far (``Waiting for 3m12s``).
+  A node not finished yet shows the time so far (``Waiting for 3m12s``). A node of a loop
+  shows its latest iteration (``id#<n>``) and how many it ran (``iteration 3``).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import pydantic
 
 from agentflows.api import flow as flow_api
 from agentflows.api import flowrun as flowrun_api
-from agentflows.engine import clock, graph
+from agentflows.engine import clock, graph, loops
 
 #: A run's ``status.nodes``: typed records, or their wire JSON as read from the API.
 NodesStatus = Mapping[str, flowrun_api.NodeStatus | Mapping[str, Any]]
@@ -86,6 +89,8 @@ class Link:
     source: Box | Group
     target: Box | Group
     label: str | None = None
+    #: A loop's back edge: the most iterations of the loop it re-enters (else None).
+    loop_bound: int | None = None
 
 
 @dataclasses.dataclass
@@ -105,6 +110,8 @@ class _Record:
     #: Seconds taken, and whether it is over (else: so far).
     span: tuple[float, bool] | None
     counts: dict[str, int]
+    #: Iterations recorded of a node in a loop (1 outside loops).
+    iterations: int = 1
 
 
 def short(text: str) -> str:
@@ -173,8 +180,10 @@ class _Builder:
         """What the status holds for a key; ``[*]`` in it stands for every map item."""
         if not self.run:
             return None
+        iterations = 1
         if "[*]" not in status_key:
-            found = self.status.get(status_key)
+            latest, iterations = self.latest(status_key)
+            found = self.status.get(latest)
             records = [found] if found is not None else []
         else:
             pattern = re.compile(re.escape(status_key).replace(r"\[\*\]", r"\[\d+\]") + "$")
@@ -185,7 +194,14 @@ class _Builder:
         for r in records:
             counts[r.phase.value] = counts.get(r.phase.value, 0) + 1
         phase = next(p for p in (*_PHASE_ORDER, *counts) if p in counts)
-        return _Record(phase, _span(records), counts)
+        return _Record(phase, _span(records), counts, iterations)
+
+    def latest(self, status_key: str) -> tuple[str, int]:
+        """The key of a node's latest iteration (``id#<n>``, the engine's) and its number."""
+        n = 1
+        while f"{status_key}#{n + 1}" in self.status:
+            n += 1
+        return (f"{status_key}#{n}" if n > 1 else status_key), n
 
     def flow(
         self, spec: flow_api.FlowSpec, prefix: str, chain: tuple[str, ...]
@@ -196,9 +212,21 @@ class _Builder:
             if node.id not in elements:
                 elements[node.id] = self.node(node, prefix, chain)
         by_id = {n.id: n for n in reversed(spec.nodes)}
+        edges = graph.edges(spec)
+        successors: dict[str, list[str]] = {}
+        for edge in edges:
+            successors.setdefault(edge.source, []).append(edge.target)
+        backs = set(loops.back_edges(spec.nodes[0].id, successors))
         links = [
-            Link(elements[e.source], elements[e.target], _branch_label(by_id[e.source], e.target))
-            for e in graph.edges(spec)
+            Link(
+                elements[e.source],
+                elements[e.target],
+                _branch_label(by_id[e.source], e.target),
+                (by_id[e.target].max_iterations or spec.limits.max_iterations)
+                if (e.source, e.target) in backs
+                else None,
+            )
+            for e in edges
         ]
         return list(elements.values()), links
 
@@ -219,11 +247,12 @@ class _Builder:
         key = self.key()
         title = " · ".join([node.id, _kind(node), *_phase_lines(shown)])
         if expand and call is not None and sub is not None:
-            inner = f"{status_key}[*]/" if node.map is not None else f"{status_key}/"
+            latest = self.latest(status_key)[0]
+            inner = f"{latest}[*]/" if node.map is not None else f"{latest}/"
             children, links = self.flow(sub, inner, (*chain, call.name))
             return Group(key, title, children, links, _phase(shown))
         assert node.map is not None
-        body = self.record(f"{status_key}[*]")
+        body = self.record(f"{self.latest(status_key)[0]}[*]")
         lines = [_map_body(node.map), *_item_lines(body)]
         return Group(key, title, [Box(self.key(), lines, _phase(body))], [], _phase(shown))
 
@@ -235,10 +264,20 @@ def _phase(shown: _Record | None) -> str | None:
 def _phase_lines(shown: _Record | None) -> list[str]:
     if shown is None:
         return []
+    loop = [f"iteration {shown.iterations}"] if shown.iterations > 1 else []
     if shown.span is None:
-        return [shown.phase]
+        return [shown.phase, *loop]
     seconds, finished = shown.span
-    return [f"{shown.phase} {took(seconds)}" if finished else f"{shown.phase} for {took(seconds)}"]
+    took_text = took(seconds)
+    return [f"{shown.phase} {took_text}" if finished else f"{shown.phase} for {took_text}", *loop]
+
+
+def loop_label(link: Link) -> str | None:
+    """A link's label for the writers: its case values, and ``loop, max N`` on a back edge."""
+    parts = [link.label] if link.label else []
+    if link.loop_bound is not None:
+        parts.append(f"loop, max {link.loop_bound}")
+    return " · ".join(parts) or None
 
 
 def _item_lines(body: _Record | None) -> list[str]:

@@ -40,3 +40,38 @@ async def test_rejection_comment_reaches_the_next_iteration_and_each_iteration_a
     assert outcome.phase == flowrun_api.RunPhase.SUCCEEDED, outcome.message
     assert outcome.output == ["", "shorter"]
     assert host.calls == {"draft": 1, "draft#2": 1}
+
+
+EDITS = """
+nodes:
+  - {id: draft, tool: {python: {script: x}}}
+  - {id: review, approval: {message: "ok?"}}
+  - id: decide
+    branch: {value: "=.nodes.review.json.decision", cases: {approve: done, edit: done}, default: draft}
+  - {id: done, transform: "=.iterations.review | map(.json | {decision, comment, edits})"}
+"""
+
+
+async def test_an_edit_in_iteration_2_routes_and_records_like_a_decision_of_iteration_1(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "run.json"
+    spec = flow_spec(EDITS)
+    host = CountingHost()
+    await run_once(spec, store.FileStore(path), host)
+    reject, edit = flowrun_api.Decision.REJECT, flowrun_api.Decision.EDIT
+    await store.FileStore(path).decide("review", decision=reject, comment="no", decided_by="b")
+    assert (await run_once(spec, store.FileStore(path), host)).phase.value == "Waiting"
+    await store.FileStore(path).decide(
+        "review#2", decision=edit, edits={"title": "mine"}, decided_by="b"
+    )
+    outcome = await run_once(spec, store.FileStore(path), host)
+    assert outcome.phase == flowrun_api.RunPhase.SUCCEEDED, outcome.message
+    assert outcome.output == [
+        {"decision": "reject", "comment": "no", "edits": None},
+        {"decision": "edit", "comment": None, "edits": {"title": "mine"}},
+    ]
+    checkpoint = await store.FileStore(path).load()
+    assert checkpoint.nodes["review#2"].output["json"]["edits"] == {"title": "mine"}
+    assert checkpoint.nodes["decide#2"].output["json"]["next"] == "done"
+    assert host.calls == {"draft": 1, "draft#2": 1}
