@@ -86,6 +86,51 @@ def test_an_api_node_with_one_output_returns_that_key_of_the_json_response(
     assert output_of(out) == {"forecast": "sunny"}
 
 
+def test_an_api_node_sends_a_string_body_as_it_is_with_its_content_type(
+    endpoint: LoopbackEndpoint, tmp_path: Path
+) -> None:
+    node = {
+        "component_type": "ApiNode", "url": f"{endpoint.url}/form", "http_method": "POST",
+        "url_allow_list": [endpoint.url], "data": "city={{city}}&units=metric",
+        "headers": {"Content-Type": "application/x-www-form-urlencoded"},
+        "outputs": [{"title": "units", "type": "string"}],
+    }  # fmt: skip
+    code, out, err = run(tmp_path, one_node_flow(node, ["city"], "units"), "city=oslo")
+    assert code == 0, err
+    assert output_of(out) == {"units": "metric"}
+    assert endpoint.requests[-1]["body"] == "city=oslo&units=metric"
+
+
+def test_an_api_node_sends_an_object_body_form_encoded_when_its_content_type_says_so(
+    endpoint: LoopbackEndpoint, tmp_path: Path
+) -> None:
+    node = {
+        "component_type": "ApiNode", "url": f"{endpoint.url}/form", "http_method": "POST",
+        "url_allow_list": [endpoint.url], "data": {"city": "{{city}}", "days": 3},
+        "headers": {"content-type": "application/x-www-form-urlencoded; charset=utf-8"},
+        "outputs": [{"title": "days", "type": "string"}],
+    }  # fmt: skip
+    code, out, err = run(tmp_path, one_node_flow(node, ["city"], "days"), "city=são paulo")
+    assert code == 0, err
+    assert output_of(out) == {"days": "3"}
+    assert endpoint.requests[-1]["body"] == "city=s%C3%A3o+paulo&days=3"
+
+
+def test_a_remote_tool_sends_a_plain_text_body_as_it_is(
+    endpoint: LoopbackEndpoint, tmp_path: Path
+) -> None:
+    tool = {
+        "component_type": "RemoteTool", "name": "note", "url": f"{endpoint.url}/raw",
+        "http_method": "POST", "url_allow_list": [endpoint.url],
+        "data": "Weather for {{city}}", "headers": {"Content-Type": "text/plain"},
+        "inputs": [{"title": "city", "type": "string"}], "outputs": [{"title": "text"}],
+    }  # fmt: skip
+    doc = one_node_flow({"component_type": "ToolNode", "tool": tool}, ["city"], "text")
+    code, out, err = run(tmp_path, doc, "city=oslo")
+    assert code == 0, err
+    assert output_of(out) == {"text": "Weather for oslo"}
+
+
 def test_a_branching_node_reads_its_input_by_the_name_the_document_gives_it(
     model_server: ScriptedModelServer, tmp_path: Path
 ) -> None:
