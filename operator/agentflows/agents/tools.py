@@ -53,6 +53,8 @@ class ToolDef:
     read_only: bool = False
     #: Run by the caller: every call waits for the caller's result, whatever the autonomy.
     client: bool = False
+    #: A client tool whose calls a human confirms before the caller is asked to run them.
+    confirm: bool = False
     #: Hands the conversation over to the Agent its ``agent`` argument names
     #: (:mod:`agentflows.agents.handoff`).
     handoff: bool = False

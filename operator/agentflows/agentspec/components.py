@@ -178,7 +178,8 @@ def tool(
     if isinstance(spec, model.RemoteTool):
         return agent_api.Tool(**common, http=http_tool(spec, path, out))
     if isinstance(spec, model.ClientTool):
-        return agent_api.Tool(**common, client=agent_api.ClientTool())
+        confirm = spec.requires_confirmation
+        return agent_api.Tool(**common, client=agent_api.ClientTool(confirm=confirm))
     return agent_api.Tool(
         **common, python=agent_api.PythonTool(script=python_script(spec, path, out, impl))
     )

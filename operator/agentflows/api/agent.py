@@ -198,6 +198,12 @@ class ClientTool(common.ApiModel):
     the model the call was refused). Open Agent Spec's ClientTool maps here.
     """
 
+    confirm: bool = Field(
+        default=False,
+        description="A human confirms each call (an approval request) before the caller is "
+        "asked to run it; a rejected call is not requested and the model is told.",
+    )
+
 
 class Tool(common.ApiModel):
     """A tool the model may call; exactly one of mcp, http, python or client."""

@@ -261,9 +261,7 @@ def test_an_input_less_mcp_tool_called_with_null_arguments_is_sent_an_empty_obje
     model_server: ScriptedModelServer, tmp_path: Path
 ) -> None:
     tool = {"component_type": "MCPTool", "name": "whoami", "client_transport": stdio_transport("t")}
-    model_server.script(
-        Reply.calls(ToolCall("whoami", raw_arguments="null")), Reply.text("done")
-    )
+    model_server.script(Reply.calls(ToolCall("whoami", raw_arguments="null")), Reply.text("done"))
     code, _, err = run(tmp_path, mcp_agent(model_server.url, [tool], []), "message=who?")
     assert code == 0, err
     results = [m["content"] for m in model_server.requests[1].messages if m["role"] == "tool"]
