@@ -26,7 +26,11 @@ class LoopbackEndpoint:
     - ``/weather/<city>`` answers JSON ``{"city": <city>, "forecast": "sunny"}``;
     - ``/echo`` answers JSON of the request (method, path, query, headers, body);
     - ``/text`` answers plain text; ``/big`` answers 200 kB; ``/fail`` answers 503;
-    - ``/slow`` answers after 2 s; ``/redirect?to=<url>`` redirects.
+    - ``/slow`` answers after 2 s; ``/redirect?to=<url>`` redirects;
+    - ``/form`` takes only ``application/x-www-form-urlencoded`` (415 otherwise) and answers the
+      fields as JSON; ``/raw`` takes only ``text/plain`` and answers ``{"text": <body>}``.
+
+    A recorded body is the parsed JSON, or the text when it is not JSON.
     """
 
     def __init__(self, host: str = "127.0.0.1") -> None:
@@ -71,6 +75,22 @@ class LoopbackEndpoint:
                 self.end_headers()
                 self.wfile.write(body)
 
+            def _typed(self, path: str, raw: bytes) -> None:
+                from urllib.parse import parse_qs
+
+                wanted = "application/x-www-form-urlencoded" if path == "/form" else "text/plain"
+                content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip()
+                if content_type != wanted:
+                    self._answer(415, f"expected {wanted}".encode(), "text/plain")
+                    return
+                text = raw.decode()
+                data: Any = (
+                    {k: v[0] for k, v in parse_qs(text).items()}
+                    if path == "/form"
+                    else {"text": text}
+                )
+                self._answer(200, json.dumps(data).encode(), "application/json")
+
             def _handle(self) -> None:
                 from urllib.parse import parse_qs, urlsplit
 
@@ -83,7 +103,7 @@ class LoopbackEndpoint:
                     "path": parts.path,
                     "query": query,
                     "headers": {k.lower(): v for k, v in self.headers.items()},
-                    "body": json.loads(raw) if raw else None,
+                    "body": _body(raw),
                 }
                 endpoint.requests.append(record)
                 path = parts.path
@@ -102,6 +122,8 @@ class LoopbackEndpoint:
                 elif path == "/slow":
                     time.sleep(2)
                     self._answer(200, b"late", "text/plain")
+                elif path in ("/form", "/raw"):
+                    self._typed(path, raw)
                 elif path == "/redirect":
                     self._answer(302, b"", "text/plain", Location=query["to"])
                 else:
@@ -110,3 +132,13 @@ class LoopbackEndpoint:
             do_GET = do_POST = do_PUT = _handle
 
         return Handler
+
+
+def _body(raw: bytes) -> Any:
+    """A request body as recorded: the parsed JSON, the text when it is not JSON, or None."""
+    if not raw:
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw.decode(errors="replace")

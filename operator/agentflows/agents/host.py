@@ -253,7 +253,10 @@ class LiveCapabilities:
                 "tool (or include/exclude filter it out)"
             )
         return await self._call_registered(
-            task, ctx, registry, mcp.model_name(task.tool.name, server_tool)
+            task,
+            ctx,
+            registry,
+            provider.model_name(server_tool),
         )
 
     async def _call_registered(

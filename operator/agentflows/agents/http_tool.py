@@ -18,9 +18,12 @@ unusable URL.
 
 The query written in the URL template is kept. Without a ``body`` template, a GET adds the
 arguments to it as query parameters (minus those the URL template already uses) and other
-methods send them as the JSON body. The response is read up to ``maxResponseBytes``; the
-result is the parsed JSON, or the text when it is not JSON. A status of 400 or more is an error
-for the model, with the start of the body.
+methods send them as the JSON body. A ``body`` that evaluates to a string is sent as it is (with
+the ``Content-Type`` the headers give, none otherwise); an object with a ``Content-Type`` of
+``application/x-www-form-urlencoded`` is sent form-encoded; any other value is sent as JSON.
+The response is read up to ``maxResponseBytes``; the result is the parsed JSON, or the text
+when it is not JSON. A status of 400 or more is an error for the model, with the start of the
+body.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ _ARG_REFERENCE = re.compile(r"\.args\.([A-Za-z_][A-Za-z0-9_]*)")
 #: Characters left as they are when an argument is put into a URL (":" for host:port).
 _URL_SAFE = ":"
 _MAX_ERROR_BODY_CHARS = 500
+_FORM = "application/x-www-form-urlencoded"
 #: Redirects followed before the call fails.
 MAX_REDIRECTS = 5
 
@@ -133,7 +137,7 @@ class HttpToolRunner:
             )
         request: dict[str, Any] = {"headers": headers}
         if self.spec.body is not None:
-            request["json"] = expressions.evaluate(self._body, scope)
+            request.update(_encoded_body(expressions.evaluate(self._body, scope), headers))
         elif self.spec.method == "GET":
             url = _with_query(url, self._query(args))
         elif args is not None:
@@ -228,6 +232,21 @@ def _compile_url(template: str) -> list[str | expressions.Template]:
         elif piece:
             parts.append(piece)
     return parts
+
+
+def _encoded_body(value: Any, headers: Mapping[str, str]) -> dict[str, Any]:
+    """The request arguments sending ``value`` as the body, by its type and the Content-Type."""
+    if isinstance(value, str):
+        return {"content": value.encode()}
+    content_type = next((v for k, v in headers.items() if k.lower() == "content-type"), "")
+    if isinstance(value, dict) and content_type.split(";")[0].strip().lower() == _FORM:
+        fields = {
+            str(k): v if isinstance(v, str) else json.dumps(v)
+            for k, v in value.items()
+            if v is not None
+        }
+        return {"content": urllib.parse.urlencode(fields).encode()}
+    return {"json": value}
 
 
 def _with_query(url: str, params: Mapping[str, str]) -> str:

@@ -25,8 +25,11 @@ whichever form spells it. Redirects are not followed.
 A stdio server runs contained (:mod:`agentflows.agents.containment`, with
 :data:`STDIO_LIMITS`): resource limits, and its whole process tree killed when it stops.
 
-The model sees each server tool as ``<tool name>_<server tool name>`` (characters outside
-``[A-Za-z0-9_-]`` become ``_``, at most 64), with the server's description and input schema.
+The model sees each server tool as ``<tool name>_<server tool name>``, or with ``prefixNames:
+false`` (what an imported Agent Spec MCPTool or MCPToolBox gets) under its own name (characters
+outside ``[A-Za-z0-9_-]`` become ``_``, at most 64), with the server's description and input
+schema. Two tools of one name in a turn fail it (:class:`agentflows.agents.tools.ToolRegistry`,
+naming both servers).
 ``include`` keeps only the named server tools, ``exclude`` drops some. A server's own
 ``readOnlyHint`` is not trusted: a server tool is read-only (for ``autonomy``) only when the
 Agent marks the ``mcp`` tool ``readOnly``. Each call is bounded by ``timeoutSeconds``; a call
@@ -75,9 +78,10 @@ class McpRefused(McpUnavailable):
     """The server's URL points where no tool may connect; trying again cannot help."""
 
 
-def model_name(tool_name: str, server_tool: str) -> str:
+def model_name(tool_name: str, server_tool: str, *, prefix: bool = True) -> str:
     """The name the model sees for ``server_tool`` of the Agent's ``mcp`` tool ``tool_name``."""
-    return _NOT_NAME_SAFE.sub("_", f"{tool_name}_{server_tool}")[:MAX_TOOL_NAME]
+    name = f"{tool_name}_{server_tool}" if prefix else server_tool
+    return _NOT_NAME_SAFE.sub("_", name)[:MAX_TOOL_NAME]
 
 
 def selected(spec: agent_api.McpTool, server_tool: str) -> bool:
@@ -119,7 +123,11 @@ async def discover_tools(
         listed = await connection.open(timeout)
     finally:
         await connection.close()
-    return [model_name(tool.name, entry.name) for entry in listed if selected(tool.mcp, entry.name)]
+    return [
+        model_name(tool.name, entry.name, prefix=tool.mcp.prefix_names)
+        for entry in listed
+        if selected(tool.mcp, entry.name)
+    ]
 
 
 class McpToolProvider:
@@ -154,7 +162,7 @@ class McpToolProvider:
         for entry in listed:
             if not selected(self._spec, entry.name):
                 continue
-            name = model_name(self._tool.name, entry.name)
+            name = self.model_name(entry.name)
             self._names[name] = entry.name
             schema = entry.input_schema if isinstance(entry.input_schema, dict) else None
             defs.append(
@@ -163,9 +171,14 @@ class McpToolProvider:
                     description=entry.description or self._tool.description or entry.name,
                     parameters=schema,
                     read_only=self._tool.read_only,
+                    source=self._connection.where(),
                 )
             )
         return defs
+
+    def model_name(self, server_tool: str) -> str:
+        """The name the model sees for ``server_tool`` of this server."""
+        return model_name(self._tool.name, server_tool, prefix=self._spec.prefix_names)
 
     def server_name(self, name: str) -> str | None:
         """The server's name for a tool, given its model-visible or its server name."""
@@ -209,7 +222,7 @@ class _Connection:
         self._statuses: list[int] = []
         self._missing_headers: list[str] = []
 
-    def _where(self) -> str:
+    def where(self) -> str:
         if self._spec.url is not None:
             return f"MCP server {self._spec.url} (tool {self._tool_name})"
         return f"MCP server command {self._spec.command!r} (tool {self._tool_name})"
@@ -227,7 +240,7 @@ class _Connection:
             return await asyncio.wait_for(asyncio.shield(ready), seconds)
         except TimeoutError:
             await self.close(abandon=True)
-            raise McpUnavailable(f"{self._where()}: no answer within {seconds:g} s") from None
+            raise McpUnavailable(f"{self.where()}: no answer within {seconds:g} s") from None
         except McpUnavailable:
             await self.close(abandon=True)
             raise
@@ -251,7 +264,7 @@ class _Connection:
         except asyncio.CancelledError:
             raise
         except (egress.HostNotAllowed, egress.InvalidUrl) as exc:
-            ready.set_exception(McpRefused(f"{self._where()}: {exc}"))
+            ready.set_exception(McpRefused(f"{self.where()}: {exc}"))
         except Exception as exc:
             if not ready.done():
                 ready.set_exception(McpUnavailable(self._explain(exc)))
@@ -334,16 +347,16 @@ class _Connection:
                 if self._missing_headers
                 else "; check the headers and their Secrets"
             )
-            return f"{self._where()}: the server requires authentication (HTTP {status}){hint}"
+            return f"{self.where()}: the server requires authentication (HTTP {status}){hint}"
         leaves = "; ".join(dict.fromkeys(_describe(leaf) for leaf in _leaves(exc)))
-        return self._redactor(f"{self._where()}: cannot connect: {leaves}")
+        return self._redactor(f"{self.where()}: cannot connect: {leaves}")
 
     async def call(self, server_tool: str, args: Any, seconds: float) -> tools.ToolOutcome:
         """Call one tool; the result's text (or structured content) or an error for the model."""
         import anyio
 
         if self._client is None:
-            return tools.ToolOutcome.failure(f"{self._where()} is not connected")
+            return tools.ToolOutcome.failure(f"{self.where()} is not connected")
         arguments = args if isinstance(args, dict) else {}
         try:
             with anyio.fail_after(seconds):

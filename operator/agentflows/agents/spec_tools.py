@@ -47,6 +47,7 @@ class SpecToolProvider:
                 parameters=tool.parameters if isinstance(tool.parameters, dict) else None,
                 read_only=tool.read_only,
                 client=tool.client is not None,
+                confirm=tool.client is not None and tool.client.confirm,
             )
 
     async def list_tools(self) -> list[tools.ToolDef]:

@@ -53,9 +53,13 @@ class ToolDef:
     read_only: bool = False
     #: Run by the caller: every call waits for the caller's result, whatever the autonomy.
     client: bool = False
+    #: A client tool whose calls a human confirms before the caller is asked to run them.
+    confirm: bool = False
     #: Hands the conversation over to the Agent its ``agent`` argument names
     #: (:mod:`agentflows.agents.handoff`).
     handoff: bool = False
+    #: Where the tool comes from (an MCP server), to tell two tools of one name apart.
+    source: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,8 +132,10 @@ class ToolRegistry:
         """Add one provider's tools, by the rules of :meth:`build`."""
         for tool in await provider.list_tools():
             if tool.name in self._entries:
+                sources = [d.source for d in (self._entries[tool.name][0], tool) if d.source]
+                where = f" ({' and '.join(sources)})" if sources else ""
                 raise capabilities.CapabilityError(
-                    f"two tools are named {tool.name!r}; tool names must be unique"
+                    f"two tools are named {tool.name!r}{where}; tool names must be unique"
                 )
             if autonomy == flow_api.Autonomy.READONLY and not tool.read_only:
                 continue
@@ -171,6 +177,8 @@ class ToolRegistry:
             args = json.loads(arguments) if arguments.strip() else {}
         except ValueError as exc:
             return None, ToolOutcome.failure(f"arguments of {name} are not valid JSON: {exc}")
+        if args is None:  # models send null for a tool without inputs: it takes an empty object
+            args = {}
         if entry[0].parameters is None:
             return args, None
         found = schemas.mismatch(dict(entry[0].parameters), args)

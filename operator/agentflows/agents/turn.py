@@ -226,6 +226,8 @@ class TurnState:
     base_turns: int = 0
     #: The Agent answering, when a handoff made it another than the node's.
     agent: str | None = None
+    #: The waiting request is the confirmation of client calls, asked before the caller runs them.
+    confirming: bool = False
 
     def to_json(self, log: TurnLog) -> dict[str, Any]:
         """Return the state (with the log's detail) as saved by the engine."""
@@ -236,6 +238,7 @@ class TurnState:
             "waiting": self.waiting,
             "review": self.review,
             "baseTurns": self.base_turns,
+            "confirming": self.confirming,
             "log": log.detail(),
         }
         return saved | ({"agent": self.agent} if self.agent is not None else {})
@@ -253,6 +256,7 @@ class TurnState:
                     review=state.get("review"),
                     base_turns=int(state.get("baseTurns", 0)),
                     agent=state.get("agent"),
+                    confirming=bool(state.get("confirming", False)),
                 ),
                 TurnLog.from_detail(state.get("log")),
             )
@@ -341,6 +345,10 @@ async def _run_turn(
                 return ended
         else:
             decided = approval.rulings(ctx.resume.request, state.waiting)
+            if state.confirming:
+                confirmed = _after_confirmation(task, ctx, registry, state, log, decided)
+                if confirmed is not None:
+                    return confirmed
             target = await _run_round(state, log, registry, ctx, redactor, decided)
             if target is not None:
                 return Handoff(target, state.messages, log)
@@ -443,7 +451,11 @@ def _pause_for_approval(
     if not waiting:
         return None
     state.waiting = [call.id for call in waiting]
-    client = frozenset(c.name for c in waiting if (d := registry.get(c.name)) and d.client)
+    # A client call to confirm is first asked as an approval (not yet for the caller to run).
+    state.confirming = any((d := registry.get(c.name)) and d.confirm for c in waiting)
+    client = frozenset(
+        c.name for c in waiting if (d := registry.get(c.name)) and d.client and not state.confirming
+    )
     request = approval.request_for_calls(
         ctx.node_key, task.agent_name, waiting, reply.content, task.agent.human_review, client
     )
@@ -452,6 +464,50 @@ def _pause_for_approval(
         state=state.to_json(log),
         usage=log.usage,
         detail=log.detail(_pending_records(waiting)),
+    )
+
+
+def _after_confirmation(
+    task: capabilities.AgentTask,
+    ctx: capabilities.NodeContext,
+    registry: tools.ToolRegistry,
+    state: TurnState,
+    log: TurnLog,
+    decided: Mapping[str, approval.Ruling],
+) -> capabilities.Pause | None:
+    """After a confirmation: the client request for the confirmed client calls, or None.
+
+    None when the human answered every call (a rejection): no client call is requested and
+    the round gives the model the answers. Edited arguments replace the model's.
+    """
+    state.confirming = False
+    if all(ruling.outcome is not None for ruling in decided.values()):
+        return None
+    state.pending = [
+        dataclasses.replace(call, arguments=ruling.arguments)
+        if (ruling := decided.get(call.id)) is not None and ruling.arguments is not None
+        else call
+        for call in state.pending
+    ]
+    clients = [
+        call
+        for call in state.pending
+        if call.id in state.waiting and (d := registry.get(call.name)) and d.client
+    ]
+    state.waiting = [call.id for call in clients]
+    request = approval.request_for_calls(
+        ctx.node_key,
+        task.agent_name,
+        clients,
+        "",
+        task.agent.human_review,
+        frozenset(call.name for call in clients),
+    )
+    return capabilities.Pause(
+        request=request,
+        state=state.to_json(log),
+        usage=log.usage,
+        detail=log.detail(_pending_records(clients)),
     )
 
 

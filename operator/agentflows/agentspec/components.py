@@ -140,6 +140,7 @@ def mcp(
             env=transport.env or {},
             include=include,
             timeout_seconds=timeout,
+            prefix_names=False,
         )
     for name in ("headers", "sensitive_headers", "auth"):
         if getattr(transport, name):
@@ -152,7 +153,9 @@ def mcp(
                 )
             )
     sse = transport.component_type == "SSETransport"
-    return agent_api.McpTool(url=transport.url, sse=sse, include=include, timeout_seconds=timeout)
+    return agent_api.McpTool(
+        url=transport.url, sse=sse, include=include, timeout_seconds=timeout, prefix_names=False
+    )
 
 
 def tool(
@@ -175,7 +178,8 @@ def tool(
     if isinstance(spec, model.RemoteTool):
         return agent_api.Tool(**common, http=http_tool(spec, path, out))
     if isinstance(spec, model.ClientTool):
-        return agent_api.Tool(**common, client=agent_api.ClientTool())
+        confirm = spec.requires_confirmation
+        return agent_api.Tool(**common, client=agent_api.ClientTool(confirm=confirm))
     return agent_api.Tool(
         **common, python=agent_api.PythonTool(script=python_script(spec, path, out, impl))
     )
@@ -212,6 +216,7 @@ def agent_spec(
     """Our Agent spec: placeholders of the system prompt read ``<name>``, given in the prompt."""
     names: set[str] = set()
     at = f"{path}." if path else ""
+    _distinct_mcp_names(agent.tools, at, out)
     tools = [
         tool(t, mapping.identifier(t.name, names), f"{at}tools[{i}]", out, impl)
         for i, t in enumerate(agent.tools)
@@ -228,6 +233,27 @@ def agent_spec(
         system_prompt=system,
         tools=tools,
     )
+
+
+def _distinct_mcp_names(tools: list[Any], at: str, out: list[documents.Problem]) -> None:
+    """An MCPTool is offered under its own name: refuse a tool of the agent with the same one.
+
+    Refused rather than renamed: the prompt and the other runtimes call the tool by its name.
+    """
+    first: dict[str, int] = {}
+    for index, spec in enumerate(tools):
+        if spec.name in first and any(
+            isinstance(tools[i], model.McpTool) for i in (first[spec.name], index)
+        ):
+            out.append(
+                errors.problem(
+                    f"{at}tools[{index}]",
+                    f"{spec.name!r} is also the name of {at}tools[{first[spec.name]}]; an "
+                    "MCPTool is offered to the model under its own name, so the tools of an "
+                    "agent need distinct names",
+                )
+            )
+        first.setdefault(spec.name, index)
 
 
 def needs_confirmation(agent: model.Agent) -> bool:

@@ -125,6 +125,11 @@ class McpTool(common.ApiModel):
         default_factory=list, description="Only these server tools are offered (empty: all)."
     )
     exclude: list[str] = Field(default_factory=list, description="Server tools never offered.")
+    prefix_names: bool = Field(
+        default=True,
+        description="Offer each server tool as <tool name>_<server tool name> (false: under "
+        "the server tool's own name; two tools of one name then fail the turn).",
+    )
     timeout_seconds: float = Field(
         default=60, gt=0, le=3600, description="Timeout of one tool call, in seconds."
     )
@@ -192,6 +197,12 @@ class ClientTool(common.ApiModel):
     The caller answers with decision ``respond`` and the result as ``data`` (``reject`` tells
     the model the call was refused). Open Agent Spec's ClientTool maps here.
     """
+
+    confirm: bool = Field(
+        default=False,
+        description="A human confirms each call (an approval request) before the caller is "
+        "asked to run it; a rejected call is not requested and the model is told.",
+    )
 
 
 class Tool(common.ApiModel):

@@ -170,6 +170,51 @@ async def test_a_client_tool_call_waits_whatever_the_autonomy_and_respond_gives_
     assert model_server.requests[1].messages[-1]["content"] == '{"city": "Oslo"}'
 
 
+async def test_a_client_tool_requiring_confirmation_is_confirmed_before_it_is_requested(
+    model_server: ScriptedModelServer,
+) -> None:
+    caps = host.LiveCapabilities(env=model_server.env)
+    client = agent_api.Tool(name="pay", client=agent_api.ClientTool(confirm=True))
+    spec = agent_api.AgentSpec(model=model_server.model_spec(), tools=[client])
+    task = capabilities.AgentTask("cashier", spec, "Pay 5")
+    model_server.script(Reply.calls(ToolCall("pay", {"eur": 5}, id="p1")), Reply.text("Paid."))
+    full = dataclasses.replace(supervised(), autonomy=flow_api.Autonomy.FULL)
+    confirmation = await caps.run_agent(task, full)
+    assert isinstance(confirmation, capabilities.Pause)
+    assert confirmation.request.proposal == {
+        "calls": [{"id": "p1", "tool": "pay", "args": {"eur": 5}}]
+    }
+    approved = decided(confirmation, decision="edit", edits={"eur": 4})
+    request = await caps.run_agent(task, dataclasses.replace(full, resume=approved))
+    assert isinstance(request, capabilities.Pause)
+    assert request.request.proposal == {
+        "calls": [{"id": "p1", "tool": "pay", "args": {"eur": 4}, "client": True}]
+    }
+    assert len(model_server.requests) == 1
+    answered = decided(request, decision="respond", data="receipt 7")
+    result = await caps.run_agent(task, dataclasses.replace(full, resume=answered))
+    assert isinstance(result, capabilities.NodeResult) and result.output["text"] == "Paid."
+    assert model_server.requests[1].messages[-1]["content"] == "receipt 7"
+
+
+async def test_a_rejected_confirmation_never_requests_the_client_tool_and_tells_the_agent(
+    model_server: ScriptedModelServer,
+) -> None:
+    caps = host.LiveCapabilities(env=model_server.env)
+    client = agent_api.Tool(name="pay", client=agent_api.ClientTool(confirm=True))
+    spec = agent_api.AgentSpec(model=model_server.model_spec(), tools=[client])
+    task = capabilities.AgentTask("cashier", spec, "Pay 5")
+    model_server.script(Reply.calls(ToolCall("pay", {"eur": 5}, id="p1")), Reply.text("Not paid."))
+    full = dataclasses.replace(supervised(), autonomy=flow_api.Autonomy.FULL)
+    confirmation = await caps.run_agent(task, full)
+    assert isinstance(confirmation, capabilities.Pause)
+    rejected = decided(confirmation, decision="reject", comment="too much")
+    result = await caps.run_agent(task, dataclasses.replace(full, resume=rejected))
+    assert isinstance(result, capabilities.NodeResult) and result.output["text"] == "Not paid."
+    told = model_server.requests[1].messages[-1]["content"]
+    assert "rejected this call: too much" in told
+
+
 async def test_a_waiting_agent_is_not_run_again_while_its_request_is_undecided(
     model_server: ScriptedModelServer,
 ) -> None:

@@ -97,6 +97,37 @@ def test_a_confirmed_client_tool_node_asks_to_confirm_then_for_the_result(
     assert (status.kind, status.outputs) == (Kind.FINISHED, {"signature": "sig-42"})
 
 
+def test_an_agent_s_client_tool_requiring_confirmation_is_confirmed_then_requested(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    path = served("chat_agent.yaml", tmp_path, model_server)
+    path.write_text(path.read_text() + "    requires_confirmation: true\n")
+    conv = conversation.Conversation.from_file(path, {}, model_server.env)
+    conv.execute_sync()
+    conv.append_user_message("Book May 3")
+    model_server.script(
+        Reply.calls(ToolCall("room_free", {"date": "May 3"}, id="r1")),
+        Reply.text("Yes."),
+        Reply.calls(ToolCall("room_free", {"date": "May 4"}, id="r2")),
+        Reply.text("I was not allowed to check May 4."),
+    )
+    status = conv.execute_sync()
+    assert status.kind == Kind.CONFIRMATION
+    conv.confirm()
+    status = conv.execute_sync()
+    assert status.kind == Kind.TOOL_REQUEST
+    assert status.tool_requests == [conversation.ToolRequest("r1", "room_free", {"date": "May 3"})]
+    conv.post_tool_result("r1", True)
+    assert conv.execute_sync().outputs == "Yes."
+    conv.append_user_message("And May 4?")
+    assert conv.execute_sync().kind == Kind.CONFIRMATION
+    conv.confirm(approve=False, comment="not today")
+    status = conv.execute_sync()
+    assert (status.kind, status.outputs) == (Kind.USER_INPUT, "I was not allowed to check May 4.")
+    told = model_server.requests[3].messages[-1]["content"]
+    assert "rejected this call: not today" in told
+
+
 def test_a_rejected_confirmation_fails_the_conversation(
     model_server: ScriptedModelServer, tmp_path: Path
 ) -> None:

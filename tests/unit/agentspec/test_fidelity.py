@@ -9,8 +9,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tests.support import mcp_servers
 from tests.support.endpoint import LoopbackEndpoint
-from tests.support.model_server import Reply, ScriptedModelServer
+from tests.support.model_server import Reply, ScriptedModelServer, ToolCall
 from tests.unit.agentspec.conftest import DATA, DOCUMENT_MODEL_URL, invoke, output_of
 
 
@@ -84,6 +85,51 @@ def test_an_api_node_with_one_output_returns_that_key_of_the_json_response(
     code, out, err = run(tmp_path, one_node_flow(node, ["city"], "forecast"), "city=oslo")
     assert code == 0, err
     assert output_of(out) == {"forecast": "sunny"}
+
+
+def test_an_api_node_sends_a_string_body_as_it_is_with_its_content_type(
+    endpoint: LoopbackEndpoint, tmp_path: Path
+) -> None:
+    node = {
+        "component_type": "ApiNode", "url": f"{endpoint.url}/form", "http_method": "POST",
+        "url_allow_list": [endpoint.url], "data": "city={{city}}&units=metric",
+        "headers": {"Content-Type": "application/x-www-form-urlencoded"},
+        "outputs": [{"title": "units", "type": "string"}],
+    }  # fmt: skip
+    code, out, err = run(tmp_path, one_node_flow(node, ["city"], "units"), "city=oslo")
+    assert code == 0, err
+    assert output_of(out) == {"units": "metric"}
+    assert endpoint.requests[-1]["body"] == "city=oslo&units=metric"
+
+
+def test_an_api_node_sends_an_object_body_form_encoded_when_its_content_type_says_so(
+    endpoint: LoopbackEndpoint, tmp_path: Path
+) -> None:
+    node = {
+        "component_type": "ApiNode", "url": f"{endpoint.url}/form", "http_method": "POST",
+        "url_allow_list": [endpoint.url], "data": {"city": "{{city}}", "days": 3},
+        "headers": {"content-type": "application/x-www-form-urlencoded; charset=utf-8"},
+        "outputs": [{"title": "days", "type": "string"}],
+    }  # fmt: skip
+    code, out, err = run(tmp_path, one_node_flow(node, ["city"], "days"), "city=são paulo")
+    assert code == 0, err
+    assert output_of(out) == {"days": "3"}
+    assert endpoint.requests[-1]["body"] == "city=s%C3%A3o+paulo&days=3"
+
+
+def test_a_remote_tool_sends_a_plain_text_body_as_it_is(
+    endpoint: LoopbackEndpoint, tmp_path: Path
+) -> None:
+    tool = {
+        "component_type": "RemoteTool", "name": "note", "url": f"{endpoint.url}/raw",
+        "http_method": "POST", "url_allow_list": [endpoint.url],
+        "data": "Weather for {{city}}", "headers": {"Content-Type": "text/plain"},
+        "inputs": [{"title": "city", "type": "string"}], "outputs": [{"title": "text"}],
+    }  # fmt: skip
+    doc = one_node_flow({"component_type": "ToolNode", "tool": tool}, ["city"], "text")
+    code, out, err = run(tmp_path, doc, "city=oslo")
+    assert code == 0, err
+    assert output_of(out) == {"text": "Weather for oslo"}
 
 
 def test_a_branching_node_reads_its_input_by_the_name_the_document_gives_it(
@@ -193,3 +239,61 @@ def test_a_map_node_whose_sub_flow_takes_no_input_runs_it_once(tmp_path: Path) -
     code, out, err = run(tmp_path, one_node_flow(node, [], "collected_n"))
     assert code == 0, err
     assert output_of(out) == {"collected_n": 1}
+
+
+def mcp_agent(model_url: str, tools: list[Any], toolboxes: list[Any]) -> dict[str, Any]:
+    """A root Agent with these MCP tools and toolboxes, on the scripted model."""
+    return {
+        "agentspec_version": "26.2.0", "component_type": "Agent", "name": "calc",
+        "system_prompt": "Use the tools.",
+        "llm_config": {"component_type": "OpenAiCompatibleConfig", "name": "m",
+                       "model_id": "scripted-model", "url": model_url},
+        "tools": tools, "toolboxes": toolboxes,
+    }  # fmt: skip
+
+
+def stdio_transport(name: str) -> dict[str, Any]:
+    command, args = mcp_servers.stdio_command()
+    return {"component_type": "StdioTransport", "name": name, "command": command, "args": args}
+
+
+def test_an_input_less_mcp_tool_called_with_null_arguments_is_sent_an_empty_object(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    tool = {"component_type": "MCPTool", "name": "whoami", "client_transport": stdio_transport("t")}
+    model_server.script(Reply.calls(ToolCall("whoami", raw_arguments="null")), Reply.text("done"))
+    code, _, err = run(tmp_path, mcp_agent(model_server.url, [tool], []), "message=who?")
+    assert code == 0, err
+    results = [m["content"] for m in model_server.requests[1].messages if m["role"] == "tool"]
+    assert results == ["stdio"]
+
+
+def test_two_mcp_tools_of_one_name_on_different_servers_are_refused_at_load(
+    tmp_path: Path,
+) -> None:
+    tools = [
+        {"component_type": "MCPTool", "name": "add", "client_transport": stdio_transport(t)}
+        for t in ("first", "second")
+    ]
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(mcp_agent("http://127.0.0.1:9/v1", tools, [])))
+    code, out, err = invoke("validate", str(path))
+    assert code != 0
+    assert "tools[1]: 'add' is also the name of tools[0]" in out + err, out + err
+
+
+def test_an_mcp_toolbox_offering_the_name_of_another_mcp_tool_fails_naming_both_servers(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    tool = {"component_type": "MCPTool", "name": "add", "client_transport": stdio_transport("t")}
+    server = mcp_servers.HttpMcpServer().start()
+    try:
+        box = {"component_type": "MCPToolBox", "name": "box",
+               "client_transport": {"component_type": "StreamableHTTPTransport", "name": "h",
+                                    "url": server.url}}  # fmt: skip
+        code, out, err = run(tmp_path, mcp_agent(model_server.url, [tool], [box]), "message=hi")
+    finally:
+        server.stop()
+    assert code != 0
+    assert "two tools are named 'add'" in out + err, out + err
+    assert server.url in out + err and "command" in out + err, out + err

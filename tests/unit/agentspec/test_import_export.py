@@ -55,11 +55,17 @@ def test_mcp_tools_toolboxes_and_remote_tools_map_to_agent_tools() -> None:
     assert tools["list_pods"] == {
         "name": "list_pods",
         "readOnly": True,
-        "mcp": {"command": "kube-mcp", "args": ["--read-only"], "include": ["list_pods"]},
+        "mcp": {
+            "command": "kube-mcp",
+            "args": ["--read-only"],
+            "include": ["list_pods"],
+            "prefixNames": False,
+        },
     }
     assert tools["docs"]["mcp"] == {
         "url": "https://docs.example.com/mcp",
         "include": ["search", "fetch"],
+        "prefixNames": False,
     }
     ticket = tools["open_ticket"]
     assert "readOnly" not in ticket

@@ -132,7 +132,7 @@ def test_a_map_node_zips_its_iterated_inputs_and_applies_each_reducer(tmp_path: 
     assert output_of(out) == {"names": ["a", "b"], "total": 7}
 
 
-def test_an_agent_calls_an_mcp_tool_and_a_toolbox_over_stdio(
+def test_an_agent_calls_mcp_tools_of_a_tool_and_a_toolbox_under_their_own_names(
     model_server: ScriptedModelServer, tmp_path: Path
 ) -> None:
     command, args = mcp_servers.stdio_command()
@@ -153,7 +153,7 @@ def test_an_agent_calls_an_mcp_tool_and_a_toolbox_over_stdio(
     spec = tmp_path / "calc.json"
     spec.write_text(json.dumps(doc))
     model_server.script(
-        Reply.calls(ToolCall("add_add", {"a": 1, "b": 2}), ToolCall("box_echo", {"text": "hi"})),
+        Reply.calls(ToolCall("add", {"a": 1, "b": 2}), ToolCall("echo", {"text": "hi"})),
         Reply.text("3 and hi"),
     )
     run = ("--state-dir", str(tmp_path / "runs"), "--input", "message=add 1 and 2, echo hi")
@@ -161,7 +161,7 @@ def test_an_agent_calls_an_mcp_tool_and_a_toolbox_over_stdio(
     assert code == 0, err
     assert output_of(out) == "3 and hi"
     offered = {t["function"]["name"] for t in model_server.requests[0].body["tools"]}
-    assert offered == {"add_add", "box_echo"}
+    assert offered == {"add", "echo"}
     results = [m["content"] for m in model_server.requests[1].messages if m["role"] == "tool"]
     assert results == ["3", "hi"]
 

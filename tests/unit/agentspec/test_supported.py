@@ -97,7 +97,7 @@ def test_an_agent_calls_an_mcp_tool_over_streamable_http(
         "session_parameters": {"read_timeout_seconds": 20},
     }  # fmt: skip
     tool = {"component_type": "MCPTool", "name": "add", "client_transport": transport}
-    model_server.script(Reply.calls(ToolCall("add_add", {"a": 40, "b": 2})), Reply.text("42"))
+    model_server.script(Reply.calls(ToolCall("add", {"a": 40, "b": 2})), Reply.text("42"))
     try:
         code, out, err = run(tmp_path, root_agent(config, tools=[tool]), "40 + 2?")
     finally:
