@@ -38,7 +38,6 @@ class UsageError(Exception):
     runner's start path no import of the local-run modules.
     """
 
-
 #: Help sections: title -> command names, in the order shown.
 SECTIONS: dict[str, tuple[str, ...]] = {
     "Run flows on this machine": ("validate", "run", "resume", "graph", "draft"),
