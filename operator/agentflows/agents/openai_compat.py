@@ -199,7 +199,9 @@ def assemble(chunks: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     if calls:
         message["tool_calls"] = [calls[index] for index in sorted(calls)]
     reply["choices"] = [{"index": 0, "message": message, "finish_reason": finish_reason}]
-    return reply
+    # the keys in the order of an unstreamed reply, so the recorded ``raw`` reads the same
+    order = ("id", "object", "created", "model", "system_fingerprint", "choices", "usage")
+    return {key: reply[key] for key in order if key in reply}
 
 
 def _add_call_delta(calls: dict[int, dict[str, Any]], part: Mapping[str, Any]) -> None:
