@@ -259,7 +259,7 @@ class ScriptedModelServer:
                 )
                 with server._lock:
                     server.requests.append(recorded)
-                if not self.path.rstrip("/").endswith("/chat/completions"):
+                if not self.path.split("?")[0].rstrip("/").endswith("/chat/completions"):
                     self._send(404, _error_body(f"no route {self.path}"))
                     return
                 with server._lock:

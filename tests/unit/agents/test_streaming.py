@@ -170,3 +170,36 @@ async def test_a_secret_split_across_two_streamed_chunks_never_reaches_the_liste
     shown = "".join(recorder.texts())
     assert shown == "the key is [redacted]."
     assert all(secret[:12] not in text for text in recorder.texts())
+
+
+async def test_a_litellm_provider_streams_with_the_same_usage_and_cost_and_retries_a_break(
+    model_server: ScriptedModelServer,
+) -> None:
+    # azure goes through litellm (its own wire format), to the scripted server's real HTTP
+    spec = model_server.model_spec(name="azure/gpt-4o", retries=1)
+    hi = [{"role": "user", "content": "hi"}]
+    model_server.script(
+        Reply.text(ANSWER, prompt_tokens=5, completion_tokens=3),
+        Reply.text("lost words here", break_after=2),
+        Reply.text(ANSWER, prompt_tokens=5, completion_tokens=3),
+    )
+    redactor = secrets.Redactor([])
+    plain = await model_client.complete(spec, hi, env=model_server.env, redactor=redactor)
+    recorder = Recorder()
+    streamed = await model_client.complete(
+        spec,
+        hi,
+        env=model_server.env,
+        redactor=redactor,
+        stream=streaming.Writer(recorder, "n", redactor),
+    )
+    assert [r.body.get("stream") for r in model_server.requests] == [None, True, True]
+    assert "/openai/deployments/" in model_server.requests[1].path
+    assert streamed.content == plain.content == ANSWER
+    assert streamed.usage == plain.usage
+    assert (streamed.usage.prompt_tokens, streamed.usage.completion_tokens) == (5, 3)
+    assert streamed.usage.cost_usd == plain.usage.cost_usd > 0
+    kinds = [kind for kind, _, _ in recorder.events]
+    assert kinds.count("restart") == 1 and kinds[-1] == "end"
+    after = recorder.events[kinds.index("restart") + 1 :]
+    assert "".join(text for kind, _, text in after if kind == "text") == ANSWER
