@@ -9,7 +9,11 @@ scripts the replies as a queue::
         Reply.text("It is sunny."),
     )
 
-Every request body is recorded in :attr:`ScriptedModelServer.requests` so tests can assert on
+A request with ``stream: true`` is answered with server-sent events as OpenAI sends them
+(``data:`` lines of ``chat.completion.chunk``, tool-call arguments in several deltas, the usage
+in a last chunk when ``stream_options.include_usage`` is asked, then ``data: [DONE]``);
+``Reply(break_after=n)`` drops the connection after ``n`` content chunks, a stream that breaks
+mid-way. Every request body is recorded in :attr:`ScriptedModelServer.requests` so tests can assert on
 what the model was sent (system prompt, merged history, tool results). When the queue is empty
 the server answers 500 with a message saying so, which fails the test loudly.
 
@@ -22,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import re
 import sys
 import threading
 import time
@@ -63,6 +68,10 @@ class Reply:
     delay: float = 0.0
     prompt_tokens: int = 11
     completion_tokens: int = 7
+    #: When streamed: the content in these pieces (default: word by word, spaces kept).
+    pieces: list[str] | None = None
+    #: When streamed: drop the connection after this many content chunks (no ``[DONE]``).
+    break_after: int | None = None
 
     @classmethod
     def text(cls, content: str, **kwargs: Any) -> Reply:
@@ -207,6 +216,7 @@ class ScriptedModelServer:
                 "total_tokens": reply.prompt_tokens + reply.completion_tokens,
             },
         }
+        body["_scripted"] = reply
         return 200, body
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
@@ -219,6 +229,7 @@ class ScriptedModelServer:
                 pass
 
             def _send(self, status: int, body: dict[str, Any]) -> None:
+                body.pop("_scripted", None)
                 data = json.dumps(body).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -248,11 +259,8 @@ class ScriptedModelServer:
                 )
                 with server._lock:
                     server.requests.append(recorded)
-                if not self.path.rstrip("/").endswith("/chat/completions"):
+                if not self.path.split("?")[0].rstrip("/").endswith("/chat/completions"):
                     self._send(404, _error_body(f"no route {self.path}"))
-                    return
-                if body.get("stream"):
-                    self._send(400, _error_body("the scripted server does not stream"))
                     return
                 with server._lock:
                     server.in_flight += 1
@@ -262,7 +270,25 @@ class ScriptedModelServer:
                 finally:
                     with server._lock:
                         server.in_flight -= 1
-                self._send(status, reply)
+                if status == 200 and body.get("stream"):
+                    self._send_stream(reply, recorded)
+                else:
+                    self._send(status, reply)
+
+            def _send_stream(self, reply: dict[str, Any], request: RecordedRequest) -> None:
+                scripted = reply.pop("_scripted")
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                usage = bool((request.body.get("stream_options") or {}).get("include_usage"))
+                for event in sse_events(reply, scripted, usage):
+                    if event is None:
+                        self.wfile.flush()
+                        self.close_connection = True
+                        return
+                    self.wfile.write(event)
+                    self.wfile.flush()
 
         return Handler
 
@@ -281,3 +307,49 @@ class QuietHTTPServer(ThreadingHTTPServer):
 
 def _error_body(message: str) -> dict[str, Any]:
     return {"error": {"message": message, "type": "scripted_error", "code": None}}
+
+
+def sse_events(reply: dict[str, Any], scripted: Reply, usage: bool) -> list[bytes | None]:
+    """The server-sent events of a streamed ``reply``; ``None`` marks where it breaks off."""
+    head = {key: reply[key] for key in ("id", "created", "model")}
+    message = reply["choices"][0]["message"]
+
+    def event(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
+        chunk = {
+            **head,
+            "object": "chat.completion.chunk",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            **extra,
+        }
+        return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+    events: list[bytes | None] = [event({"role": "assistant", "content": ""})]
+    content = message.get("content") or ""
+    pieces = scripted.pieces if scripted.pieces is not None else _words(content)
+    for number, piece in enumerate(pieces):
+        if scripted.break_after is not None and number == scripted.break_after:
+            return [*events, None]
+        events.append(event({"content": piece}))
+    for index, call in enumerate(message.get("tool_calls") or []):
+        arguments = call["function"]["arguments"]
+        half = len(arguments) // 2
+        first = {"index": index, "id": call["id"], "type": "function"}
+        first["function"] = {"name": call["function"]["name"], "arguments": arguments[:half]}
+        events.append(event({"tool_calls": [first]}))
+        rest = {"index": index, "function": {"arguments": arguments[half:]}}
+        events.append(event({"tool_calls": [rest]}))
+    events.append(event({}, reply["choices"][0]["finish_reason"]))
+    if usage:
+        events.append(
+            b"data: "
+            + json.dumps(
+                {**head, "object": "chat.completion.chunk", "choices": [], "usage": reply["usage"]}
+            ).encode()
+            + b"\n\n"
+        )
+    return [*events, b"data: [DONE]\n\n"]
+
+
+def _words(content: str) -> list[str]:
+    """``content`` in word-sized pieces that join back to it."""
+    return [word for word in re.split(r"(?<= )", content) if word]

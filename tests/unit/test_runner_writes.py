@@ -10,6 +10,8 @@ tests/cluster/test_runner_requests.py.
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +21,7 @@ from agentflows.api import flowrun as flowrun_api
 from agentflows.engine import store
 from agentflows.kube import status_store
 from agentflows.runner import main as runner_main
+from agentflows.runner import stream_log
 from tests.support.fake_flowrun_api import FakeFlowRunApi
 from tests.support.fixtures import model_server  # noqa: F401  (fixture)
 from tests.support.model_server import Reply, ScriptedModelServer
@@ -190,3 +193,29 @@ def test_an_attempt_that_is_not_a_whole_number_is_named_in_the_error() -> None:
     with pytest.raises(ValueError) as error:
         runner_main.told_attempt({"AGENTFLOWS_ATTEMPT": "two"})
     assert str(error.value) == "AGENTFLOWS_ATTEMPT='two': expected a whole number of at least 1"
+
+
+async def test_the_runner_logs_a_streamed_answer_as_framed_json_lines_redacted_never_in_status(
+    model_server: ScriptedModelServer,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    secret = "sk-runner-log-secret-0123456789"
+    pieces = ["The key ", "is ", secret[:10], secret[10:], "."]
+    model_server.script(Reply.text("".join(pieces), pieces=pieces))
+    api = prepared_run(llm_flow(model_server, "ask"))
+    os.environ["OPENAI_API_KEY"] = secret
+    try:
+        async with api.client() as client:
+            assert await runner_main.run_attempt(client, "team", "r", attempt=3) == 0
+    finally:
+        del os.environ["OPENAI_API_KEY"]
+    lines = capsys.readouterr().out.splitlines()
+    events = [e for e in map(stream_log.parse, lines) if e is not None]
+    assert "".join(e.get("delta", "") for e in events) == "The key is [redacted]."
+    assert events[-1] == {"node": "ask", "end": True}
+    assert {e["node"] for e in events} == {"ask"}
+    others = [line for line in lines if stream_log.parse(line) is None]
+    assert others and all(not line.startswith("{") for line in others), "log lines stay apart"
+    assert secret[:10] not in "\n".join(lines)
+    assert model_server.requests[0].body["stream"] is True
+    assert not any("[redacted]" in json.dumps(w.body) for w in api.writes()), "not in status"

@@ -38,6 +38,7 @@ from agentflows.agents import (
     secrets,
     sessions,
     spec_tools,
+    streaming,
     tools,
     turn,
 )
@@ -81,6 +82,7 @@ class LiveCapabilities:
         session_store: sessions.Store | None = None,
         file_access: files.FileAccess = files.NO_FILE_ACCESS,
         builtin_tools: Mapping[str, Sequence[tools.ToolProvider]] | None = None,
+        listener: streaming.Listener | None = None,
     ) -> None:
         if resolver is None or isinstance(resolver, Mapping):
             resolver = MappingResolver(resolver or {})
@@ -97,6 +99,14 @@ class LiveCapabilities:
         self.redactor = secrets.Redactor(
             secrets.env_secrets(env, model_client.PROVIDER_KEY_ENV.values())
         )
+        #: Shown the answers of agent and llm nodes as they are written (None: not streamed).
+        self.listener = listener
+
+    def _writer(self, ctx: capabilities.NodeContext) -> streaming.Writer | None:
+        """The stream of the node ``ctx`` runs, if the host listens to answers as they come."""
+        if self.listener is None:
+            return None
+        return streaming.Writer(self.listener, ctx.node_key, self.redactor)
 
     async def run_agent(
         self, task: capabilities.AgentTask, ctx: capabilities.NodeContext
@@ -111,7 +121,9 @@ class LiveCapabilities:
             task = self._task_of(str(saved["agent"]), task)
         handed_over = turn.TurnState.from_json(ctx.progress) if ctx.progress else None
         for _ in range(handoff.MAX_HANDOFFS + 1):
-            result = await self._turn(task, ctx, handed_over, handoffs=True)
+            result = await self._turn(
+                task, ctx, handed_over, handoffs=True, stream=self._writer(ctx)
+            )
             if not isinstance(result, turn.Handoff):
                 return result
             task = self._task_of(result.agent, task)
@@ -147,6 +159,7 @@ class LiveCapabilities:
         handed_over: tuple[turn.TurnState, turn.TurnLog] | None,
         *,
         handoffs: bool,
+        stream: streaming.Writer | None = None,
     ) -> capabilities.NodeResult | capabilities.Pause | turn.Handoff:
         """One Agent's part of a turn, with its tools (MCP servers closed when it ends)."""
         spec = task.agent
@@ -181,6 +194,7 @@ class LiveCapabilities:
                 memory=memory,
                 access=self.file_access,
                 handed_over=handed_over,
+                stream=stream,
             )
 
     def _mcp_providers(
@@ -209,7 +223,7 @@ class LiveCapabilities:
         turns = [("system", system)] if system else []
         messages = turn.merge_turns([*turns, ("user", task.prompt)])
         reply = await model_client.complete(
-            task.model, messages, env=self.env, redactor=self.redactor
+            task.model, messages, env=self.env, redactor=self.redactor, stream=self._writer(ctx)
         )
         output = envelope.from_text(reply.content, raw=reply.raw)
         if task.output_schema is not None:

@@ -42,6 +42,13 @@ litellm path the HTTP status is the provider's own (the innermost error litellm 
 a 404 litellm re-raises as a 500 stays a permanent 404. ``apiBase`` is normalised once, in
 :func:`litellm_api_base` (a trailing ``/v1`` for providers whose route starts at the root).
 
+With a :class:`~agentflows.agents.streaming.Writer` (a host that shows answers as they come,
+see :mod:`agentflows.agents.streaming`), the call is a stream on both paths (the direct one's
+``stream: true`` with usage, litellm's ``stream=True`` with ``include_usage``), assembled into
+the same :class:`ModelReply`: content, tool calls, usage and cost as without it. A stream that
+breaks off mid-way is an error of the attempt, retried or failed by the same rules as a failed
+request; the writer is told each retry starts over.
+
 litellm is imported on the first call that needs it, never at module import: ``agentflows
 --help`` and the dry run stay fast. Costs come from litellm's bundled price table
 (:mod:`agentflows.agents.costs`; ``LITELLM_LOCAL_MODEL_COST_MAP``, no network); a model missing
@@ -57,7 +64,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from agentflows.agents import costs, egress, secrets
+from agentflows.agents import costs, egress, secrets, streaming
 from agentflows.agents.litellm_import import import_litellm
 from agentflows.api import agent as agent_api
 from agentflows.api import common
@@ -182,16 +189,27 @@ async def complete(
     env: Mapping[str, str],
     redactor: secrets.Redactor,
     tools: Sequence[Mapping[str, Any]] = (),
+    stream: streaming.Writer | None = None,
 ) -> ModelReply:
     """Make one chat completion; raise CapabilityError (retryable when it may help) on failure.
 
+    With ``stream``, the answer's text goes to it as it is written (see module docstring).
     The call is a ``chat`` span with the GenAI semantic conventions' attributes; the messages
     and the reply go on it (redacted) only when the tracer captures content.
     """
     with spans.span(f"chat {model.name}", _request_attributes(model)) as span:
         if spans.capture_content():
             span.set({"gen_ai.input.messages": redactor(_json(messages))})
-        reply = await _complete(model, messages, env=env, redactor=redactor, tools=tools)
+        try:
+            reply = await _complete(
+                model, messages, env=env, redactor=redactor, tools=tools, stream=stream
+            )
+        except BaseException:
+            if stream is not None:
+                stream.abandon()
+            raise
+        if stream is not None:
+            stream.end()
         span.set(_reply_attributes(reply, redactor))
         return reply
 
@@ -239,11 +257,12 @@ async def _complete(
     env: Mapping[str, str],
     redactor: secrets.Redactor,
     tools: Sequence[Mapping[str, Any]],
+    stream: streaming.Writer | None,
 ) -> ModelReply:
     api_key = api_key_for(model, env, redactor)
     await check_api_base(model)
     if openai_compat_handles(model):
-        return await _complete_direct(model, messages, api_key, redactor, tools)
+        return await _complete_direct(model, messages, api_key, redactor, tools, stream)
     litellm = import_litellm()
     kwargs: dict[str, Any] = {
         "model": model.name,
@@ -262,8 +281,10 @@ async def _complete(
     kwargs.update({key: value for key, value in optional.items() if value is not None})
     if tools:
         kwargs["tools"] = [dict(tool) for tool in tools]
+    if stream is not None:
+        kwargs.update(stream=True, stream_options={"include_usage": True})
     if not (model.api_base and provider_of(model.name) in GUARDED_LITELLM_PROVIDERS):
-        return await _litellm_with_retries(litellm, kwargs, model, redactor)
+        return await _litellm_with_retries(litellm, kwargs, model, redactor, stream)
     from litellm.llms.custom_httpx.http_handler import AsyncHTTPHandler
 
     handler = AsyncHTTPHandler(timeout=model.timeout_seconds)
@@ -271,26 +292,50 @@ async def _complete(
         egress.Guard.for_url(model.api_base), timeout=model.timeout_seconds
     )
     try:
-        return await _litellm_with_retries(litellm, {**kwargs, "client": handler}, model, redactor)
+        return await _litellm_with_retries(
+            litellm, {**kwargs, "client": handler}, model, redactor, stream
+        )
     finally:
         await handler.client.aclose()
 
 
 async def _litellm_with_retries(
-    litellm: Any, kwargs: dict[str, Any], model: agent_api.ModelSpec, redactor: secrets.Redactor
+    litellm: Any,
+    kwargs: dict[str, Any],
+    model: agent_api.ModelSpec,
+    redactor: secrets.Redactor,
+    stream: streaming.Writer | None,
 ) -> ModelReply:
     attempt = 0
     while True:
         try:
             response = await litellm.acompletion(**kwargs)
+            if stream is not None:
+                response = await _litellm_stream(litellm, response, kwargs["messages"], stream)
         except Exception as exc:
             error = _model_error(model.name, exc, redactor, attempt + 1)
             if not error.retryable or attempt >= model.retries:
                 raise error from None
+            if stream is not None:
+                stream.restart()
             await asyncio.sleep(min(RETRY_BACKOFF_SECONDS * 2**attempt, MAX_BACKOFF_SECONDS))
             attempt += 1
             continue
         return _reply(litellm, response)
+
+
+async def _litellm_stream(
+    litellm: Any, chunks: Any, messages: list[dict[str, Any]], stream: streaming.Writer
+) -> Any:
+    """Pass a litellm stream's text on and return the response its chunks build."""
+    received = []
+    async for chunk in chunks:
+        received.append(chunk)
+        for choice in getattr(chunk, "choices", None) or []:
+            text = getattr(getattr(choice, "delta", None), "content", None)
+            if text:
+                stream.piece(str(text))
+    return litellm.stream_chunk_builder(received, messages=messages)
 
 
 def litellm_api_base(model: agent_api.ModelSpec) -> str | None:
@@ -335,6 +380,7 @@ async def _complete_direct(
     api_key: str | None,
     redactor: secrets.Redactor,
     tools: Sequence[Mapping[str, Any]],
+    stream: streaming.Writer | None,
 ) -> ModelReply:
     """One completion over :mod:`agentflows.agents.openai_compat`, retried like litellm's."""
     from agentflows.agents import openai_compat
@@ -353,11 +399,14 @@ async def _complete_direct(
                 api_key=api_key,
                 body=body,
                 timeout_seconds=model.timeout_seconds,
+                stream=stream.piece if stream is not None else None,
             )
         except Exception as exc:
             error = _direct_error(model.name, exc, redactor, attempt + 1)
             if not error.retryable or attempt >= model.retries:
                 raise error from None
+            if stream is not None:
+                stream.restart()
             await asyncio.sleep(min(RETRY_BACKOFF_SECONDS * 2**attempt, MAX_BACKOFF_SECONDS))
             attempt += 1
             continue

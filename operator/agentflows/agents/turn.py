@@ -49,7 +49,16 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agentflows.agents import approval, compression, files, review, secrets, sessions, tools
+from agentflows.agents import (
+    approval,
+    compression,
+    files,
+    review,
+    secrets,
+    sessions,
+    streaming,
+    tools,
+)
 from agentflows.agents import model as model_client
 from agentflows.api import agent as agent_api
 from agentflows.api import common
@@ -288,13 +297,15 @@ async def run_turn(
     memory: sessions.Memory | None = None,
     access: files.FileAccess = files.NO_FILE_ACCESS,
     handed_over: tuple[TurnState, TurnLog] | None = None,
+    stream: streaming.Writer | None = None,
 ) -> capabilities.NodeResult | capabilities.Pause | Handoff:
     """Run the agent's turn (an invoke_agent span): answer, pause for a human, or hand over.
 
     With a ``memory``, the turn continues its stored conversation and saves it at the end.
     ``access`` says where reference files may come from (:mod:`agentflows.agents.files`); a
     turn continuing a stored conversation does not attach them again. ``handed_over`` starts
-    the turn of a handoff's recipient from the conversation it is given.
+    the turn of a handoff's recipient from the conversation it is given. With ``stream``, each
+    model call's text goes to it as it is written (:mod:`agentflows.agents.streaming`).
     """
     attributes = {
         "gen_ai.operation.name": "invoke_agent",
@@ -311,6 +322,7 @@ async def run_turn(
             memory=memory,
             access=access,
             handed_over=handed_over,
+            stream=stream,
         )
         usage = result.log.usage if isinstance(result, Handoff) else result.usage
         span.set(
@@ -335,6 +347,7 @@ async def _run_turn(
     memory: sessions.Memory | None,
     access: files.FileAccess,
     handed_over: tuple[TurnState, TurnLog] | None,
+    stream: streaming.Writer | None,
 ) -> capabilities.NodeResult | capabilities.Pause | Handoff:
     spec = task.agent
     if ctx.resume is not None:
@@ -368,7 +381,7 @@ async def _run_turn(
         _check_budget(ctx, log.usage)
         await _compress(spec, state, log, env, redactor)
         reply = await model_client.complete(
-            spec.model, state.messages, env=env, redactor=redactor, tools=schemas
+            spec.model, state.messages, env=env, redactor=redactor, tools=schemas, stream=stream
         )
         log.add_reply(reply, spec.model.name)
         if not reply.tool_calls:

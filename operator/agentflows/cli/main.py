@@ -33,6 +33,7 @@ from agentflows.cli import (
     console_command,
     group,
     hints,
+    live_text,
     local,
     local_runs,
     run_lock,
@@ -146,7 +147,9 @@ def crds() -> None:
     click.echo(crd.render_yaml(crd.build_crds()), nl=False)
 
 
-def _capabilities(mock: bool, resolver: Any, directory: Path, files_root: str = "") -> Any:
+def _capabilities(
+    mock: bool, resolver: Any, directory: Path, files_root: str = "", stream: bool = False
+) -> Any:
     if mock:
         from agentflows.agents import mock as mock_mod
 
@@ -155,7 +158,10 @@ def _capabilities(mock: bool, resolver: Any, directory: Path, files_root: str = 
 
     access = files.FileAccess(root=Path(files_root)) if files_root else files.NO_FILE_ACCESS
     return host.LiveCapabilities(
-        resolver, session_store=commands_sessions.file_store(directory), file_access=access
+        resolver,
+        session_store=commands_sessions.file_store(directory),
+        file_access=access,
+        listener=live_text.TerminalListener() if stream else None,
     )
 
 
@@ -173,8 +179,13 @@ def _execute(
     state_dir: str | None,
     quiet: bool,
     output: str,
+    stream: bool = False,
 ) -> NoReturn:
-    """Run (or resume) a local run to its end or next pause, print it, exit with its code."""
+    """Run (or resume) a local run to its end or next pause, print it, exit with its code.
+
+    With ``stream``, agents' answers are printed on stderr as they are written
+    (:mod:`.live_text`); what is recorded and printed on stdout is the same.
+    """
     from agentflows.engine import graph, run, store
 
     directory = local.state_dir(state_dir)
@@ -193,7 +204,9 @@ def _execute(
                     run_name=name,
                     input_value=input_value,
                     store_=store.FileStore(path),
-                    caps=_capabilities(snapshot.mock, resolver, directory, snapshot.files_root),
+                    caps=_capabilities(
+                        snapshot.mock, resolver, directory, snapshot.files_root, stream
+                    ),
                     resolver=resolver,
                     observer=_Progress(quiet),
                 )
@@ -266,6 +279,7 @@ def _show(directory: Path, name: str, output: str) -> dict[str, Any]:
 @commands_agentspec.tools_option
 @views.output_option(default="json")
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
+@live_text.stream_option
 def run(
     files: tuple[Path, ...],
     flow_name: str | None,
@@ -277,13 +291,15 @@ def run(
     tools_module: Path | None,
     output: str,
     quiet: bool,
+    stream: bool | None,
 ) -> None:
     """Run a flow from FILES on this machine and print the final run state (JSON by default).
 
     Without --dry-run, models with a key (OPENAI_API_KEY, ... or an Agent's apiKey secret
     exported as AGENTFLOWS_SECRET_<NAME>_<KEY>) or an apiBase are called for real; when a
     model has neither, the whole run uses the embedded mock model and says so. Ctrl-C saves
-    the run; agentflows resume RUN continues it.
+    the run; agentflows resume RUN continues it. Agents' answers are printed on stderr as
+    they are written on a terminal or with --stream; stdout keeps the final run state.
     """
     from agentflows.engine import run as run_mod
 
@@ -322,7 +338,7 @@ def run(
     with _owned(local.state_dir(state_dir), name):
         snapshot = _snapshot(local.state_dir(state_dir), name, chosen, resolver, mock, root)
         _err(f"run {name}: flow {chosen.metadata.name}" + (" (mock model)" if mock else ""))
-        _execute(name, snapshot, value, state_dir, quiet, output)
+        _execute(name, snapshot, value, state_dir, quiet, output, live_text.wanted(stream))
 
 
 @contextlib.contextmanager
@@ -387,6 +403,7 @@ def _snapshot(
 @click.option("--state-dir", help="Where run state is kept.")
 @views.output_option(default="json")
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
+@live_text.stream_option
 def resume(
     run_name: str,
     decision: str | None,
@@ -398,6 +415,7 @@ def resume(
     state_dir: str | None,
     output: str,
     quiet: bool,
+    stream: bool | None,
 ) -> None:
     """Continue a local run from its saved state, deciding a pending request if one is given.
 
@@ -410,7 +428,7 @@ def resume(
         _usage(f"no local run {run_name} in {directory}")
     with _owned(directory, run_name):
         _resume_owned(run_name, directory, (request_id, decision, edits, data, comment, decided_by),
-                      state_dir, output, quiet)  # fmt: skip
+                      state_dir, output, quiet, live_text.wanted(stream))  # fmt: skip
 
 
 def _resume_owned(
@@ -420,6 +438,7 @@ def _resume_owned(
     state_dir: str | None,
     output: str,
     quiet: bool,
+    stream: bool,
 ) -> NoReturn:
     """Decide (when asked) and go on with a run this process owns."""
     from agentflows.engine import run as run_mod
@@ -444,7 +463,7 @@ def _resume_owned(
         _err(f"request {rid}: {values['decision']} by {decided_by}")
     run_record = checkpoint.run
     input_value = run_record.input if run_record else None
-    _execute(run_name, snapshot, input_value, state_dir, quiet, output)
+    _execute(run_name, snapshot, input_value, state_dir, quiet, output, stream)
 
 
 def _decision_fields(

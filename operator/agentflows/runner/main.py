@@ -31,7 +31,9 @@ exported before the process exits.
 Progress: one line per node on stdout (never a secret value: errors from the agents layer are
 redacted there), and ``status.currentNode``, which waits with the Running records: it is
 written with the next status write, or after :data:`agentflows.kube.status_store.RUNNING_DELAY`
-if the node still runs, so quick nodes cost nothing for it.
+if the node still runs, so quick nodes cost nothing for it. The answers of agent and llm nodes
+go to stdout too as the model writes them, redacted, each piece a JSON line framed apart from
+the progress lines (:mod:`agentflows.runner.stream_log`); never into the FlowRun's status.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ from agentflows.engine import run as run_mod
 from agentflows.kube import client as kube_client
 from agentflows.kube import session_store, status_store
 from agentflows.kube import snapshot as snapshot_mod
+from agentflows.runner import stream_log
 
 log = logging.getLogger("agentflows.runner")
 
@@ -198,6 +201,7 @@ async def run_attempt(
                     resolver,
                     session_store=session_store.SessionStore(client, namespace),
                     file_access=_file_access(client, namespace),
+                    listener=stream_log.LogListener(),
                 ),
                 resolver=resolver,
                 trigger=spec.get("trigger"),
