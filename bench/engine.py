@@ -43,7 +43,7 @@ from agentflows.engine import graph, run, store
 REPO = Path(__file__).resolve().parent.parent
 CHAIN_LENGTH = 100
 FANOUT_WIDTH = 32
-STARTUP_TARGET_S = 0.5
+STARTUP_TARGET_S = 0.25  # issue 25
 #: The CLI prints this before a node's key when the node starts (cli/main.py _Progress).
 NODE_STARTED_MARK = "…"
 

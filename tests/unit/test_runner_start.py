@@ -4,7 +4,8 @@ A runner pod's start counts (issue 13: process start -> first model request). Th
 command is dispatched before the rest of the CLI is imported (:mod:`agentflows.cli.entry`),
 and a pod's kubeconfig is read without the ``kubernetes`` package; litellm, mcp, kopf,
 jsonschema and the CLI's other commands are imported only where they are used, and the optional
-parts of httpx and httpcore (rich, pygments, h2) not at all.
+parts of httpx and httpcore (rich, pygments, h2) not at all. The agent loop and the session
+modules wait for an agent node (an ``llm`` node's request needs neither; issue 25).
 """
 
 from __future__ import annotations
@@ -18,7 +19,12 @@ import yaml
 
 #: Modules a runner with an OpenAI-compatible llm node must not import before its first node.
 NOT_BEFORE_THE_FIRST_NODE = (
+    "agentflows.agents.handoff",
+    "agentflows.agents.sessions",
+    "agentflows.agents.spec_tools",
+    "agentflows.agents.turn",
     "agentflows.agentspec",
+    "agentflows.api.agentsession",
     "agentflows.cli.main",
     "agentflows.cli.local",
     "agentflows.controller",
@@ -41,7 +47,7 @@ try:
 except SystemExit:
     pass
 from agentflows.runner import main
-from agentflows.agents import host
+from agentflows.agents import host, model
 from agentflows.kube import kubeconfig
 kubeconfig.load({kubeconfig!r})
 print(json.dumps(sorted(m for m, module in sys.modules.items() if module is not None)))

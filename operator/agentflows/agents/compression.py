@@ -24,12 +24,15 @@ from __future__ import annotations
 import dataclasses
 import datetime
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentflows.agents import costs, secrets
-from agentflows.agents import model as model_client
 from agentflows.api import agent as agent_api
 from agentflows.engine import capabilities, spans
+
+if TYPE_CHECKING:  # imported where a summary is asked for: a session store is built before
+    # a local run's first node, which may call no model (tests/unit/test_cli_start_path.py)
+    from agentflows.agents import model as model_client
 
 #: Prefix of the assistant message that replaces the summarised middle.
 SUMMARY_PREFIX = "[Summary of the earlier conversation]\n"
@@ -121,6 +124,8 @@ async def _summarise(
     redactor: secrets.Redactor,
 ) -> Compression:
     """Summarise the middle of ``messages`` with one model call."""
+    from agentflows.agents import model as model_client
+
     head, middle, tail = split(messages)
     record: dict[str, Any] = {
         "at": _now(),

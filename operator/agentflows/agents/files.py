@@ -41,7 +41,6 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from agentflows.agents import model as model_client
 from agentflows.agents import secrets
 from agentflows.api import agent as agent_api
 from agentflows.api import common
@@ -231,6 +230,8 @@ def message(loaded: Sequence[LoadedFile], model: agent_api.ModelSpec) -> dict[st
     """
     if not loaded:
         return None
+    from agentflows.agents import model as model_client  # not before a model node needs it
+
     parts: list[dict[str, Any]] = []
     for file in loaded:
         if _is_text(file.content_type) or (

@@ -23,30 +23,23 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from agentflows.agents import (
-    approval,
-    delegation,
-    files,
-    flow_nodes,
-    handoff,
-    review,
-    secrets,
-    sessions,
-    spec_tools,
-    streaming,
-    tools,
-    turn,
-)
-from agentflows.agents import model as model_client
+from agentflows.agents import files, secrets, streaming
 from agentflows.api import agent as agent_api
 from agentflows.api import common, schemas
 from agentflows.api import flow as flow_api
 from agentflows.engine import capabilities, envelope
+
+if TYPE_CHECKING:
+    # Imported by the methods that use them: a local run builds its capabilities before its
+    # first node, which may need neither agent turns nor a model
+    # (tests/unit/test_cli_start_path.py).
+    from agentflows.agents import sessions, tools, turn
 
 #: How much of a reply a schema error quotes.
 _MAX_QUOTED_REPLY_CHARS = 300
@@ -96,11 +89,17 @@ class LiveCapabilities:
         #: Tools the host itself offers to the Agents it names (``agentflows draft``'s belt),
         #: besides what their specs declare; no spec can ask for them.
         self.builtin_tools = dict(builtin_tools or {})
-        self.redactor = secrets.Redactor(
-            secrets.env_secrets(env, model_client.PROVIDER_KEY_ENV.values())
-        )
         #: Shown the answers of agent and llm nodes as they are written (None: not streamed).
         self.listener = listener
+
+    @functools.cached_property
+    def redactor(self) -> secrets.Redactor:
+        """Masks this environment's secrets (provider keys included) in what nodes return."""
+        from agentflows.agents import model as model_client
+
+        return secrets.Redactor(
+            secrets.env_secrets(self.env, model_client.PROVIDER_KEY_ENV.values())
+        )
 
     def _writer(self, ctx: capabilities.NodeContext) -> streaming.Writer | None:
         """The stream of the node ``ctx`` runs, if the host listens to answers as they come."""
@@ -116,6 +115,8 @@ class LiveCapabilities:
         A handoff (:mod:`agentflows.agents.handoff`) goes on with its recipient; a resumed
         turn goes on with the Agent its saved state says was answering.
         """
+        from agentflows.agents import handoff, turn
+
         saved = ctx.resume.state if ctx.resume is not None else ctx.progress
         if isinstance(saved, dict) and saved.get("agent"):
             task = self._task_of(str(saved["agent"]), task)
@@ -148,6 +149,8 @@ class LiveCapabilities:
         self, task: capabilities.AgentTask, ctx: capabilities.NodeContext
     ) -> capabilities.NodeResult | capabilities.Pause:
         """A sub-agent's turn: it answers its caller, so it cannot hand the conversation over."""
+        from agentflows.agents import turn
+
         result = await self._turn(task, ctx, None, handoffs=False)
         assert not isinstance(result, turn.Handoff)
         return result
@@ -162,6 +165,17 @@ class LiveCapabilities:
         stream: streaming.Writer | None = None,
     ) -> capabilities.NodeResult | capabilities.Pause | turn.Handoff:
         """One Agent's part of a turn, with its tools (MCP servers closed when it ends)."""
+        from agentflows.agents import (
+            delegation,
+            flow_nodes,
+            handoff,
+            review,
+            sessions,
+            spec_tools,
+            tools,
+            turn,
+        )
+
         spec = task.agent
         memory = sessions.bind(self.session_store, task, self.env, self.redactor)
         async with contextlib.AsyncExitStack() as stack:
@@ -217,11 +231,15 @@ class LiveCapabilities:
         self, task: capabilities.LlmTask, ctx: capabilities.NodeContext
     ) -> capabilities.NodeResult:
         """Make one completion; with an output schema the reply must be JSON matching it."""
+        from agentflows.agents import model as model_client
+
         system = task.system
         if task.output_schema is not None:
             system = "\n\n".join(part for part in [system, _schema_instruction(task)] if part)
-        turns = [("system", system)] if system else []
-        messages = turn.merge_turns([*turns, ("user", task.prompt)])
+        # A system turn and a user turn: turn.merge_turns would join nothing (and its module,
+        # the agent loop, is not needed before a runner's first model request).
+        messages = [{"role": "system", "content": system}] if system else []
+        messages.append({"role": "user", "content": task.prompt})
         reply = await model_client.complete(
             task.model, messages, env=self.env, redactor=self.redactor, stream=self._writer(ctx)
         )
@@ -241,6 +259,8 @@ class LiveCapabilities:
         Under autonomy ``supervised`` a tool that is not read-only first waits for a human
         (:mod:`agentflows.agents.approval`); under ``readonly`` it fails.
         """
+        from agentflows.agents import spec_tools, tools
+
         async with contextlib.AsyncExitStack() as stack:
             if task.tool.mcp is not None:
                 return await self._call_mcp_tool(task, ctx, stack)
@@ -255,7 +275,7 @@ class LiveCapabilities:
         stack: contextlib.AsyncExitStack,
     ) -> capabilities.NodeResult | capabilities.Pause:
         """A tool node calling one server tool (by its server name or its model name)."""
-        from agentflows.agents import mcp
+        from agentflows.agents import mcp, tools
 
         provider = mcp.McpToolProvider(task.tool, self.env, self.redactor)
         stack.push_async_callback(provider.aclose)
@@ -281,6 +301,8 @@ class LiveCapabilities:
         name: str,
     ) -> capabilities.NodeResult | capabilities.Pause:
         """Call tool ``name`` of ``registry`` for a tool node, with autonomy applied."""
+        from agentflows.agents import approval, tools
+
         definition = registry.get(name)
         if definition is None:
             raise capabilities.CapabilityError(f"tool {task.tool_name} is not defined")

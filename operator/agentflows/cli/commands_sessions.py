@@ -4,7 +4,7 @@ Local sessions (under the state directory's ``sessions/`` folder, where ``agentf
 keeps them) by default; with ``-n/--namespace``, ``--kubeconfig`` or ``--context``, the
 cluster's ``AgentSession`` objects. Both stores implement
 :class:`agentflows.agents.sessions.Store`, so the commands print the same in both places.
-Registered on the ``agentflows`` group by :mod:`agentflows.cli.main`.
+Registered on the ``agentflows`` group by :mod:`agentflows.cli.main` (imported when run).
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import asyncio
 import json
 import sys
 from collections.abc import Callable, Coroutine
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
@@ -25,8 +24,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-#: The folder of the state directory holding local sessions.
-SESSIONS_FOLDER = "sessions"
 #: Characters of a message shown by ``show`` before it is cut (``-o json`` shows all).
 _SHOWN_CHARS = 400
 
@@ -34,13 +31,6 @@ _state_dir_option = click.option(
     "--state-dir",
     help="Local state directory (default: $AGENTFLOWS_STATE_DIR or .agentflows/runs).",
 )
-
-
-def file_store(directory: Path) -> sessions.Store:
-    """The local session store of the state directory ``directory``."""
-    from agentflows.agents import session_files
-
-    return session_files.FileStore(directory / SESSIONS_FOLDER)
 
 
 def _where(command: Callable[..., None]) -> Callable[..., None]:
@@ -67,7 +57,7 @@ def _with_store(
         _usage("--state-dir and -n/--kubeconfig/--context name different places; give one")
     try:
         if not cluster:
-            return asyncio.run(use(file_store(local.state_dir(params["state_dir"]))))
+            return asyncio.run(use(local.session_store(local.state_dir(params["state_dir"]))))
         return asyncio.run(_on_cluster(params, use))
     except sessions.StoreError as exc:
         _usage(str(exc))
@@ -91,7 +81,7 @@ def _usage(message: str) -> NoReturn:
     sys.exit(group.EXIT_INVALID)
 
 
-@click.group()
+@click.group("sessions")
 def sessions_group() -> None:
     """Conversations agents continue across runs (a node's or Agent's `session`)."""
 
@@ -179,3 +169,6 @@ def _line(message: Any) -> str:
     if len(text) > _SHOWN_CHARS:
         text = text[:_SHOWN_CHARS] + "..."
     return f"{message.get('role')}: {text}"
+
+
+COMMANDS = [sessions_group]

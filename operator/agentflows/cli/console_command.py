@@ -134,3 +134,6 @@ def console(
         )
     with group.listening("--port", port, host):
         asyncio.run(app.serve(web_app, host, port))
+
+
+COMMANDS = [console]

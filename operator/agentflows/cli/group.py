@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import importlib
 import os
 import sys
 import traceback
@@ -56,13 +57,38 @@ CONTEXT_SETTINGS: dict[str, Any] = {"help_option_names": ["-h", "--help"], "max_
 
 
 class Group(click.Group):
-    """A click group that lists its commands in :data:`SECTIONS` and owns the exit codes."""
+    """A click group that lists its commands in :data:`SECTIONS` and owns the exit codes.
+
+    ``lazy`` maps a command's name to the module that defines it, imported only when that
+    command runs (or help or completion lists every command): ``agentflows run`` then loads
+    neither the cluster commands nor the builder's nor the console's modules before its first
+    node. The module holds the command in ``COMMANDS`` or as its only click command named so.
+    """
+
+    def __init__(self, *args: Any, lazy: dict[str, str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy = dict(lazy or {})
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        """Every command's name, the lazy ones included, sorted."""
+        return sorted({*self.commands, *self.lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        """The command ``cmd_name``, importing its module the first time it is asked for."""
+        if cmd_name not in self.commands and cmd_name in self.lazy:
+            module = importlib.import_module(self.lazy[cmd_name])
+            found = [c for c in getattr(module, "COMMANDS", []) if c.name == cmd_name]
+            if len(found) != 1:
+                raise LookupError(f"{module.__name__} defines no single command {cmd_name!r}")
+            self.add_command(found[0], cmd_name)
+        return super().get_command(ctx, cmd_name)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """Write the commands section by section (any command not placed: under Other)."""
+        every = {n: self.get_command(ctx, n) for n in self.list_commands(ctx)}
+        shown = {n: c for n, c in every.items() if c is not None and not c.hidden}
         placed = {name for names in SECTIONS.values() for name in names}
-        sections = [*SECTIONS.items(), ("Other", tuple(sorted(set(self.commands) - placed)))]
-        shown = {n: c for n, c in self.commands.items() if not c.hidden}
+        sections = [*SECTIONS.items(), ("Other", tuple(sorted(set(shown) - placed)))]
         width = max(len(name) for name in shown)  # one column width across the sections
         for title, names in sections:
             rows = [

@@ -19,13 +19,16 @@ import re
 import secrets
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentflows.api import agent as agent_api
 from agentflows.api import documents
 from agentflows.api import flow as flow_api
 from agentflows.cli import group
 from agentflows.engine import capabilities, graph
+
+if TYPE_CHECKING:
+    from agentflows.agents import sessions
 
 DEFAULT_STATE_DIR = ".agentflows/runs"
 #: Longest run name: a DNS-1123 label's 63 characters.
@@ -43,6 +46,17 @@ UsageError = group.UsageError
 def state_dir(option: str | None) -> Path:
     """The directory local runs are kept in."""
     return Path(option or os.environ.get("AGENTFLOWS_STATE_DIR") or DEFAULT_STATE_DIR)
+
+
+#: The folder of the state directory holding local sessions (``agentflows sessions``).
+SESSIONS_FOLDER = "sessions"
+
+
+def session_store(directory: Path) -> sessions.Store:
+    """The local session store of the state directory ``directory``."""
+    from agentflows.agents import session_files
+
+    return session_files.FileStore(directory / SESSIONS_FOLDER)
 
 
 def state_path(directory: Path, name: str) -> Path:

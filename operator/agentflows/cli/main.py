@@ -2,7 +2,8 @@
 
 Local commands: ``validate``, ``run``, ``resume`` (and ``list``/``get``/``requests``, which show
 local runs or a cluster's, :mod:`agentflows.cli.commands_runs`). Heavy libraries (litellm,
-kubernetes) are imported inside the commands that need them, so ``agentflows run`` on a
+kubernetes) are imported inside the commands that need them, the commands of other modules
+when they run (:data:`_ELSEWHERE`), so ``agentflows run`` on a
 flow without model nodes starts its first node quickly. Exit codes: :mod:`agentflows.cli.group`.
 """
 
@@ -24,20 +25,12 @@ from agentflows import tracing
 from agentflows.api import flowrun as flowrun_api
 from agentflows.cli import (
     commands_agentspec,
-    commands_cluster,
-    commands_draft,
-    commands_graph,
-    commands_runs,
-    commands_sessions,
     completion,
-    console_command,
     group,
-    hints,
     live_text,
     local,
     local_runs,
     run_lock,
-    runner_command,
     views,
 )
 
@@ -93,7 +86,24 @@ class _Progress:
         _err(line)
 
 
-@click.group(cls=group.Group, context_settings=group.CONTEXT_SETTINGS)
+#: The commands defined in other modules, imported only when they run (:class:`group.Group`).
+_ELSEWHERE = {
+    **dict.fromkeys(("start", "watch", "logs", "approve", "reject", "respond"), "commands_cluster"),
+    **dict.fromkeys(("get", "list", "requests"), "commands_runs"),
+    **dict.fromkeys(("import", "export"), "commands_agentspec"),
+    "graph": "commands_graph",
+    "draft": "commands_draft",
+    "runner": "runner_command",
+    "console": "console_command",
+    "sessions": "commands_sessions",
+}
+
+
+@click.group(
+    cls=group.Group,
+    context_settings=group.CONTEXT_SETTINGS,
+    lazy={name: f"agentflows.cli.{module}" for name, module in _ELSEWHERE.items()},
+)
 @click.version_option(package_name="agentflows")
 def main() -> None:
     """Run LLM-agent workflows: locally from files, or on Kubernetes as custom resources.
@@ -101,19 +111,6 @@ def main() -> None:
     Exit codes: 0 done, 1 the run failed, 2 bad input (nothing ran), 3 waiting for a human,
     130 interrupted (Ctrl-C), 70 an internal error.
     """
-
-
-for _command in [
-    *commands_cluster.COMMANDS,
-    *commands_runs.COMMANDS,
-    *commands_agentspec.COMMANDS,
-    *commands_graph.COMMANDS,
-    *commands_draft.COMMANDS,
-    runner_command.runner,
-    console_command.console,
-]:
-    main.add_command(_command)
-main.add_command(commands_sessions.sessions_group, "sessions")
 
 
 @main.command()
@@ -159,7 +156,7 @@ def _capabilities(
     access = files.FileAccess(root=Path(files_root)) if files_root else files.NO_FILE_ACCESS
     return host.LiveCapabilities(
         resolver,
-        session_store=commands_sessions.file_store(directory),
+        session_store=local.session_store(directory),
         file_access=access,
         listener=live_text.TerminalListener() if stream else None,
     )
@@ -223,6 +220,8 @@ def _execute(
         tracing.shutdown()
     phase = outcome.phase.value
     if phase == "Waiting":
+        from agentflows.cli import hints
+
         for rid, request in views.pending_requests(shown).items():
             commands = hints.commands(name, rid, request, state_dir)
             _err(hints.describe(name, rid, request, commands))

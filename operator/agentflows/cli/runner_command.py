@@ -22,3 +22,6 @@ def runner(namespace: str, flowrun: str) -> None:
     from agentflows.runner import main as runner_main
 
     sys.exit(runner_main.main(namespace, flowrun))
+
+
+COMMANDS = [runner]

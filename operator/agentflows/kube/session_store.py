@@ -24,12 +24,15 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from agentflows.agents import sessions
-from agentflows.api import agentsession as agentsession_api
 from agentflows.kube import client as kube_client
 from agentflows.kube import objects
+
+if TYPE_CHECKING:  # imported when a session is read or written: every runner builds a store
+    # before its first node, and most runs have no agent with a session
+    from agentflows.agents import sessions
+    from agentflows.api import agentsession as agentsession_api
 
 #: Times an update that lost a race is tried again (fifty parallel writers need about fifty).
 CONFLICT_RETRIES = 200
@@ -76,6 +79,8 @@ class SessionStore:
                 if not (exc.conflict or exc.not_found):
                     raise _store_error(exc) from None
             await asyncio.sleep(random.uniform(0, min(MAX_BACKOFF_SECONDS, 0.01 * 2**attempt)))
+        from agentflows.agents import sessions
+
         raise sessions.StoreError(
             f"AgentSession {self.namespace}/{name}: still conflicting after {CONFLICT_RETRIES} "
             "tries",
@@ -167,10 +172,14 @@ class SessionStore:
 
 
 def _spec_of(found: dict[str, Any]) -> agentsession_api.AgentSessionSpec:
+    from agentflows.api import agentsession as agentsession_api
+
     return agentsession_api.AgentSessionSpec.model_validate(found.get("spec") or {})
 
 
 def _info(metadata: dict[str, Any]) -> sessions.SessionInfo:
+    from agentflows.agents import sessions
+
     annotations = metadata.get("annotations") or {}
     return sessions.SessionInfo(
         memory=annotations.get(objects.MEMORY, ""),
@@ -183,4 +192,6 @@ def _info(metadata: dict[str, Any]) -> sessions.SessionInfo:
 
 
 def _store_error(exc: kube_client.ApiError) -> sessions.StoreError:
+    from agentflows.agents import sessions
+
     return sessions.StoreError(str(exc), retryable=exc.retryable)

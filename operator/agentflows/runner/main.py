@@ -54,7 +54,6 @@ import pydantic
 
 from agentflows import tracing
 from agentflows.api import budget as budget_api
-from agentflows.api import documents
 from agentflows.api import flowrun as flowrun_api
 from agentflows.engine import clock, errors, graph, state, store
 from agentflows.engine import run as run_mod
@@ -133,15 +132,18 @@ def _compile(snap: snapshot_mod.RunSnapshot) -> tuple[graph.CompiledFlow, graph.
     try:
         resolver = snap.resolver()
     except pydantic.ValidationError as exc:
-        raise graph.FlowInvalid(
-            [documents.Problem("snapshot", f"a spec in the snapshot is invalid: {exc}")]
-        ) from exc
+        raise _invalid(f"a spec in the snapshot is invalid: {exc}") from exc
     spec = resolver.flow(snap.flow)
     if spec is None:
-        raise graph.FlowInvalid(
-            [documents.Problem("snapshot", f'no Flow "{snap.flow}" in the snapshot')]
-        )
+        raise _invalid(f'no Flow "{snap.flow}" in the snapshot')
     return graph.compile_flow(spec, resolver), resolver
+
+
+def _invalid(message: str) -> graph.FlowInvalid:
+    """FlowInvalid with one problem of the snapshot."""
+    from agentflows.api import documents  # loads YAML: not on a valid run's way to its model
+
+    return graph.FlowInvalid([documents.Problem("snapshot", message)])
 
 
 async def run_attempt(
@@ -284,6 +286,8 @@ def told_budget(environ: Mapping[str, str]) -> tuple[state.Cap, ...]:
     try:
         told = budget_api.RunBudget.model_validate_json(value)
     except pydantic.ValidationError as exc:
+        from agentflows.api import documents
+
         problems = "; ".join(str(p) for p in documents.validation_problems(exc, prefix=""))
         raise ValueError(f"{budget_api.RUN_BUDGET_ENV}: {problems}") from exc
     cap = state.Cap(

@@ -1,0 +1,160 @@
+"""What ``agentflows run`` loads before its first node starts: what that node needs, no more.
+
+The CLI's start -> first node is measured by ``bench/engine.py`` (issue 25). Here the real
+console script's ``main`` runs a flow in a subprocess whose stderr is wrapped: when the first
+progress line (``… <node> (<kind>)``, the line the bench times) is written, the wrapper
+records ``sys.modules``. The other commands' modules load only when they run
+(:class:`agentflows.cli.group.Group`'s ``lazy``), the host's agent-turn modules only in an agent
+node, and litellm, kubernetes, the MCP SDK and the console never before a first node.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+
+from agentflows.cli import main as cli
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: Runs the console script's main with stderr wrapped; argv[1] is where sys.modules goes.
+RECORDING = """
+import json, sys
+
+out = sys.argv.pop(1)
+
+
+class FirstNode:
+    def __init__(self, stream):
+        self.stream, self.seen = stream, False
+
+    def write(self, text):
+        if not self.seen and "\\u2026" in text:
+            self.seen = True
+            with open(out, "w") as f:
+                json.dump(sorted(m for m, v in sys.modules.items() if v is not None), f)
+        return self.stream.write(text)
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+sys.stderr = FirstNode(sys.stderr)
+sys.argv[0] = "agentflows"
+from agentflows.cli import entry
+
+entry.main()
+"""
+
+#: Never loaded by ``agentflows run`` before its first node, whatever the flow.
+NOT_BEFORE_THE_FIRST_NODE = (
+    "agentflows.cli.builder_tools",
+    "agentflows.cli.commands_cluster",
+    "agentflows.cli.commands_draft",
+    "agentflows.cli.commands_graph",
+    "agentflows.cli.commands_runs",
+    "agentflows.cli.commands_sessions",
+    "agentflows.cli.console_command",
+    "agentflows.cli.hints",
+    "agentflows.console",
+    "agentflows.controller.main",
+    "agentflows.kube",
+    "agentflows.runner",
+    "aiohttp",
+    "httpx",
+    "kopf",
+    "kubernetes",
+    "litellm",
+    "mcp",
+)
+
+#: Loaded by an agent node (or a tool node's call), not by a flow that starts with a transform.
+AGENT_TURNS = (
+    "agentflows.agents.approval",
+    "agentflows.agents.delegation",
+    "agentflows.agents.handoff",
+    "agentflows.agents.spec_tools",
+    "agentflows.agents.tools",
+    "agentflows.agents.turn",
+)
+
+#: A flow with neither an input schema nor a model: not even jsonschema is needed.
+NO_SCHEMA_FLOW = """
+apiVersion: agentflows.io/v1alpha1
+kind: Flow
+metadata: {name: plain}
+spec:
+  nodes:
+    - {id: first, transform: '="hi"'}
+"""
+
+
+def modules_at_first_node(tmp_path: Path, *args: str) -> set[str]:
+    """The modules loaded when ``agentflows run ARGS`` prints its first node-started line."""
+    out = tmp_path / "modules.json"
+    state = tmp_path / "state"
+    done = subprocess.run(
+        [sys.executable, "-c", RECORDING, str(out), "run", *args, "--state-dir", str(state)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert out.exists(), f"no node-started line on stderr:\n{done.stderr}"
+    return set(json.loads(out.read_text()))
+
+
+def loaded_of(modules: set[str], names: tuple[str, ...]) -> list[str]:
+    """The modules of ``names`` (packages with their submodules) found in ``modules``."""
+    return sorted(m for m in modules for n in names if m == n or m.startswith(n + "."))
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("examples/hello.yaml", "--input", "name=Ada"),  # no model: the live capabilities
+        ("examples/triage.yaml", "--input", "title=API latency above SLO"),  # the mock model
+    ],
+    ids=["hello", "triage"],
+)
+def test_agentflows_run_loads_no_other_command_nor_heavy_library_before_its_first_node(
+    tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    modules = modules_at_first_node(tmp_path, *args)
+    assert "agentflows.cli.main" in modules  # the wrapper saw the real command's first node
+    assert loaded_of(modules, NOT_BEFORE_THE_FIRST_NODE) == []
+
+
+def test_a_flow_starting_with_a_transform_loads_no_agent_turn_module_before_it(
+    tmp_path: Path,
+) -> None:
+    modules = modules_at_first_node(tmp_path, "examples/hello.yaml", "--input", "name=Ada")
+    assert "agentflows.agents.host" in modules  # its tool node runs on the live capabilities
+    assert loaded_of(modules, AGENT_TURNS) == []
+
+
+def test_a_flow_without_schemas_loads_no_json_schema_validator_before_its_first_node(
+    tmp_path: Path,
+) -> None:
+    flow = tmp_path / "plain.yaml"
+    flow.write_text(NO_SCHEMA_FLOW)
+    modules = modules_at_first_node(tmp_path, str(flow))
+    assert loaded_of(modules, ("jsonschema", "referencing", "agentflows.agents.model")) == []
+
+
+def test_every_command_loaded_when_it_runs_is_listed_and_found_by_its_name() -> None:
+    ctx = click.Context(cli.main)
+    names = cli.main.list_commands(ctx)
+    assert {"start", "get", "import", "graph", "draft", "runner", "console", "sessions"} <= set(
+        names
+    )
+    for name in names:
+        command = cli.main.get_command(ctx, name)
+        assert command is not None and command.name == name
