@@ -96,6 +96,7 @@ INPUTS = {
     "cluster-doctor": ["--input", "pod=web-1", "--input", "namespace=default"],
     "agents": ["--input", "topic=kopf operators"],
     "helpdesk": ["--input", "message=Was invoice 42 paid?"],
+    "review-loop": ["--input", "topic=the free tier"],
 }
 
 
