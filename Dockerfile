@@ -2,13 +2,16 @@
 #   docker build -t agentflows:0.1.0 .
 # Runs as a non-root user (65532) with a read-only root filesystem: the runner pod spec mounts
 # an emptyDir at /tmp for scratch space (python tools, MCP stdio servers).
-FROM python:3.11-slim AS build
+# BASE_IMAGE: any image with Python 3.11 whose `python`/`pip` live in /usr/local, as in the default.
+# hack/build-image substitutes a Debian one it builds itself where no registry is reachable.
+ARG BASE_IMAGE=python:3.11-slim
+FROM ${BASE_IMAGE} AS build
 WORKDIR /src
 COPY pyproject.toml README.md constraints.txt ./
 COPY operator ./operator
 RUN pip install --no-cache-dir --prefix=/install -c constraints.txt .
 
-FROM python:3.11-slim
+FROM ${BASE_IMAGE}
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     LITELLM_LOCAL_MODEL_COST_MAP=True \

@@ -244,33 +244,38 @@ def _helm_ldflags(version: str) -> str:
     return " ".join(flags)
 
 
-def helm_binary(version: str = HELM_VERSION) -> Path:
-    """Return the cached ``helm`` ``version``, building it from the module proxy if needed."""
-    target = cache_root() / f"helm-{version}" / "helm"
-    if target.is_file():
-        return target
-    with tempfile.TemporaryDirectory(prefix="agentflows-helm-build-") as tmp:
+def _go_install(what: str, outdir: Path, packages: list[str], flags: list[str]) -> list[Path]:
+    """``go install`` ``packages`` (``module/cmd/name@version``) into ``outdir``; return them.
+
+    For modules whose ``go.mod`` has no ``replace`` lines (a plain ``go install`` takes them):
+    helm, prometheus and promtool, crictl. The others need a wrapper (:func:`_write_wrapper`).
+    """
+    names = [package.split("@")[0].rsplit("/", 1)[-1] for package in packages]
+    targets = [outdir / name for name in names]
+    if all(target.is_file() for target in targets):
+        return targets
+    with tempfile.TemporaryDirectory(prefix=f"agentflows-{names[0]}-build-") as tmp:
         workdir = Path(tmp)
         env = {**_go_env(), "GOBIN": str(workdir / "bin"), "GOFLAGS": ""}
         started = time.monotonic()
-        _log(f"building helm {version}")
-        run_go(
-            [
-                "install",
-                "-p",
-                "2",
-                "-trimpath",
-                "-ldflags",
-                _helm_ldflags(version),
-                f"helm.sh/helm/v3/cmd/helm@{version}",
-            ],
-            workdir,
-            env,
-        )
-        _install(workdir / "bin" / "helm", target)
-        size_mib = target.stat().st_size / 2**20
-        _log(f"built helm in {time.monotonic() - started:.0f}s ({size_mib:.1f} MiB)")
-    return target
+        _log(f"building {what}")
+        run_go(["install", "-p", "2", "-trimpath", *flags, *packages], workdir, env)
+        for name, target in zip(names, targets, strict=True):
+            _install(workdir / "bin" / name, target)
+        size_mib = sum(target.stat().st_size for target in targets) / 2**20
+        _log(f"built {what} in {time.monotonic() - started:.0f}s ({size_mib:.1f} MiB)")
+    return targets
+
+
+def helm_binary(version: str = HELM_VERSION) -> Path:
+    """Return the cached ``helm`` ``version``, building it from the module proxy if needed."""
+    [helm] = _go_install(
+        f"helm {version}",
+        cache_root() / f"helm-{version}",
+        [f"helm.sh/helm/v3/cmd/helm@{version}"],
+        ["-ldflags", _helm_ldflags(version)],
+    )
+    return helm
 
 
 def _prometheus_ldflags(module_version: str) -> str:
@@ -283,38 +288,12 @@ def _prometheus_ldflags(module_version: str) -> str:
 
 def prometheus_binaries(version: str = PROMETHEUS_MODULE_VERSION) -> tuple[Path, Path]:
     """Return the cached ``prometheus`` and ``promtool``, building them from the module proxy."""
-    outdir = cache_root() / f"prometheus-{version}"
-    prometheus, promtool = (outdir / name for name in PROMETHEUS_COMMANDS)
-    if prometheus.is_file() and promtool.is_file():
-        return prometheus, promtool
-    with tempfile.TemporaryDirectory(prefix="agentflows-prometheus-build-") as tmp:
-        workdir = Path(tmp)
-        env = {**_go_env(), "GOBIN": str(workdir / "bin"), "GOFLAGS": ""}
-        started = time.monotonic()
-        _log(f"building prometheus and promtool {version}")
-        run_go(
-            [
-                "install",
-                "-p",
-                "2",
-                "-trimpath",
-                "-tags",
-                "netgo,remove_all_sd",
-                "-ldflags",
-                _prometheus_ldflags(version),
-                *(
-                    f"github.com/prometheus/prometheus/cmd/{name}@{version}"
-                    for name in PROMETHEUS_COMMANDS
-                ),
-            ],
-            workdir,
-            env,
-        )
-        for name in PROMETHEUS_COMMANDS:
-            _install(workdir / "bin" / name, outdir / name)
-        size_mib = sum((outdir / name).stat().st_size for name in PROMETHEUS_COMMANDS) / 2**20
-        elapsed = time.monotonic() - started
-        _log(f"built prometheus and promtool in {elapsed:.0f}s ({size_mib:.1f} MiB)")
+    prometheus, promtool = _go_install(
+        f"prometheus and promtool {version}",
+        cache_root() / f"prometheus-{version}",
+        [f"github.com/prometheus/prometheus/cmd/{name}@{version}" for name in PROMETHEUS_COMMANDS],
+        ["-tags", "netgo,remove_all_sd", "-ldflags", _prometheus_ldflags(version)],
+    )
     return prometheus, promtool
 
 
@@ -355,30 +334,13 @@ def jaeger_binary(version: str = JAEGER_VERSION) -> Path:
 
 def crictl_binary(version: str = CRICTL_VERSION) -> Path:
     """Return the cached ``crictl`` ``version``, building it from the module proxy if needed."""
-    target = cache_root() / f"crictl-{version}" / "crictl"
-    if target.is_file():
-        return target
-    with tempfile.TemporaryDirectory(prefix="agentflows-crictl-build-") as tmp:
-        workdir = Path(tmp)
-        env = {**_go_env(), "GOBIN": str(workdir / "bin"), "GOFLAGS": ""}
-        started = time.monotonic()
-        _log(f"building crictl {version}")
-        run_go(
-            [
-                "install",
-                "-p",
-                "2",
-                "-trimpath",
-                "-ldflags",
-                "-s -w",
-                f"sigs.k8s.io/cri-tools/cmd/crictl@{version}",
-            ],
-            workdir,
-            env,
-        )
-        _install(workdir / "bin" / "crictl", target)
-        _log(f"built crictl in {time.monotonic() - started:.0f}s")
-    return target
+    [crictl] = _go_install(
+        f"crictl {version}",
+        cache_root() / f"crictl-{version}",
+        [f"sigs.k8s.io/cri-tools/cmd/crictl@{version}"],
+        ["-ldflags", "-s -w"],
+    )
+    return crictl
 
 
 def crictl_binary_if_built(version: str = CRICTL_VERSION) -> Path | None:

@@ -3,6 +3,8 @@
 ``build`` makes sure the pinned binaries are cached (instant when they are), ``build-helm`` the
 same for helm (which the chart tests use), ``build-prometheus`` for prometheus and promtool
 (which the monitoring tests use), ``build-jaeger`` for jaeger (which the tracing tests use);
+``build-image`` builds ``agentflows:<appVersion>`` from the ``Dockerfile``
+(:mod:`devcluster.appimage`), which ``up --node real`` imports into the node;
 ``write-monitoring`` renders the chart's PodMonitors and
 PrometheusRule into ``config/prometheus`` for kustomize users; ``up`` starts a control plane
 (``--audit-log``: with the API server's audit log) in ``$AGENTFLOWS_CP_DIR`` (default
@@ -19,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from devcluster import build, controlplane, monitoring, node
+from devcluster import appimage, build, controlplane, images, monitoring, node
 
 
 def _state_dir(args: argparse.Namespace) -> Path:
@@ -68,6 +70,13 @@ def _build_jaeger(_: argparse.Namespace) -> int:
     return 0
 
 
+def _build_image(_: argparse.Namespace) -> int:
+    built = appimage.app_image()
+    print(f"{built.tag}  {built.archive}  {built.size_bytes / 2**20:.0f} MiB")
+    print(f"image ready in {built.seconds:.1f}s", file=sys.stderr)
+    return 0
+
+
 def _write_monitoring(_: argparse.Namespace) -> int:
     for path in monitoring.write(build.helm_binary()):
         print(path)
@@ -77,6 +86,10 @@ def _write_monitoring(_: argparse.Namespace) -> int:
 def _up(args: argparse.Namespace) -> int:
     started = time.monotonic()
     cp = controlplane.start(_state_dir(args), audit=args.audit_log, node_kind=args.node)
+    if args.node == "real":
+        built = appimage.app_image()
+        images.import_image(node.containerd_socket(cp.state_dir), built.archive)
+        print(f"  image {built.tag} imported (pods name it with imagePullPolicy: Never)")
     elapsed = time.monotonic() - started
     print(
         f"control plane ready in {elapsed:.1f}s at {cp.server} "
@@ -127,6 +140,10 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser(
         "build-jaeger", help="build or find the cached jaeger (the tracing tests' backend)"
     ).set_defaults(run=_build_jaeger)
+    commands.add_parser(
+        "build-image",
+        help="build agentflows:<appVersion> from the Dockerfile (a local Debian + Python base)",
+    ).set_defaults(run=_build_image)
     commands.add_parser(
         "write-monitoring", help="render the chart's monitoring objects into config/prometheus"
     ).set_defaults(run=_write_monitoring)

@@ -512,7 +512,7 @@ def _start_real_node(cp: ControlPlane, keys: pki.Pki, deadline: float) -> None:
     """Start containerd (with the pause image), kube-scheduler, the kubelet and kube-proxy."""
     directory = build.ensure_node_binaries()
     pause = images.pause_image()
-    config = node.write_containerd_config(cp.state_dir, images.PAUSE_IMAGE)
+    config = node.write_containerd_config(cp.state_dir, images.PAUSE_IMAGE, SERVICE_CIDR)
     _spawn(cp, "containerd", ["containerd", f"--config={config}"])
     _wait(cp, "containerd", ("containerd",), lambda: _containerd_serving(cp), deadline)
     images.import_image(node.containerd_socket(cp.state_dir), pause)

@@ -104,7 +104,7 @@ def prepare_host(state_dir: Path) -> None:
     _run("ip", "link", "set", BRIDGE, "up")
 
 
-def write_containerd_config(state_dir: Path, pause_image: str) -> Path:
+def write_containerd_config(state_dir: Path, pause_image: str, service_cidr: str) -> Path:
     """Write containerd's config (root, state, socket, CNI under the state dir); return it."""
     base = node_dir(state_dir)
     cni_conf = base / "cni" / "net.d"
@@ -122,6 +122,9 @@ def write_containerd_config(state_dir: Path, pause_image: str) -> Path:
                 "ipam": {
                     "type": "host-local",
                     "ranges": [[{"subnet": POD_CIDR, "gateway": NODE_IP}]],
+                    # Only the Services go through the bridge address (kube-proxy's DNAT); no
+                    # default route, so a pod reaches nothing beyond this host.
+                    "routes": [{"dst": service_cidr}],
                     "dataDir": str(base / "cni" / "ipam"),
                 },
             },
