@@ -247,6 +247,8 @@ async def bench(admin: Path, rounds: int, agentflows: str) -> None:
         "KUBECONFIG": str(runner_config),
         "AGENTFLOWS_ATTEMPT": "1",
     }
+    # Timed as the image runs it: pip compiled its bytecode at install; never recompile each run.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     sink = OtlpSink()
     traced = {**env, "OTEL_EXPORTER_OTLP_ENDPOINT": sink.url}
     runner_ms: list[float] = []
@@ -263,6 +265,8 @@ async def bench(admin: Path, rounds: int, agentflows: str) -> None:
             await api_counts.wait_until_counted(api, runner_api, namespace, schema)
         try:
             counted = 0
+            # Not counted: the first run writes the bytecode caches, as pip does at install.
+            await runner_round(api, namespace, server, agentflows, env)
             for _ in range(rounds):
                 before = await api_counts.requests_of(api, schema)
                 ms, whole, kib = await runner_round(api, namespace, server, agentflows, env)
