@@ -456,7 +456,10 @@ class _FlowWriter:
                 self.path(node.id, "map"), 'a MapNode runs a sub-flow with input {"name": (.item)}'
             )
             return None
-        titles = list(fields)
+        # Fields reading the item are mapped over (iterated_<t>); the others are one value for
+        # every item, an input of the sub-flow's own name (as the importer writes them).
+        given = {t: e for t, e in fields.items() if not re.match(r"^\.item(\[\d+\])?$", e)}
+        titles = [t for t in fields if t not in given]
         lists = [spec.items[1:]] if len(titles) == 1 else None
         multi = re.match(r"^=\[(.*)\] \| transpose$", spec.items)
         if spec.items.endswith(f"] | {mapping.MAP_ZIP}"):
@@ -472,7 +475,12 @@ class _FlowWriter:
             return None
         for title, expr in zip(titles, lists, strict=True):
             self.bind(expr, node.id, f"iterated_{title}", self.path(node.id, "map.items"))
+        for title, expr in given.items():
+            self.bind(expr, node.id, title, self.path(node.id, "map.flow.input"))
         kind = "MapNode" if spec.concurrency == 1 else "ParallelMapNode"
+        if given:  # declared, as inferred inputs are all iterated_
+            inputs = [*(f"iterated_{t}" for t in titles), *given]
+            base = {**base, "inputs": [{"title": t} for t in inputs]}
         return {
             "component_type": kind,
             **base,

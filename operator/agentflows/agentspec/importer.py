@@ -555,13 +555,14 @@ class _FlowBuilder:
             t for t in checks.titles(checks.flow_inputs(node.subflow)) if f"iterated_{t}" in bound
         ]
         lists = ", ".join(f"({bound[f'iterated_{t}']})" for t in inner)
+        # A sub-flow input the node takes by its own name is the same value for every item.
+        given = {t: bound[t] for t in checks.titles(checks.flow_inputs(node.subflow)) if t in bound}
+        items = {t: f".item[{i}]" for i, t in enumerate(inner)}
         parallel = node.component_type == "ParallelMapNode"
         spec = flow_api.MapNode(
             items=f"=[{lists}] | {mapping.MAP_ZIP}",
             concurrency=mapping.PARALLEL_MAP_CONCURRENCY if parallel else 1,
-            flow=flow_api.FlowCall(
-                name=name, input="=" + _object({t: f".item[{i}]" for i, t in enumerate(inner)})
-            ),
+            flow=flow_api.FlowCall(name=name, input="=" + _object({**given, **items})),
         )
         self.add(key, map=spec)
 
