@@ -51,8 +51,7 @@ def test_a_root_agent_keeps_its_conversation_between_turns(
     model_server: ScriptedModelServer, tmp_path: Path
 ) -> None:
     conv = _load("chat_agent.yaml", tmp_path, model_server)
-    assert conv.execute_sync().kind == Kind.USER_INPUT
-    conv.append_user_message("Hi, I am Ada.")
+    conv.append_user_message("Hi, I am Ada.")  # the user speaks first
     model_server.script(Reply.text("Welcome, Ada."))
     status = conv.execute_sync()
     assert (status.kind, status.outputs) == (Kind.USER_INPUT, "Welcome, Ada.")
@@ -80,6 +79,33 @@ def test_a_root_agent_keeps_its_conversation_between_turns(
     ]
 
 
+def test_a_root_agent_started_before_any_user_message_speaks_first(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    # As WayFlow 26.3.1 does for an Agent Spec Agent (no initial_message): the model is asked
+    # with the system prompt alone, its answer opens the conversation, then the user replies.
+    conv = _load("chat_agent.yaml", tmp_path, model_server)
+    model_server.script(Reply.text("Hello, I am the concierge."), Reply.text("Welcome, Ada."))
+    status = conv.execute_sync()
+    assert (status.kind, status.outputs) == (Kind.USER_INPUT, "Hello, I am the concierge.")
+    first = [(m["role"], m.get("content")) for m in model_server.requests[0].messages]
+    assert first == [("system", "You are a hotel concierge.")]
+    conv.append_user_message("Hi, I am Ada.")
+    status = conv.execute_sync()
+    assert (status.kind, status.outputs) == (Kind.USER_INPUT, "Welcome, Ada.")
+    second = [(m["role"], m.get("content")) for m in model_server.requests[1].messages]
+    assert second == [
+        ("system", "You are a hotel concierge."),
+        ("assistant", "Hello, I am the concierge."),
+        ("user", "Hi, I am Ada."),
+    ]
+    assert [(m.role, m.content) for m in conv.messages] == [
+        ("assistant", "Hello, I am the concierge."),
+        ("user", "Hi, I am Ada."),
+        ("assistant", "Welcome, Ada."),
+    ]
+
+
 def test_a_confirmed_client_tool_node_asks_to_confirm_then_for_the_result(
     model_server: ScriptedModelServer, tmp_path: Path
 ) -> None:
@@ -103,7 +129,6 @@ def test_an_agent_s_client_tool_requiring_confirmation_is_confirmed_then_request
     path = served("chat_agent.yaml", tmp_path, model_server)
     path.write_text(path.read_text() + "    requires_confirmation: true\n")
     conv = conversation.Conversation.from_file(path, {}, model_server.env)
-    conv.execute_sync()
     conv.append_user_message("Book May 3")
     model_server.script(
         Reply.calls(ToolCall("room_free", {"date": "May 3"}, id="r1")),
@@ -164,7 +189,6 @@ def test_a_manager_hands_a_task_to_a_specialised_worker_that_uses_its_added_tool
     model_server: ScriptedModelServer, tmp_path: Path
 ) -> None:
     conv = _load("crew.yaml", tmp_path, model_server)
-    conv.execute_sync()
     conv.append_user_message("A haiku about rain, please.")
     model_server.script(
         Reply.calls(ToolCall("call_sub_agent", {"agent": "writer", "prompt": "haiku: rain"})),
@@ -186,7 +210,6 @@ def test_two_client_calls_in_one_reply_each_get_their_own_result(
     model_server: ScriptedModelServer, tmp_path: Path
 ) -> None:
     conv = _load("chat_agent.yaml", tmp_path, model_server)
-    conv.execute_sync()
     conv.append_user_message("Any room on May 3 or May 4?")
     model_server.script(
         Reply.calls(
