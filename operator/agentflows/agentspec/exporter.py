@@ -48,6 +48,10 @@ _START = re.compile(r"^=(?:(\{.*\}) \+ )?\(\.run\.input // \{\}\)$")
 _REDUCERS = {".": "append", "add": "sum", "(add / length)": "average", "max": "max", "min": "min"}
 _JSON_LINE = re.compile(r"^Answer with a JSON object with the keys: (.*)\.$")
 _INPUT_LINE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*): \{\{ (.+) \}\}$")
+#: An agent node's ``history`` as import writes it: the turns of the nodes before it that ran.
+_CONVERSATION = re.compile(
+    r'^=\[\(if \.nodes\.[A-Za-z_][A-Za-z0-9_]* then \(\{"role": .* else empty end\)\]$', re.S
+)
 
 
 class _FlowWriter:
@@ -345,6 +349,13 @@ class _FlowWriter:
                 self.ex.fail(
                     self.path(node.id, f"agent.{wire}"), f"{wire} have no Agent Spec equivalent"
                 )
+        if call.history is not None and not _CONVERSATION.match(call.history):
+            # import gives an AgentNode the flow's conversation; any other history would be lost
+            self.ex.fail(
+                self.path(node.id, "agent.history"),
+                "only the flow's conversation (as import writes it) has an Agent Spec "
+                "equivalent: an AgentNode sees the messages before it; leave history out",
+            )
         lines = [] if call.prompt == "Begin." else call.prompt.split("\n")
         for line in lines:
             as_input, as_json = _INPUT_LINE.match(line), _JSON_LINE.match(line)

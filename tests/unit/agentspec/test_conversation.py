@@ -47,6 +47,26 @@ def test_a_flow_asks_the_user_calls_the_host_s_client_tool_and_finishes_with_its
     ]
 
 
+def test_an_agent_node_sees_the_flow_s_conversation_so_far(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    # As WayFlow 26.3.1 gives an AgentNode the flow's messages: the question asked, the user's
+    # answer and the OutputMessageNode's message come before the node's own input lines.
+    conv = _load("support_chat.yaml", tmp_path, model_server)
+    conv.execute_sync()
+    conv.append_user_message("A7")
+    model_server.script(Reply.text("Order A7 has shipped."))
+    assert conv.execute_sync().kind == Kind.FINISHED
+    sent = [(m["role"], m.get("content")) for m in model_server.requests[0].messages]
+    assert sent == [
+        ("system", "You answer questions about order <order>."),
+        ("assistant", "What is your order number?"),
+        ("user", "A7"),
+        ("assistant", "Looking up order A7."),
+        ("user", "order: A7"),
+    ]
+
+
 def test_a_root_agent_keeps_its_conversation_between_turns(
     model_server: ScriptedModelServer, tmp_path: Path
 ) -> None:

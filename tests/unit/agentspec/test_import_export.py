@@ -237,3 +237,21 @@ def test_mcp_tools_offered_with_prefixed_names_stay_prefixed_through_export_and_
     code, again, err = invoke("import", str(exported))
     assert code == 0, err
     assert again == resources.read_text()
+
+
+def test_export_refuses_an_agent_node_history_other_than_the_flow_s_conversation(
+    tmp_path: Path,
+) -> None:
+    code, out, err = invoke("import", str(DATA / "support_chat.yaml"))
+    assert code == 0, err
+    assert "history: '=[(if .nodes.ask then" in out
+    resources = tmp_path / "resources.yaml"
+    resources.write_text(
+        re.sub(r"history: '=\[\(if .*", """history: '=[{"role": "user", "content": "hi"}]'""", out)
+    )
+    code, out, err = invoke("export", str(resources))
+    assert code == 2, out
+    assert (
+        "spec.nodes[3].agent.history: only the flow's conversation (as import writes it) has an "
+        "Agent Spec equivalent: an AgentNode sees the messages before it; leave history out"
+    ) in err
