@@ -19,6 +19,11 @@ def _load(
     return conversation.Conversation.from_file(served(name, tmp_path, server), inputs, server.env)
 
 
+def sent(server: ScriptedModelServer, request: int) -> list[tuple[str, object]]:
+    """(role, content) of each message of the model request numbered ``request``."""
+    return [(m["role"], m.get("content")) for m in server.requests[request].messages]
+
+
 def test_a_flow_asks_the_user_calls_the_host_s_client_tool_and_finishes_with_its_messages(
     model_server: ScriptedModelServer, tmp_path: Path
 ) -> None:
@@ -57,8 +62,7 @@ def test_an_agent_node_sees_the_flow_s_conversation_so_far(
     conv.append_user_message("A7")
     model_server.script(Reply.text("Order A7 has shipped."))
     assert conv.execute_sync().kind == Kind.FINISHED
-    sent = [(m["role"], m.get("content")) for m in model_server.requests[0].messages]
-    assert sent == [
+    assert sent(model_server, 0) == [
         ("system", "You answer questions about order <order>."),
         ("assistant", "What is your order number?"),
         ("user", "A7"),
@@ -86,7 +90,7 @@ def test_a_root_agent_keeps_its_conversation_between_turns(
     conv.post_tool_result("r1", True)
     status = conv.execute_sync()
     assert (status.kind, status.outputs) == (Kind.USER_INPUT, "Yes, Ada, a room is free on May 3.")
-    second_turn = [(m["role"], m.get("content")) for m in model_server.requests[1].messages]
+    second_turn = sent(model_server, 1)
     assert second_turn == [
         ("system", "You are a hotel concierge."),
         ("user", "Hi, I am Ada."),
@@ -108,12 +112,12 @@ def test_a_root_agent_started_before_any_user_message_speaks_first(
     model_server.script(Reply.text("Hello, I am the concierge."), Reply.text("Welcome, Ada."))
     status = conv.execute_sync()
     assert (status.kind, status.outputs) == (Kind.USER_INPUT, "Hello, I am the concierge.")
-    first = [(m["role"], m.get("content")) for m in model_server.requests[0].messages]
+    first = sent(model_server, 0)
     assert first == [("system", "You are a hotel concierge.")]
     conv.append_user_message("Hi, I am Ada.")
     status = conv.execute_sync()
     assert (status.kind, status.outputs) == (Kind.USER_INPUT, "Welcome, Ada.")
-    second = [(m["role"], m.get("content")) for m in model_server.requests[1].messages]
+    second = sent(model_server, 1)
     assert second == [
         ("system", "You are a hotel concierge."),
         ("assistant", "Hello, I am the concierge."),

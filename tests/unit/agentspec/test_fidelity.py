@@ -206,6 +206,16 @@ def test_an_llm_node_with_one_integer_output_still_accepts_a_json_object_reply(
     assert output_of(out) == {"count": 5}
 
 
+def run_pairs(tmp_path: Path, text: str) -> object:
+    """The output of pairs.yaml changed to ``text``, run with names [a, b] and scores 3."""
+    path = tmp_path / "pairs.yaml"
+    path.write_text(text)
+    args = ("--state-dir", str(tmp_path), "--input-json", '{"names": ["a", "b"], "scores": 3}')
+    code, out, err = invoke("run", str(path), *args)
+    assert code == 0, err
+    return output_of(out)
+
+
 @pytest.mark.parametrize("kind", ["MapNode", "ParallelMapNode"])
 def test_a_map_node_gives_a_single_iterated_value_to_every_item(kind: str, tmp_path: Path) -> None:
     text = (
@@ -216,12 +226,7 @@ def test_a_map_node_gives_a_single_iterated_value_to_every_item(kind: str, tmp_p
         )
         .replace("component_type: MapNode", f"component_type: {kind}")
     )
-    path = tmp_path / "pairs.yaml"
-    path.write_text(text)
-    args = ("--state-dir", str(tmp_path), "--input-json", '{"names": ["a", "b"], "scores": 3}')
-    code, out, err = invoke("run", str(path), *args)
-    assert code == 0, err
-    assert output_of(out) == {"names": ["a", "b"], "total": 6}
+    assert run_pairs(tmp_path, text) == {"names": ["a", "b"], "total": 6}
 
 
 @pytest.mark.parametrize("kind", ["MapNode", "ParallelMapNode"])
@@ -244,12 +249,7 @@ def test_a_map_node_input_named_as_the_sub_flow_s_is_given_to_every_item(
         )
         .replace("component_type: MapNode", f"component_type: {kind}")
     )
-    path = tmp_path / "pairs.yaml"
-    path.write_text(text)
-    args = ("--state-dir", str(tmp_path), "--input-json", '{"names": ["a", "b"], "scores": 3}')
-    code, out, err = invoke("run", str(path), *args)
-    assert code == 0, err
-    assert output_of(out) == {"names": ["a", "b"], "total": 6}
+    assert run_pairs(tmp_path, text) == {"names": ["a", "b"], "total": 6}
 
 
 def test_a_map_node_input_naming_no_sub_flow_input_is_refused(tmp_path: Path) -> None:
