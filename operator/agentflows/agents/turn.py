@@ -93,10 +93,13 @@ def build_messages(
         if attached is not None:
             turns.append(("user", attached["content"]))
         turns.extend((turn.role, turn.content) for turn in spec.history)
-        turns.append(("user", prompt))
+        if prompt:  # an empty prompt: the agent speaks first, from what it has
+            turns.append(("user", prompt))
         return merge_turns(turns)
     messages = [*merge_turns(turns), *stored]
     last = messages[-1]
+    if not prompt:
+        return messages
     if last.get("role") == "user" and isinstance(last.get("content"), str):
         messages[-1] = {**last, "content": f"{last['content']}\n\n{prompt}"}
     else:

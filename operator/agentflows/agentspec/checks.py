@@ -496,6 +496,30 @@ def _parallel_input_problems(node: model.ParallelFlowNode, path: str) -> list[do
     return out
 
 
+def _map_input_problems(node: model.MapNode, path: str) -> list[documents.Problem]:
+    """Each declared input of a MapNode names a sub-flow input, with or without ``iterated_``.
+
+    ``iterated_<t>`` is a list mapped over (or one value for every item); an input named as
+    the sub-flow's ``<t>`` is one value for every item (WayFlow maps such an input name to
+    name; pyagentspec infers only ``iterated_`` inputs). Any other name would reach nothing.
+    """
+    inner = titles(flow_inputs(node.subflow))
+    out = []
+    for j, title in enumerate(titles(node.inputs)):
+        if title in inner or title.removeprefix("iterated_") in inner:
+            continue
+        valid = ", ".join(f"iterated_{t}" for t in inner) or "none: the sub-flow takes no input"
+        out.append(
+            errors.problem(
+                f"{path}.inputs[{j}].title",
+                f"{node.component_type} {node.name!r} has input {title!r}, but its sub-flow has "
+                f"no input {title.removeprefix('iterated_')!r}; name an input "
+                f"iterated_<sub-flow input> ({valid})",
+            )
+        )
+    return out
+
+
 #: Property keys that document a property rather than say what values it takes.
 _NOT_TYPE = frozenset({"title", "description", "default", "examples"})
 
@@ -535,6 +559,8 @@ def check(flow: model.Flow, prefix: str = "") -> Graph:
         subflows = {"subflow": node.subflow} if isinstance(node, one) else {}
         if isinstance(node, model.CatchExceptionNode):
             out += _catch_problems(node, f"nodes[{i}]")
+        if isinstance(node, model.MapNode):
+            out += _map_input_problems(node, f"nodes[{i}]")
         if isinstance(node, model.ParallelFlowNode):
             subflows = {f"subflows[{j}]": f for j, f in enumerate(node.subflows)}
             out += _parallel_problems(node, f"nodes[{i}]")

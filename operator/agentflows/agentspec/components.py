@@ -117,11 +117,38 @@ def _query_as_arguments(params: dict[str, Any], path: str, out: list[documents.P
             )
 
 
+def prefix_names(
+    component: model.McpTool | model.McpToolBox, path: str, out: list[documents.Problem]
+) -> bool:
+    """``metadata.agentflows.prefixNames`` of an MCP tool or toolbox (false when absent).
+
+    Agent Spec offers MCP tools under their own names; ``export`` writes ``true`` for an
+    agentflows mcp tool that prefixes them (its default), so importing it again keeps it so.
+    """
+    meta = (component.metadata or {}).get(mapping.METADATA_KEY)
+    value = meta.get(PREFIX_NAMES, False) if isinstance(meta, dict) else False
+    if not isinstance(value, bool):
+        out.append(
+            errors.problem(
+                f"{path}.metadata.{mapping.METADATA_KEY}.{PREFIX_NAMES}",
+                f"{value!r} is not a boolean: true offers each tool as <tool name>_<server "
+                "tool name>, false (the default) under the server tool's own name",
+            )
+        )
+        return False
+    return value
+
+
+#: The metadata key saying an MCP tool's names are prefixed (agentflows' ``mcp.prefixNames``).
+PREFIX_NAMES = "prefixNames"
+
+
 def mcp(
     transport: model.StdioTransport | model.StreamableHttpTransport,
     include: list[str],
     path: str,
     out: list[documents.Problem],
+    prefix: bool = False,
 ) -> agent_api.McpTool:
     """An mcp tool's server for a transport, limited to the ``include``d tools."""
     timeout = transport.session_parameters.read_timeout_seconds
@@ -140,7 +167,7 @@ def mcp(
             env=transport.env or {},
             include=include,
             timeout_seconds=timeout,
-            prefix_names=False,
+            prefix_names=prefix,
         )
     for name in ("headers", "sensitive_headers", "auth"):
         if getattr(transport, name):
@@ -154,7 +181,7 @@ def mcp(
             )
     sse = transport.component_type == "SSETransport"
     return agent_api.McpTool(
-        url=transport.url, sse=sse, include=include, timeout_seconds=timeout, prefix_names=False
+        url=transport.url, sse=sse, include=include, timeout_seconds=timeout, prefix_names=prefix
     )
 
 
@@ -172,7 +199,8 @@ def tool(
         "read_only": not spec.requires_confirmation,
     }
     if isinstance(spec, model.McpTool):
-        server = mcp(spec.client_transport, [spec.name], f"{path}.client_transport", out)
+        prefix = prefix_names(spec, path, out)
+        server = mcp(spec.client_transport, [spec.name], f"{path}.client_transport", out, prefix)
         return agent_api.Tool(**common, mcp=server)
     common["parameters"] = mapping.object_schema(spec.inputs or [])
     if isinstance(spec, model.RemoteTool):
@@ -198,7 +226,8 @@ def toolbox(
                 "set it on the toolbox",
             )
         )
-    server = mcp(box.client_transport, include, f"{path}.client_transport", out)
+    prefix = prefix_names(box, path, out)
+    server = mcp(box.client_transport, include, f"{path}.client_transport", out, prefix)
     return agent_api.Tool(
         name=name,
         description=box.description or "",

@@ -32,10 +32,12 @@ the run resumes from its checkpoint, never re-running a finished node. :attr:`me
 what the conversation said: InputMessageNode questions and the user's answers, OutputMessageNode
 messages and AgentNode answers, in the order the nodes ran.
 
-An Agent at the root is multi-turn: it waits for a user message, answers, and waits for the
-next one. Each turn is one run of the imported one-agent Flow whose Agent carries the
-conversation so far as its ``history`` (user and assistant messages), so the agent keeps its
-conversation between turns; client tools and confirmations pause a turn the same way.
+An Agent at the root is multi-turn: it answers a user message and waits for the next one.
+Started before any user message, it speaks first (the model is asked with the system prompt
+alone, as WayFlow does for an Agent Spec Agent), and then waits. Each turn is one run of the
+imported one-agent Flow whose Agent carries the conversation so far as its ``history`` (user
+and assistant messages), so the agent keeps its conversation between turns; client tools and
+confirmations pause a turn the same way.
 
 A Swarm at the root is such an Agent (its first agent) whose members reach each other through
 ``call_sub_agent`` (a message, answered to the caller) and ``handoff_conversation``: the engine's
@@ -201,9 +203,11 @@ class Conversation:
             self.status = self._waiting(pending[0], pending[1])
             return self.status
         if self.is_agent and not self._in_turn():
-            if self._pending_message is None:
+            if self._pending_message is None and (self._turns or self._turn):
                 self.status = Status(StatusKind.USER_INPUT, "Your message:")
                 return self.status
+            if self._pending_message is None:  # started before any user message
+                self._pending_message = ""
             self._turn += 1
             self.store = store.MemoryStore()
         outcome = await self._run()
@@ -211,7 +215,8 @@ class Conversation:
         self.status = self._status(outcome)
         if self.is_agent and outcome.phase == flowrun_api.RunPhase.SUCCEEDED:
             assert self._pending_message is not None
-            self._turns += [Message("user", self._pending_message)]
+            if self._pending_message:
+                self._turns += [Message("user", self._pending_message)]
             self._turns += [Message("assistant", _text(outcome.output))]
             self._pending_message = None
             self.status = Status(StatusKind.USER_INPUT, "Your message:", outputs=outcome.output)
@@ -269,16 +274,19 @@ class Conversation:
         """A later (or handed-over) turn: the active Agent carries the conversation so far.
 
         After the first turn the prompt is the message alone, the first turn (with the input
-        lines) being in the history.
+        lines) being in the history; when the agent spoke first, the lines open the history.
         """
         call = spec.nodes[0].agent
         assert call is not None
         name = self.active_agent or call.name
         update: dict[str, Any] = {"name": name}
         if self._turns:
-            first = self._turns[0].content
             lines = [f"{k}: {_text(v)}" for k, v in self._inputs_shown().items()]
-            turns = [Message("user", "\n".join([*lines, first])), *self._turns[1:]]
+            turns = list(self._turns)
+            if turns[0].role == "user":
+                turns[0] = Message("user", "\n".join([*lines, turns[0].content]))
+            elif lines:  # the agent spoke first, given the input lines alone
+                turns.insert(0, Message("user", "\n".join(lines)))
             history = [agent_api.HistoryTurn(role=t.role, content=t.content) for t in turns]
             agents = {**agents, name: agents[name].model_copy(update={"history": history})}
             update["prompt"] = "{{ .run.input.message }}"

@@ -123,6 +123,9 @@ class Exporter:
         if tool.description:
             base["description"] = tool.description
         if tool.mcp is not None:
+            if tool.mcp.prefix_names:  # not Agent Spec's way: say so, for import to keep it
+                meta = {components.PREFIX_NAMES: True}
+                base["metadata"] = {mapping.METADATA_KEY: meta}
             transport = self.transport(tool.mcp, f"{path}.mcp")
             include = tool.mcp.include
             if len(include) == 1 and mapping.identifier(include[0], set()) == tool.name:

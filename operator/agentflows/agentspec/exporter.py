@@ -48,6 +48,10 @@ _START = re.compile(r"^=(?:(\{.*\}) \+ )?\(\.run\.input // \{\}\)$")
 _REDUCERS = {".": "append", "add": "sum", "(add / length)": "average", "max": "max", "min": "min"}
 _JSON_LINE = re.compile(r"^Answer with a JSON object with the keys: (.*)\.$")
 _INPUT_LINE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*): \{\{ (.+) \}\}$")
+#: An agent node's ``history`` as import writes it: the turns of the nodes before it that ran.
+_CONVERSATION = re.compile(
+    r'^=\[\(if \.nodes\.[A-Za-z_][A-Za-z0-9_]* then \(\{"role": .* else empty end\)\]$', re.S
+)
 
 
 class _FlowWriter:
@@ -345,6 +349,13 @@ class _FlowWriter:
                 self.ex.fail(
                     self.path(node.id, f"agent.{wire}"), f"{wire} have no Agent Spec equivalent"
                 )
+        if call.history is not None and not _CONVERSATION.match(call.history):
+            # import gives an AgentNode the flow's conversation; any other history would be lost
+            self.ex.fail(
+                self.path(node.id, "agent.history"),
+                "only the flow's conversation (as import writes it) has an Agent Spec "
+                "equivalent: an AgentNode sees the messages before it; leave history out",
+            )
         lines = [] if call.prompt == "Begin." else call.prompt.split("\n")
         for line in lines:
             as_input, as_json = _INPUT_LINE.match(line), _JSON_LINE.match(line)
@@ -456,7 +467,10 @@ class _FlowWriter:
                 self.path(node.id, "map"), 'a MapNode runs a sub-flow with input {"name": (.item)}'
             )
             return None
-        titles = list(fields)
+        # Fields reading the item are mapped over (iterated_<t>); the others are one value for
+        # every item, an input of the sub-flow's own name (as the importer writes them).
+        given = {t: e for t, e in fields.items() if not re.match(r"^\.item(\[\d+\])?$", e)}
+        titles = [t for t in fields if t not in given]
         lists = [spec.items[1:]] if len(titles) == 1 else None
         multi = re.match(r"^=\[(.*)\] \| transpose$", spec.items)
         if spec.items.endswith(f"] | {mapping.MAP_ZIP}"):
@@ -472,7 +486,12 @@ class _FlowWriter:
             return None
         for title, expr in zip(titles, lists, strict=True):
             self.bind(expr, node.id, f"iterated_{title}", self.path(node.id, "map.items"))
+        for title, expr in given.items():
+            self.bind(expr, node.id, title, self.path(node.id, "map.flow.input"))
         kind = "MapNode" if spec.concurrency == 1 else "ParallelMapNode"
+        if given:  # declared, as inferred inputs are all iterated_
+            inputs = [*(f"iterated_{t}" for t in titles), *given]
+            base = {**base, "inputs": [{"title": t} for t in inputs]}
         return {
             "component_type": kind,
             **base,

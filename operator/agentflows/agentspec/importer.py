@@ -225,6 +225,7 @@ class _FlowBuilder:
         start = checks.key(self.flow.start_node)
         for key in sorted(self.graph.nodes, key=lambda k: (k != start, self.graph.index[k])):
             self.node(key, self.graph.nodes[key], bindings[key])
+        self.converse(bindings)
         self.enter_through_entries()
         self.routes()
         for (source, _branch), target in self.graph.taken.items():
@@ -364,6 +365,77 @@ class _FlowBuilder:
         else:
             message = mapping.substitute(node.message or "", bound) or "Your message:"
             self.add(key, input=flow_api.InputRequest(message=message, schema_={"type": "string"}))
+
+    # -- the conversation -------------------------------------------------------------------
+
+    def converse(self, bindings: dict[str, dict[str, str]]) -> None:
+        """Give each AgentNode's agent the flow's conversation so far as ``history``.
+
+        As in Agent Spec (and WayFlow), an agent in a flow sees the messages before it: each
+        InputMessageNode's question and the user's answer, each OutputMessageNode's message and
+        each earlier AgentNode's answer, of the nodes that ran, in the order of the control
+        flow. The ``name: value`` lines stay its prompt.
+        """
+        order = self.control_order()
+        for i, key in enumerate(order):
+            node = self.graph.nodes[key]
+            if not isinstance(node, model.AgentNode) or isinstance(node.agent, model.A2AAgent):
+                continue
+            before = self.leading_to(key)
+            said = [p for k in order[:i] if k in before for p in self.said(k, bindings[k])]
+            if not said:
+                continue
+            at = next(j for j, n in enumerate(self.nodes) if n.id == self.ids[key])
+            call = self.nodes[at].agent
+            assert call is not None
+            history = "=[" + ", ".join(said) + "]"
+            call = call.model_copy(update={"history": history})
+            self.nodes[at] = self.nodes[at].model_copy(update={"agent": call})
+
+    def said(self, key: str, bound: dict[str, str]) -> list[str]:
+        """The jq turns node ``key`` adds to the conversation when it ran (none otherwise)."""
+        node, ref = self.graph.nodes[key], f".nodes.{self.ids[key]}"
+        turns: list[tuple[str, str]] = []
+        if isinstance(node, model.InputMessageNode):
+            question = mapping.jq_text(node.message or "Your message:", bound)
+            turns = [("assistant", question), ("user", f"{ref}.json | {mapping.AS_TEXT}")]
+        elif isinstance(node, model.OutputMessageNode):
+            turns = [("assistant", f"{ref}.json | {mapping.AS_TEXT}")]
+        elif isinstance(node, model.AgentNode):
+            turns = [("assistant", f"{ref}.text // ({ref}.json | {mapping.AS_TEXT})")]
+        if not turns:
+            return []
+        objects = ", ".join(f'{{"role": "{role}", "content": ({e})}}' for role, e in turns)
+        return [f"(if {ref} then ({objects}) else empty end)"]
+
+    def control_order(self) -> list[str]:
+        """The flow's nodes in the order control reaches them (depth first, back edges left)."""
+        successors: dict[str, list[str]] = {}
+        for (source, _branch), target in self.graph.taken.items():
+            successors.setdefault(source, []).append(target)
+        seen: set[str] = set()
+        finished: list[str] = []
+
+        def visit(key: str) -> None:
+            seen.add(key)
+            for target in successors.get(key, []):
+                if target not in seen:
+                    visit(target)
+            finished.append(key)
+
+        visit(checks.key(self.flow.start_node))
+        return finished[::-1]
+
+    def leading_to(self, key: str) -> set[str]:
+        """The nodes from which control can reach ``key``."""
+        found, todo = set(), [key]
+        while todo:
+            current = todo.pop()
+            for (source, _branch), target in self.graph.taken.items():
+                if target == current and source not in found:
+                    found.add(source)
+                    todo.append(source)
+        return found
 
     def where(self, key: str) -> str:
         where = f"nodes[{self.graph.index[key]}]"
@@ -555,13 +627,14 @@ class _FlowBuilder:
             t for t in checks.titles(checks.flow_inputs(node.subflow)) if f"iterated_{t}" in bound
         ]
         lists = ", ".join(f"({bound[f'iterated_{t}']})" for t in inner)
+        # A sub-flow input the node takes by its own name is the same value for every item.
+        given = {t: bound[t] for t in checks.titles(checks.flow_inputs(node.subflow)) if t in bound}
+        items = {t: f".item[{i}]" for i, t in enumerate(inner)}
         parallel = node.component_type == "ParallelMapNode"
         spec = flow_api.MapNode(
             items=f"=[{lists}] | {mapping.MAP_ZIP}",
             concurrency=mapping.PARALLEL_MAP_CONCURRENCY if parallel else 1,
-            flow=flow_api.FlowCall(
-                name=name, input="=" + _object({t: f".item[{i}]" for i, t in enumerate(inner)})
-            ),
+            flow=flow_api.FlowCall(name=name, input="=" + _object({**given, **items})),
         )
         self.add(key, map=spec)
 

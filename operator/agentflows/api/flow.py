@@ -93,6 +93,13 @@ class AgentCall(common.ApiModel):
         default=None, description="Memory settings for this node; overrides the Agent's."
     )
     tools: AgentTools | None = Field(default=None, description="Which tools the turn is offered.")
+    history: str | None = Field(
+        default=None,
+        max_length=200_000,
+        description="Expression giving turns [{role, content}] sent after the Agent's history "
+        "and before the prompt (e.g. an imported Agent Spec flow's conversation so far: its "
+        "messages and the user's answers).",
+    )
 
 
 class LlmCall(common.ApiModel):

@@ -142,6 +142,9 @@ def _node_templates(
     if node.agent is not None:
         t["prompt"] = out.template(f"{path}.agent.prompt", node.agent.prompt)
         _memory_templates(node.agent, f"{path}.agent", out, t)
+        if node.agent.history is not None:
+            where = f"{path}.agent.history"
+            t["history"] = out.template(where, node.agent.history, expression=True)
     elif node.llm is not None:
         t["prompt"] = out.template(f"{path}.llm.prompt", node.llm.prompt)
         t["system"] = out.template(f"{path}.llm.system", node.llm.system)

@@ -19,6 +19,8 @@ import json
 import re
 from typing import Any
 
+import pydantic
+
 from agentflows.api import agent as agent_api
 from agentflows.api import flow as flow_api
 from agentflows.api import flowrun as flowrun_api
@@ -364,6 +366,8 @@ async def _agent(
     spec = frame.run.resolver.agent(call.name)
     if spec is None:
         raise state.NodeFailed(f'no Agent "{call.name}"')
+    if "history" in node.templates:
+        spec = await _with_history(spec, node.templates["history"], scope)
     prompt = await _filled(args, "prompt", node.templates, scope)
     task = capabilities.AgentTask(
         call.name,
@@ -385,6 +389,26 @@ async def _agent(
         return state.Waiting(pending, _saved_state(previous))
     result = await frame.run.caps.run_agent(task, ctx)
     return await _from_capability(frame, ctx.node_key, result, args is None)
+
+
+async def _with_history(
+    spec: agent_api.AgentSpec, template: expressions.Template, scope: expressions.Scope
+) -> agent_api.AgentSpec:
+    """The Agent with the node's ``history`` turns after its own (a bad value fails the node)."""
+    value = await expressions.evaluate_async(template, scope)
+    try:
+        turns = _TURNS.validate_python(value or [])
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise state.NodeFailed(
+            f"agent.history: {where}: {first['msg']} (a list of {{role, content}} turns, role "
+            "user, assistant or system)"
+        ) from None
+    return spec.model_copy(update={"history": [*spec.history, *turns]})
+
+
+_TURNS = pydantic.TypeAdapter(list[agent_api.HistoryTurn])
 
 
 async def _memory_key(

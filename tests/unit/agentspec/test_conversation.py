@@ -19,6 +19,11 @@ def _load(
     return conversation.Conversation.from_file(served(name, tmp_path, server), inputs, server.env)
 
 
+def sent(server: ScriptedModelServer, request: int) -> list[tuple[str, object]]:
+    """(role, content) of each message of the model request numbered ``request``."""
+    return [(m["role"], m.get("content")) for m in server.requests[request].messages]
+
+
 def test_a_flow_asks_the_user_calls_the_host_s_client_tool_and_finishes_with_its_messages(
     model_server: ScriptedModelServer, tmp_path: Path
 ) -> None:
@@ -47,12 +52,30 @@ def test_a_flow_asks_the_user_calls_the_host_s_client_tool_and_finishes_with_its
     ]
 
 
+def test_an_agent_node_sees_the_flow_s_conversation_so_far(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    # As WayFlow 26.3.1 gives an AgentNode the flow's messages: the question asked, the user's
+    # answer and the OutputMessageNode's message come before the node's own input lines.
+    conv = _load("support_chat.yaml", tmp_path, model_server)
+    conv.execute_sync()
+    conv.append_user_message("A7")
+    model_server.script(Reply.text("Order A7 has shipped."))
+    assert conv.execute_sync().kind == Kind.FINISHED
+    assert sent(model_server, 0) == [
+        ("system", "You answer questions about order <order>."),
+        ("assistant", "What is your order number?"),
+        ("user", "A7"),
+        ("assistant", "Looking up order A7."),
+        ("user", "order: A7"),
+    ]
+
+
 def test_a_root_agent_keeps_its_conversation_between_turns(
     model_server: ScriptedModelServer, tmp_path: Path
 ) -> None:
     conv = _load("chat_agent.yaml", tmp_path, model_server)
-    assert conv.execute_sync().kind == Kind.USER_INPUT
-    conv.append_user_message("Hi, I am Ada.")
+    conv.append_user_message("Hi, I am Ada.")  # the user speaks first
     model_server.script(Reply.text("Welcome, Ada."))
     status = conv.execute_sync()
     assert (status.kind, status.outputs) == (Kind.USER_INPUT, "Welcome, Ada.")
@@ -67,7 +90,7 @@ def test_a_root_agent_keeps_its_conversation_between_turns(
     conv.post_tool_result("r1", True)
     status = conv.execute_sync()
     assert (status.kind, status.outputs) == (Kind.USER_INPUT, "Yes, Ada, a room is free on May 3.")
-    second_turn = [(m["role"], m.get("content")) for m in model_server.requests[1].messages]
+    second_turn = sent(model_server, 1)
     assert second_turn == [
         ("system", "You are a hotel concierge."),
         ("user", "Hi, I am Ada."),
@@ -77,6 +100,33 @@ def test_a_root_agent_keeps_its_conversation_between_turns(
     assert [m.content for m in conv.messages][-2:] == [
         "Is a room free on May 3?",
         "Yes, Ada, a room is free on May 3.",
+    ]
+
+
+def test_a_root_agent_started_before_any_user_message_speaks_first(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    # As WayFlow 26.3.1 does for an Agent Spec Agent (no initial_message): the model is asked
+    # with the system prompt alone, its answer opens the conversation, then the user replies.
+    conv = _load("chat_agent.yaml", tmp_path, model_server)
+    model_server.script(Reply.text("Hello, I am the concierge."), Reply.text("Welcome, Ada."))
+    status = conv.execute_sync()
+    assert (status.kind, status.outputs) == (Kind.USER_INPUT, "Hello, I am the concierge.")
+    first = sent(model_server, 0)
+    assert first == [("system", "You are a hotel concierge.")]
+    conv.append_user_message("Hi, I am Ada.")
+    status = conv.execute_sync()
+    assert (status.kind, status.outputs) == (Kind.USER_INPUT, "Welcome, Ada.")
+    second = sent(model_server, 1)
+    assert second == [
+        ("system", "You are a hotel concierge."),
+        ("assistant", "Hello, I am the concierge."),
+        ("user", "Hi, I am Ada."),
+    ]
+    assert [(m.role, m.content) for m in conv.messages] == [
+        ("assistant", "Hello, I am the concierge."),
+        ("user", "Hi, I am Ada."),
+        ("assistant", "Welcome, Ada."),
     ]
 
 
@@ -103,7 +153,6 @@ def test_an_agent_s_client_tool_requiring_confirmation_is_confirmed_then_request
     path = served("chat_agent.yaml", tmp_path, model_server)
     path.write_text(path.read_text() + "    requires_confirmation: true\n")
     conv = conversation.Conversation.from_file(path, {}, model_server.env)
-    conv.execute_sync()
     conv.append_user_message("Book May 3")
     model_server.script(
         Reply.calls(ToolCall("room_free", {"date": "May 3"}, id="r1")),
@@ -164,7 +213,6 @@ def test_a_manager_hands_a_task_to_a_specialised_worker_that_uses_its_added_tool
     model_server: ScriptedModelServer, tmp_path: Path
 ) -> None:
     conv = _load("crew.yaml", tmp_path, model_server)
-    conv.execute_sync()
     conv.append_user_message("A haiku about rain, please.")
     model_server.script(
         Reply.calls(ToolCall("call_sub_agent", {"agent": "writer", "prompt": "haiku: rain"})),
@@ -186,7 +234,6 @@ def test_two_client_calls_in_one_reply_each_get_their_own_result(
     model_server: ScriptedModelServer, tmp_path: Path
 ) -> None:
     conv = _load("chat_agent.yaml", tmp_path, model_server)
-    conv.execute_sync()
     conv.append_user_message("Any room on May 3 or May 4?")
     model_server.script(
         Reply.calls(

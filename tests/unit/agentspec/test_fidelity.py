@@ -9,6 +9,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.support import mcp_servers
 from tests.support.endpoint import LoopbackEndpoint
 from tests.support.model_server import Reply, ScriptedModelServer, ToolCall
@@ -204,20 +206,71 @@ def test_an_llm_node_with_one_integer_output_still_accepts_a_json_object_reply(
     assert output_of(out) == {"count": 5}
 
 
-def test_a_map_node_gives_a_single_iterated_value_to_every_item(tmp_path: Path) -> None:
+def run_pairs(tmp_path: Path, text: str) -> object:
+    """The output of pairs.yaml changed to ``text``, run with names [a, b] and scores 3."""
+    path = tmp_path / "pairs.yaml"
+    path.write_text(text)
+    args = ("--state-dir", str(tmp_path), "--input-json", '{"names": ["a", "b"], "scores": 3}')
+    code, out, err = invoke("run", str(path), *args)
+    assert code == 0, err
+    return output_of(out)
+
+
+@pytest.mark.parametrize("kind", ["MapNode", "ParallelMapNode"])
+def test_a_map_node_gives_a_single_iterated_value_to_every_item(kind: str, tmp_path: Path) -> None:
     text = (
         (DATA / "pairs.yaml")
         .read_text()
         .replace(
             "{title: scores, type: array, items: {type: number}}", "{title: scores, type: number}"
         )
+        .replace("component_type: MapNode", f"component_type: {kind}")
+    )
+    assert run_pairs(tmp_path, text) == {"names": ["a", "b"], "total": 6}
+
+
+@pytest.mark.parametrize("kind", ["MapNode", "ParallelMapNode"])
+def test_a_map_node_input_named_as_the_sub_flow_s_is_given_to_every_item(
+    kind: str, tmp_path: Path
+) -> None:
+    # pyagentspec infers a MapNode's inputs as iterated_<name>; a document that declares one
+    # without the prefix (as WayFlow's converter maps it, name to name) means one value for all.
+    text = (
+        (DATA / "pairs.yaml")
+        .read_text()
+        .replace("destination_input: iterated_score", "destination_input: score")
+        .replace(
+            "{title: scores, type: array, items: {type: number}}", "{title: scores, type: number}"
+        )
+        .replace(
+            "    reducers: {name: append, score: sum}\n",
+            "    reducers: {name: append, score: sum}\n"
+            "    inputs: [{title: iterated_name}, {title: score, type: number}]\n",
+        )
+        .replace("component_type: MapNode", f"component_type: {kind}")
+    )
+    assert run_pairs(tmp_path, text) == {"names": ["a", "b"], "total": 6}
+
+
+def test_a_map_node_input_naming_no_sub_flow_input_is_refused(tmp_path: Path) -> None:
+    text = (
+        (DATA / "pairs.yaml")
+        .read_text()
+        .replace("destination_input: iterated_score", "destination_input: weight")
+        .replace(
+            "    reducers: {name: append, score: sum}\n",
+            "    reducers: {name: append, score: sum}\n"
+            "    inputs: [{title: iterated_name}, {title: weight}]\n",
+        )
     )
     path = tmp_path / "pairs.yaml"
     path.write_text(text)
-    args = ("--state-dir", str(tmp_path), "--input-json", '{"names": ["a", "b"], "scores": 3}')
-    code, out, err = invoke("run", str(path), *args)
-    assert code == 0, err
-    assert output_of(out) == {"names": ["a", "b"], "total": 6}
+    code, out, err = invoke("validate", str(path))
+    assert code == 2, (out, err)
+    assert (
+        "nodes[1].inputs[1].title: MapNode 'each' has input 'weight', but its sub-flow has no "
+        "input 'weight'; name an input iterated_<sub-flow input> (iterated_name, iterated_score)"
+    ) in out + err, out + err
 
 
 def test_a_map_node_whose_sub_flow_takes_no_input_runs_it_once(tmp_path: Path) -> None:

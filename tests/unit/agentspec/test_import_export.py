@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -185,3 +186,72 @@ def test_export_refuses_node_tools_and_reference_files_instead_of_dropping_them(
     assert "agent.nodeTools: nodeTools have no Agent Spec equivalent" in err
     assert "agent.files: files have no Agent Spec equivalent" in err
     assert "Agent helper: files have no Agent Spec equivalent" in err
+
+
+def agentflows_metadata(document: Any) -> list[Any]:
+    """Every component's ``metadata.agentflows`` in a document, in document order."""
+    found: list[Any] = []
+    if isinstance(document, dict):
+        meta = document.get("metadata")
+        if "component_type" in document and isinstance(meta, dict) and "agentflows" in meta:
+            found.append(meta["agentflows"])
+        for value in document.values():
+            found += agentflows_metadata(value)
+    elif isinstance(document, list):
+        for value in document:
+            found += agentflows_metadata(value)
+    return found
+
+
+@pytest.mark.parametrize("name", DOCUMENTS)
+def test_export_keeps_the_agentflows_metadata_import_read(name: str, tmp_path: Path) -> None:
+    first = tmp_path / "first.yaml"
+    first.write_text(invoke("import", str(DATA / name))[1])
+    code, spec, err = invoke("export", str(first))
+    assert code == 0, err
+    exported = agentflows_metadata(yaml.safe_load(spec))
+    for meta in agentflows_metadata(yaml.safe_load((DATA / name).read_text())):
+        assert meta in exported
+        exported.remove(meta)
+
+
+MCP_DOCUMENTS = [n for n in DOCUMENTS if "MCPTool" in (DATA / n).read_text()]
+
+
+@pytest.mark.parametrize("name", MCP_DOCUMENTS)
+def test_mcp_tools_offered_with_prefixed_names_stay_prefixed_through_export_and_import(
+    name: str, tmp_path: Path
+) -> None:
+    # An Agent written for agentflows prefixes its MCP tools' names (prefixNames' default);
+    # exported and imported again, it must not start offering them under their own names.
+    code, out, err = invoke("import", str(DATA / name))
+    assert code == 0, err
+    assert "prefixNames: false" in out
+    resources = tmp_path / "prefixed.yaml"
+    resources.write_text(re.sub(r"\n *prefixNames: false", "", out))  # the default: true
+    code, spec, err = invoke("export", str(resources))
+    assert code == 0, err
+    assert {"prefixNames": True} in agentflows_metadata(yaml.safe_load(spec))
+    exported = tmp_path / "exported.yaml"
+    exported.write_text(spec)
+    code, again, err = invoke("import", str(exported))
+    assert code == 0, err
+    assert again == resources.read_text()
+
+
+def test_export_refuses_an_agent_node_history_other_than_the_flow_s_conversation(
+    tmp_path: Path,
+) -> None:
+    code, out, err = invoke("import", str(DATA / "support_chat.yaml"))
+    assert code == 0, err
+    assert "history: '=[(if .nodes.ask then" in out
+    resources = tmp_path / "resources.yaml"
+    resources.write_text(
+        re.sub(r"history: '=\[\(if .*", """history: '=[{"role": "user", "content": "hi"}]'""", out)
+    )
+    code, out, err = invoke("export", str(resources))
+    assert code == 2, out
+    assert (
+        "spec.nodes[3].agent.history: only the flow's conversation (as import writes it) has an "
+        "Agent Spec equivalent: an AgentNode sees the messages before it; leave history out"
+    ) in err

@@ -28,6 +28,7 @@ BOX = {
 }  # fmt: skip
 NODE_AGENT = {"component_type": "Agent", "name": "a", "system_prompt": "x", "llm_config": MODEL}
 A2A = {"component_type": "A2AAgent", "name": "reviewer", "agent_url": "http://127.0.0.1:1"}
+PREFIX_YES = {"prefixNames": "yes"}
 SECRET_HEADERS = (
     "MCP headers and auth are not supported yet (agentflows takes header values from Secrets "
     "only); leave them out and give the imported mcp tool headers from a Secret"
@@ -86,6 +87,12 @@ REFUSED: dict[str, tuple[dict[str, Any], str]] = {
         "transforms[0].component_type: MessageSummarizationTransform 's' is not supported: "
         "message transforms are not supported; leave the Agent's transforms empty (agentflows "
         "compresses a long conversation itself)",
+    ),
+    "mcp_prefix_names_not_a_boolean": (
+        agent(tools=[{**mcp_tool(STDIO)["tools"][0], "metadata": {"agentflows": PREFIX_YES}}]),
+        "tools[0].metadata.agentflows.prefixNames: 'yes' is not a boolean: true offers each "
+        "tool as <tool name>_<server tool name>, false (the default) under the server tool's "
+        "own name",
     ),
     "stdio_cwd": (
         mcp_tool(STDIO, cwd="/srv"),

@@ -43,9 +43,12 @@ def test_input_message_agent_tool_and_confirmation_pause_and_resume(
     code, _out, err = invoke("resume", "r1", *run, "--data", '"it arrived broken"')
     assert code == 3, err
     assert "Run refund?" in err
-    system, user = model_server.requests[0].messages[:2]
+    system, *turns = model_server.requests[0].messages[:3]
     assert system["content"].startswith("You decide refunds for order <order_id>.")
-    assert user["content"] == "order_id: A7\nreason: it arrived broken"
+    assert [(t["role"], t["content"]) for t in turns] == [
+        ("assistant", "Why do you want a refund for order A7?"),  # the conversation so far,
+        ("user", "it arrived broken\n\norder_id: A7\nreason: it arrived broken"),  # + inputs
+    ]
     assert "delivered" in model_server.requests[1].messages[-1]["content"]
     code, out, err = invoke("resume", "r1", *run, "--decision", "approve")
     assert code == 0, err

@@ -21,8 +21,7 @@ def _start(tmp_path: Path, server: ScriptedModelServer, text: str) -> conversati
     conv = conversation.Conversation.from_file(
         served("swarm.yaml", tmp_path, server), {}, server.env
     )
-    assert conv.execute_sync().kind == Kind.USER_INPUT
-    conv.append_user_message(text)
+    conv.append_user_message(text)  # the user speaks first
     return conv
 
 
