@@ -326,7 +326,9 @@ def run(
     resolver = local.resolver_of(loaded)
     mock = dry_run
     if not dry_run:
-        missing = local.missing_credentials(local.models_used(chosen.spec, resolver), os.environ)
+        missing = local.missing_credentials(
+            local.models_used(chosen.metadata.name or "", resolver), os.environ
+        )
         if missing:
             _err(
                 f"note: no key or apiBase for {', '.join(missing)}; using the embedded mock model "

@@ -30,7 +30,7 @@ import pydantic
 
 from agentflows.api import agent as agent_api
 from agentflows.api import budget as budget_api
-from agentflows.api import documents
+from agentflows.api import calls, documents
 from agentflows.api import flow as flow_api
 from agentflows.api import flowrun as flowrun_api
 from agentflows.controller import workqueue
@@ -206,29 +206,12 @@ def _parse_pod(obj: Mapping[str, Any]) -> Pod | None:
 
 
 def _flow_refs(spec: flow_api.FlowSpec | None) -> set[tuple[str, str]]:
-    if spec is None:
-        return set()
-    out: set[tuple[str, str]] = set()
-    for node in spec.nodes:
-        body = node.map
-        for call in (node.agent, body.agent if body else None):
-            if call is not None:
-                out.add((workqueue.AGENT, call.name))
-        for tool in (node.tool, body.tool if body else None):
-            if tool is not None and tool.agent is not None:
-                out.add((workqueue.AGENT, tool.agent))
-        for sub in (node.flow, body.flow if body else None):
-            if sub is not None:
-                out.add((workqueue.FLOW, sub.name))
-    return out
+    """What a Flow names (a tool node's Agent too): a change to one re-validates the Flow."""
+    return set() if spec is None else {call.ref for call in calls.calls(spec)}
 
 
 def _agent_refs(spec: agent_api.AgentSpec | None) -> set[tuple[str, str]]:
-    if spec is None:
-        return set()
-    return {(workqueue.AGENT, a) for a in spec.agents_called()} | {
-        (workqueue.FLOW, f) for f in spec.sub_flows
-    }
+    return set() if spec is None else {call.ref for call in calls.agent_calls(spec)}
 
 
 class Cache:
