@@ -60,7 +60,8 @@ from agentflows.agentspec import components, implementations, importer
 from agentflows.api import agent as agent_api
 from agentflows.api import flow as flow_api
 from agentflows.api import flowrun as flowrun_api
-from agentflows.engine import clock, graph, run, store
+from agentflows.api import times
+from agentflows.engine import graph, run, store
 
 Kind = flowrun_api.RequestKind
 #: Who decides a request answered through this API, recorded in ``decidedBy``.
@@ -373,7 +374,7 @@ class Conversation:
         self._decide(pending[0], decision=decision, comment=comment or None)
 
     def _decide(self, request_id: str, **fields: Any) -> None:
-        fields.update(decided_by=USER, decided_at=clock.timestamp(clock.utc_now()))
+        fields.update(decided_by=USER, decided_at=times.timestamp(times.now()))
         request = self.store.checkpoint.requests[request_id]
         self.store.checkpoint.requests[request_id] = store.with_decision(request, fields)
 

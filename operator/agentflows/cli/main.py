@@ -23,6 +23,7 @@ import click
 
 from agentflows import tracing
 from agentflows.api import flowrun as flowrun_api
+from agentflows.api import times
 from agentflows.cli import (
     commands_agentspec,
     completion,
@@ -235,13 +236,13 @@ def _execute(
 
 def _trace_run(uid: str, shown: dict[str, Any]) -> None:
     """Export a finished local run's own span, the parent of its executions' (as the operator)."""
-    from agentflows.engine import clock
-
     status, name = shown["status"], shown["metadata"]["name"]
-    if not status.get("startTime") or not status.get("completionTime"):
+    started = times.parse_time(status.get("startTime"))
+    completed = times.parse_time(status.get("completionTime"))
+    if started is None or completed is None:
         return
-    start_ns = int(clock.parse_time(status["startTime"]).timestamp() * 1e9)
-    end_ns = int(clock.parse_time(status["completionTime"]).timestamp() * 1e9)
+    start_ns = int(started.timestamp() * 1e9)
+    end_ns = int(completed.timestamp() * 1e9)
     attributes = {"agentflows.run.name": name, "agentflows.run.phase": status["phase"]}
     tracing.record_run(uid, None, f"flowrun {name}", attributes, start_ns, max(end_ns, start_ns))
 
@@ -442,7 +443,6 @@ def _resume_owned(
     stream: bool,
 ) -> NoReturn:
     """Decide (when asked) and go on with a run this process owns."""
-    from agentflows.engine import run as run_mod
     from agentflows.engine import store
 
     try:
@@ -459,7 +459,7 @@ def _resume_owned(
         _usage(str(exc))
     if fields is not None:
         rid, values = fields
-        values["decided_at"] = run_mod.timestamp()
+        values["decided_at"] = times.timestamp()
         asyncio.run(file_store.decide(rid, **values))
         _err(f"request {rid}: {values['decision']} by {decided_by}")
     run_record = checkpoint.run

@@ -13,6 +13,7 @@ from typing import Any
 
 from aiohttp import web
 
+from agentflows.api import times
 from agentflows.console import forms, markup, runs_view, scope, site
 from agentflows.controller import conditions
 from agentflows.engine import run as run_mod
@@ -107,7 +108,7 @@ def _flow_section(
     meta = flow["metadata"]
     facts = [
         ("Ready", _ready(flow)),
-        ("Triggers", triggers(flow, webhook_url, conditions.now())),
+        ("Triggers", triggers(flow, webhook_url, times.now())),
         ("Recent runs", _recent(runs)),
         ("Input schema", markup.json_block((flow.get("spec") or {}).get("input"))),
         ("Start", start_form(flow, csrf)),

@@ -12,8 +12,8 @@ import pydantic
 
 from agentflows.api import flowrun as flowrun_api
 from agentflows.api import requests as human_requests
+from agentflows.api import times
 from agentflows.console import markup
-from agentflows.controller import conditions
 
 #: Columns of the runs table, and the row keys the script updates (``data-field``).
 COLUMNS = (
@@ -102,11 +102,7 @@ def matches(run: dict[str, Any], phase: str | None, trigger: str | None) -> bool
 
 def node_duration(record: dict[str, Any]) -> str:
     """How long a node ran (so far, when it runs)."""
-    started = conditions.parse_time(record.get("startedAt"))
-    if started is None:
-        return ""
-    finished = conditions.parse_time(record.get("finishedAt")) or conditions.now()
-    return conditions.format_duration((finished - started).total_seconds())
+    return times.duration(record.get("startedAt"), record.get("finishedAt")) or ""
 
 
 def node_phases(run: dict[str, Any]) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from typing import Any
 from agentflows.agents import approval
 from agentflows.agents import review as agent_review
 from agentflows.api import requests as human_requests
-from agentflows.api import schemas
+from agentflows.api import schemas, times
 from agentflows.api.flowrun import (
     DECISIONS,
     Decision,
@@ -36,7 +36,7 @@ from agentflows.api.flowrun import (
     HumanRequest,
     RequestKind,
 )
-from agentflows.controller import conditions, context, events, runstate
+from agentflows.controller import context, events, runstate
 from agentflows.kube import status_store
 
 #: Annotation on a FlowRun: JSON of request id -> "created" | "decided" (Events posted).
@@ -80,10 +80,10 @@ def resumable(run: runstate.RunContext) -> list[str]:
 
 def _expiry(request: HumanRequest) -> float | None:
     """Seconds until the request expires (negative: past), if it expires and the engine acts."""
-    expires = conditions.parse_time(request.expires_at)
+    expires = times.parse_time(request.expires_at)
     if expires is None or request.kind not in EXPIRING_KINDS:
         return None
-    return (expires - conditions.now()).total_seconds()
+    return (expires - times.now()).total_seconds()
 
 
 def expired(status: FlowRunStatus) -> list[str]:

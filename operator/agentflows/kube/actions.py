@@ -10,9 +10,9 @@ exactly that.
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any
 
+from agentflows.api import times
 from agentflows.kube import client as kube
 from agentflows.kube import objects
 
@@ -31,11 +31,6 @@ def _pointer(part: str) -> str:
     return part.replace("~", "~0").replace("/", "~1")
 
 
-def now() -> str:
-    """RFC 3339 UTC time, as Kubernetes writes it."""
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 async def decide(
     api: kube.Client,
     namespace: str,
@@ -50,7 +45,11 @@ async def decide(
 ) -> None:
     """Write a decision into ``status.requests.<id>``."""
     base = f"/status/requests/{_pointer(request_id)}"
-    fields: dict[str, Any] = {"decision": decision, "decidedBy": decided_by, "decidedAt": now()}
+    fields: dict[str, Any] = {
+        "decision": decision,
+        "decidedBy": decided_by,
+        "decidedAt": times.api_time(),
+    }
     if comment is not None:
         fields["comment"] = comment
     if edits is not None:

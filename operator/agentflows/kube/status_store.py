@@ -45,9 +45,9 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from agentflows.api import common
+from agentflows.api import common, times
 from agentflows.api import flowrun as flowrun_api
-from agentflows.engine import clock, errors, store
+from agentflows.engine import errors, store
 from agentflows.kube import client as kube_client
 from agentflows.kube import objects
 
@@ -217,7 +217,7 @@ class StatusStore:
                 trigger=spec.get("trigger"),
                 started_at=status.get("startTime")
                 or obj["metadata"].get("creationTimestamp")
-                or clock.timestamp(),
+                or times.timestamp(),
             )
         nodes = status.get("nodes") or {}
         records = await asyncio.gather(*(self._node_of(v) for v in nodes.values()))
@@ -326,7 +326,7 @@ class StatusStore:
             phase=outcome.phase.value,  # the engine ends in Succeeded, Failed or Waiting
             reason=_truncate(outcome.reason, 256),
             message=_truncate(outcome.message),
-            finished_at=outcome.completed_at or clock.timestamp(),
+            finished_at=outcome.completed_at or times.timestamp(),
         )
         ops: list[dict[str, Any]] = [
             {"op": "add", "path": _pointer("output"), "value": output},

@@ -32,6 +32,7 @@ from typing import Any
 import croniter
 
 from agentflows.api import flow as flow_api
+from agentflows.api import times
 from agentflows.kube import client as kube
 from agentflows.kube import objects, podsecurity
 from agentflows.triggers import common
@@ -234,7 +235,7 @@ def scheduled_time_of(job_name: str | None, cronjob: str | None) -> str | None:
     if not suffix.isdigit():
         return None
     moment = datetime.datetime.fromtimestamp(int(suffix) * 60, tz=datetime.UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return times.api_time(moment)
 
 
 def next_time(cron: str, time_zone: str | None, after: datetime.datetime) -> datetime.datetime:
@@ -250,10 +251,6 @@ def next_time(cron: str, time_zone: str | None, after: datetime.datetime) -> dat
         return croniter.croniter(cron, after.astimezone(zone)).get_next(datetime.datetime)
     except (croniter.CroniterError, ValueError) as exc:
         raise ValueError(f"cron {cron!r} cannot be read: {exc}") from None
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 async def fire(
@@ -284,7 +281,7 @@ async def fire(
             f"{common.type_of(trigger)} trigger, not a schedule"
         )
     scheduled = scheduled_time_of(job_name, cronjob)
-    when = scheduled or _now()
+    when = scheduled or times.api_time()
     request = common.RunRequest(
         payload={"scheduledTime": when},
         extra={"scheduledTime": when},
