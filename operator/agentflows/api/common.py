@@ -167,6 +167,11 @@ class Condition(ApiModel):
     )
 
 
+def condition_of(conditions: list[dict[str, Any]] | None, type_: str) -> dict[str, Any] | None:
+    """The condition of that type in a status's wire ``conditions`` list, or None."""
+    return next((c for c in conditions or [] if c.get("type") == type_), None)
+
+
 class Approvers(ApiModel):
     """Who may decide a human request; empty means anyone allowed to patch flowruns/status."""
 

@@ -476,7 +476,7 @@ def _decision_fields(
     comment: str | None,
     decided_by: str,
 ) -> tuple[str, dict[str, Any]] | None:
-    from agentflows.api import schemas
+    from agentflows.api import requests as human_requests
 
     if decision is None and edits is None and data is None:
         return None
@@ -502,18 +502,10 @@ def _decision_fields(
     request = pending[request_id]
     if decision is None:
         decision = "respond" if data is not None else "edit"
-    allowed = flowrun_api.DECISIONS.get(request.kind.value, frozenset())
-    if decision not in allowed:
-        raise local.UsageError(
-            f"--decision {decision} is not valid for request {request_id!r} of kind "
-            f"{request.kind.value} (valid: {', '.join(sorted(allowed))})"
-        )
-    if data is not None and request.schema_ is not None:
-        found = schemas.mismatch(request.schema_, values["data"])
-        if found is not None:
-            raise local.UsageError(
-                f"--data does not match the request's schema at {found.where}: {found.message}"
-            )
+    decided = request.model_copy(update={**values, "decision": flowrun_api.Decision(decision)})
+    problem = human_requests.decision_problem(decided, request.schema_)
+    if problem is not None:
+        raise local.UsageError(f"request {request_id!r}: {problem}")
     values["decision"] = decision
     return request_id, values
 

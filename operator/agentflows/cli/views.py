@@ -21,8 +21,10 @@ from typing import Any
 
 import click
 import orjson
+import pydantic
 
 from agentflows.api import flowrun as flowrun_api
+from agentflows.api import requests as human_requests
 from agentflows.api import times
 
 FORMATS = ("table", "wide", "json", "yaml", "name")
@@ -81,23 +83,13 @@ def dump(value: Any, output: str) -> str:
 
 
 def pending_requests(run: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Requests of a run that wait for a decision (not decided, not expired, node waiting)."""
+    """Requests of a run a human may decide (:func:`human_requests.decidable`), as written."""
     status = run.get("status") or {}
-    if status.get("phase") in TERMINAL:
+    try:
+        typed = flowrun_api.FlowRunStatus.model_validate(status)
+    except pydantic.ValidationError:
         return {}
-    nodes = status.get("nodes") or {}
-    found = {}
-    for rid, request in (status.get("requests") or {}).items():
-        if request.get("decision"):
-            continue
-        expires = times.parse_time(request.get("expiresAt"))
-        if expires is not None and expires <= times.now():
-            continue
-        node = nodes.get(request.get("node", ""), {})
-        if node and node.get("phase") not in ("Waiting", "Running"):
-            continue
-        found[rid] = request
-    return found
+    return {rid: status["requests"][rid] for rid in human_requests.decidable(typed)}
 
 
 def cell(text: Any) -> str:

@@ -44,15 +44,12 @@ def href(run: dict[str, Any]) -> str:
 
 
 def pending(run: dict[str, Any]) -> dict[str, flowrun_api.HumanRequest]:
-    """The run's requests that wait for a decision (none once the run ended)."""
-    status = run.get("status") or {}
-    if status.get("phase") in TERMINAL:
-        return {}
+    """The run's requests a human may decide (:func:`human_requests.decidable`)."""
     try:
-        typed = flowrun_api.FlowRunStatus.model_validate(status)
+        typed = flowrun_api.FlowRunStatus.model_validate(run.get("status") or {})
     except pydantic.ValidationError:
         return {}
-    return human_requests.pending(typed)
+    return human_requests.decidable(typed)
 
 
 #: Phases a run never leaves.

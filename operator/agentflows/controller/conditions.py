@@ -37,8 +37,3 @@ def set_condition(
         condition["observedGeneration"] = generation
     others = [c for c in conditions if c.get("type") != type_]
     return sorted([*others, condition], key=lambda c: str(c.get("type")))
-
-
-def condition_of(conditions: list[dict[str, Any]] | None, type_: str) -> dict[str, Any] | None:
-    """The condition of that type, or None."""
-    return next((c for c in conditions or [] if c.get("type") == type_), None)

@@ -5,8 +5,9 @@ requests. The runner writes a request's question and exits; a human (or ``agentf
 writes the decision fields; the admission policy (``config/policies/request-decisions.yaml``)
 has already checked *who* decided. This module checks *what* was decided:
 
-- a decision must be one the request's kind takes (``DECISIONS``), ``edit`` needs ``edits``,
-  ``respond`` needs ``data``, and an input request's ``data`` must match its JSON Schema;
+- a decision must pass :func:`agentflows.api.requests.decision_problem` (one the request's
+  kind takes, ``edit`` with edits that would not be ignored, ``respond`` with ``data`` matching
+  an input request's JSON Schema, read back first when it was offloaded);
 - a decision that fails is taken back: the operator (exempt from the policy) removes the
   decision fields with one JSON patch guarded by a ``test`` of the decision, writes ``error`` on
   the request and posts a Warning Event, and the run keeps waiting for a new answer;
@@ -25,12 +26,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agentflows.agents import approval
-from agentflows.agents import review as agent_review
 from agentflows.api import requests as human_requests
-from agentflows.api import schemas, times
+from agentflows.api import times
 from agentflows.api.flowrun import (
-    DECISIONS,
     Decision,
     FlowRunStatus,
     HumanRequest,
@@ -126,52 +124,14 @@ async def _schema(ctl: context.Controller, run: runstate.RunContext, request: Hu
     return schema
 
 
-#: How each kind of request takes ``edits``: what would be ignored or refused is a problem.
-_EDITS_CHECKS = {
-    RequestKind.TOOL: approval.edits_problem,
-    RequestKind.REVIEW: agent_review.edits_problem,
-}
-
-
-def edits_problem(request: HumanRequest) -> str | None:
-    """Why the request's ``edits`` would not set the arguments they mean to, or None.
-
-    The operator takes back such a decision (the human answers again); the console refuses it
-    on the page before writing it.
-    """
-    check = _EDITS_CHECKS.get(request.kind)
-    return check(request) if check is not None else None
-
-
 async def problem(
     ctl: context.Controller, run: runstate.RunContext, request: HumanRequest
 ) -> str | None:
-    """Why the request's decision cannot be accepted, or None when it can."""
-    decision = request.decision
-    kind = request.kind.value
-    allowed = DECISIONS.get(kind, frozenset(Decision))
-    if decision not in allowed:
-        valid = ", ".join(sorted(allowed))
-        article = "an" if kind[:1] in ("a", "i") else "a"
-        shown = decision.value if decision else None
-        return f"decision {shown!r} is not valid for {article} {kind} request (valid: {valid})"
-    given = request.model_fields_set
-    if decision == Decision.EDIT:
-        if "edits" not in given:
-            return "decision 'edit' needs edits (the replacement arguments)"
-        wrong = edits_problem(request)
-        if wrong is not None:
-            return wrong
-    if decision == Decision.RESPOND:
-        if "data" not in given:
-            return "decision 'respond' needs data (the answer)"
+    """Why the request's decision cannot be accepted (:func:`human_requests.decision_problem`)."""
+    schema = None
+    if request.decision == Decision.RESPOND and request.kind == RequestKind.INPUT:
         schema = await _schema(ctl, run, request)
-        if request.kind == RequestKind.INPUT and schema is not None:
-            found = schemas.mismatch(schema, request.data)
-            if found is not None:
-                where = "data" + "".join(f"[{part!r}]" for part in found.path)
-                return f"{where} does not match the request's schema: {found.message}"[:1024]
-    return None
+    return human_requests.decision_problem(request, schema)
 
 
 async def _take_back(
