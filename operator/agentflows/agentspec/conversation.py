@@ -60,6 +60,7 @@ from agentflows.agentspec import components, implementations, importer
 from agentflows.api import agent as agent_api
 from agentflows.api import flow as flow_api
 from agentflows.api import flowrun as flowrun_api
+from agentflows.api import requests as human_requests
 from agentflows.api import times
 from agentflows.engine import graph, run, store
 
@@ -299,10 +300,9 @@ class Conversation:
     # -- what the conversation waits for ---------------------------------------------------
 
     def _pending(self) -> tuple[str, flowrun_api.HumanRequest] | None:
-        for request_id, request in self.store.checkpoint.requests.items():
-            if request.decision is None:
-                return request_id, request
-        return None
+        checkpoint = self.store.checkpoint
+        waiting = human_requests.pending_in(checkpoint.requests, checkpoint.nodes)
+        return next(iter(waiting.items()), None)
 
     def _status(self, outcome: store.Outcome) -> Status:
         if outcome.phase == flowrun_api.RunPhase.SUCCEEDED:

@@ -4,7 +4,9 @@ One owner for every surface: the operator (:mod:`agentflows.controller.requests`
 takes back decisions, :mod:`agentflows.controller.runstate` counts pending ones), the CLI
 (``agentflows requests``, ``get``, the decide hints, ``resume --decision``) and the console.
 
-- :func:`pending`: undecided, and the request's node still waits (no record yet, or Waiting).
+- :func:`pending` (:func:`pending_in` over an engine checkpoint's requests and nodes, for the
+  engine's waiting message, the Agent Spec conversation and ``agentflows resume``): undecided,
+  and the request's node still waits (no record yet, or Waiting).
   A request whose node runs again is being consumed or re-asked: not pending. Expired ones are
   still pending here: the operator starts the attempt that applies their ``onTimeout``.
 - :func:`decidable`: what a human is offered — pending, the run not finished, not expired.
@@ -17,6 +19,7 @@ takes back decisions, :mod:`agentflows.controller.runstate` counts pending ones)
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from typing import Any
 
 from agentflows.api import schemas, times
@@ -26,23 +29,34 @@ from agentflows.api.flowrun import (
     FlowRunStatus,
     HumanRequest,
     NodePhase,
+    NodeStatus,
     RequestKind,
 )
 
 
-def node_waits(status: FlowRunStatus, request: HumanRequest) -> bool:
+def node_waits(nodes: Mapping[str, NodeStatus], request: HumanRequest) -> bool:
     """Whether the request's node still waits (a request written before its node: yes)."""
-    node = status.nodes.get(request.node)
+    node = nodes.get(request.node)
     return node is None or node.phase is NodePhase.WAITING
 
 
-def pending(status: FlowRunStatus) -> dict[str, HumanRequest]:
-    """Requests waiting for a decision: undecided, and their node still waits."""
+def pending_in(
+    requests: Mapping[str, HumanRequest], nodes: Mapping[str, NodeStatus]
+) -> dict[str, HumanRequest]:
+    """Requests waiting for a decision: undecided, and their node has no record yet or waits.
+
+    Over a status's or an engine checkpoint's ``requests`` and ``nodes`` alike.
+    """
     return {
         rid: request
-        for rid, request in status.requests.items()
-        if not request.decision and node_waits(status, request)
+        for rid, request in requests.items()
+        if not request.decision and node_waits(nodes, request)
     }
+
+
+def pending(status: FlowRunStatus) -> dict[str, HumanRequest]:
+    """:func:`pending_in` a FlowRun's status."""
+    return pending_in(status.requests, status.nodes)
 
 
 def missing(status: FlowRunStatus) -> list[str]:

@@ -451,7 +451,9 @@ def _resume_owned(
         checkpoint = file_store.read()
     except (OSError, ValueError) as exc:
         _usage(f"cannot read run {run_name}: {exc}")
-    pending = {rid: r for rid, r in checkpoint.requests.items() if r.decision is None}
+    from agentflows.api import requests as human_requests
+
+    pending = human_requests.pending_in(checkpoint.requests, checkpoint.nodes)
     decided_by = decided[-1]
     try:
         fields = _decision_fields(pending, *decided)

@@ -72,7 +72,7 @@ def resumable(run: runstate.RunContext) -> list[str]:
         if request.decision
         and seen.get(rid) == DECIDED
         and not request.error
-        and human_requests.node_waits(run.stored, request)
+        and human_requests.node_waits(run.stored.nodes, request)
     )
 
 

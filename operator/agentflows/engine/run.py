@@ -24,6 +24,7 @@ from typing import Any
 
 from agentflows.api import common, schemas, times
 from agentflows.api import flowrun as flowrun_api
+from agentflows.api import requests as human_requests
 from agentflows.engine import (
     capabilities,
     expressions,
@@ -349,7 +350,7 @@ def _failed(run: state.Run, reason: Reason, message: str) -> store.Outcome:
 
 
 def _waiting_message(run: state.Run) -> str:
-    pending = [rid for rid, r in run.checkpoint.requests.items() if r.decision is None]
+    pending = human_requests.pending_in(run.checkpoint.requests, run.checkpoint.nodes)
     return (
         "waiting for " + ", ".join(f'request "{rid}"' for rid in pending) if pending else "waiting"
     )
