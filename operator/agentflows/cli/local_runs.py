@@ -17,6 +17,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from agentflows import api as api_group
 from agentflows.api import flowrun as flowrun_api
 from agentflows.api import times
 from agentflows.cli import local
@@ -90,7 +91,7 @@ def as_flowrun(name: str, flow: str, checkpoint: store.Checkpoint) -> dict[str, 
         "usage": outcome.usage.to_wire() if outcome else None,
     }
     return {
-        "apiVersion": "agentflows.io/v1alpha1",
+        "apiVersion": api_group.API_VERSION,
         "kind": "FlowRun",
         "metadata": {"name": name, "creationTimestamp": started},
         "spec": {

@@ -29,7 +29,6 @@ from agentflows.api import times
 
 FORMATS = ("table", "wide", "json", "yaml", "name")
 #: Phases a run never leaves.
-TERMINAL = frozenset(p.value for p in flowrun_api.RunPhase if p.terminal)
 #: A missing cell, as kubectl prints it.
 NONE = "<none>"
 #: Longest text shown in a table cell.

@@ -52,10 +52,6 @@ def pending(run: dict[str, Any]) -> dict[str, flowrun_api.HumanRequest]:
     return human_requests.decidable(typed)
 
 
-#: Phases a run never leaves.
-TERMINAL = frozenset(p.value for p in flowrun_api.RunPhase if p.terminal)
-
-
 def row(run: dict[str, Any]) -> dict[str, str]:
     """The run's cells as text, keyed as :data:`COLUMNS`, plus ``key`` and ``href``."""
     meta, spec = run.get("metadata") or {}, run.get("spec") or {}

@@ -14,7 +14,7 @@ import logging
 
 from agentflows import tracing
 from agentflows.api import flow as flow_api
-from agentflows.api import times
+from agentflows.api import times, wellknown
 from agentflows.api.flowrun import RunPhase
 from agentflows.controller import attempts, cache, context, runstate, workqueue
 from agentflows.kube import client as kube
@@ -56,7 +56,7 @@ def _record_span(run: runstate.RunContext, phase: RunPhase, reason: str) -> None
     ended = times.parse_time(run.status.completion_time) or times.now()
     tracing.record_run(
         run.uid,
-        (meta.get("annotations") or {}).get(tracing.TRACEPARENT_ANNOTATION),
+        (meta.get("annotations") or {}).get(wellknown.TRACEPARENT_ANNOTATION),
         f"flowrun {run.name}",
         {
             "agentflows.run.name": run.name,

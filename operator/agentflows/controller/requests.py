@@ -26,8 +26,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from agentflows.api import common, times, wellknown
 from agentflows.api import requests as human_requests
-from agentflows.api import times
 from agentflows.api.flowrun import (
     Decision,
     FlowRunStatus,
@@ -37,8 +37,6 @@ from agentflows.api.flowrun import (
 from agentflows.controller import context, events, runstate
 from agentflows.kube import status_store
 
-#: Annotation on a FlowRun: JSON of request id -> "created" | "decided" (Events posted).
-ANNOTATION = "agentflows.io/requests"
 CREATED = "created"
 DECIDED = "decided"
 
@@ -54,10 +52,6 @@ _VERBS: dict[str, str] = {
     Decision.EDIT: "approved with edits",
     Decision.RESPOND: "answered",
 }
-
-
-def _wire_name(field: str) -> str:
-    return HumanRequest.model_fields[field].alias or field
 
 
 def resumable(run: runstate.RunContext) -> list[str]:
@@ -104,14 +98,10 @@ def seconds_to_expiry(status: FlowRunStatus) -> float | None:
 def _seen(run: runstate.RunContext) -> dict[str, str]:
     annotations = run.obj["metadata"].get("annotations") or {}
     try:
-        seen = json.loads(annotations.get(ANNOTATION) or "{}")
+        seen = json.loads(annotations.get(wellknown.REQUESTS_ANNOTATION) or "{}")
     except ValueError:
         return {}
     return {str(k): str(v) for k, v in seen.items()} if isinstance(seen, dict) else {}
-
-
-def _pointer(*parts: str) -> str:
-    return "/" + "/".join(p.replace("~", "~0").replace("/", "~1") for p in parts)
 
 
 async def _schema(ctl: context.Controller, run: runstate.RunContext, request: HumanRequest) -> Any:
@@ -141,14 +131,18 @@ async def _take_back(
     base = ("status", "requests", rid)
     assert request.decision is not None
     ops: list[dict[str, Any]] = [
-        {"op": "test", "path": _pointer(*base, "decision"), "value": request.decision.value}
+        {
+            "op": "test",
+            "path": common.json_pointer(*base, "decision"),
+            "value": request.decision.value,
+        }
     ]
     ops += [
-        {"op": "remove", "path": _pointer(*base, _wire_name(f))}
+        {"op": "remove", "path": common.json_pointer(*base, common.wire_name(HumanRequest, f))}
         for f in DECISION_FIELDS
         if f in request.model_fields_set
     ]
-    ops.append({"op": "add", "path": _pointer(*base, "error"), "value": why})
+    ops.append({"op": "add", "path": common.json_pointer(*base, "error"), "value": why})
     run.refresh(await ctl.api.json_patch(run.path + "/status", ops), ctl)
 
 
@@ -179,7 +173,7 @@ async def _check_decision(
         run.event(events.WARNING, "RequestDecisionInvalid", f"request {rid} by {who}: {why}")
         return False
     if request.error:
-        path = _pointer("status", "requests", rid, "error")
+        path = common.json_pointer("status", "requests", rid, "error")
         stored = await ctl.api.json_patch(run.path + "/status", [{"op": "remove", "path": path}])
         run.refresh(stored, ctl)
     run.event(events.NORMAL, "RequestDecided", _describe(rid, request))
@@ -212,7 +206,7 @@ async def review(ctl: context.Controller, run: runstate.RunContext) -> None:
             seen[rid] = DECIDED
     if seen != before:
         value = json.dumps(seen, separators=(",", ":"), sort_keys=True)
-        patch = {"metadata": {"annotations": {ANNOTATION: value}}}
+        patch = {"metadata": {"annotations": {wellknown.REQUESTS_ANNOTATION: value}}}
         run.refresh(await ctl.api.merge_patch(run.path, patch), ctl)
 
 

@@ -44,7 +44,7 @@ OPERATOR_FIELDS = (
 )
 
 
-_DURATION_KEY = FlowRunStatus.model_fields["duration"].alias or "duration"
+_DURATION_KEY = common.wire_name(FlowRunStatus, "duration")
 
 
 def _wire(status: FlowRunStatus, field: str) -> Any:
@@ -186,9 +186,10 @@ class RunContext:
 
     def changes(self) -> dict[str, Any]:
         """The merge patch of the operator's status keys that differ from what is stored."""
-        fields = FlowRunStatus.model_fields
         return {
-            fields[f].alias or f: _wire(self.status, f) for f in OPERATOR_FIELDS if self._changed(f)
+            common.wire_name(FlowRunStatus, f): _wire(self.status, f)
+            for f in OPERATOR_FIELDS
+            if self._changed(f)
         }
 
     async def save(self, ctl: context.Controller) -> None:

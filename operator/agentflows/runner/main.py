@@ -55,7 +55,7 @@ import pydantic
 from agentflows import tracing
 from agentflows.api import budget as budget_api
 from agentflows.api import flowrun as flowrun_api
-from agentflows.api import times
+from agentflows.api import times, wellknown
 from agentflows.engine import errors, graph, state, store
 from agentflows.engine import run as run_mod
 from agentflows.kube import client as kube_client
@@ -192,7 +192,7 @@ async def run_attempt(
 
     progress = Progress(checkpoints)
     metadata = flowrun.get("metadata") or {}
-    traceparent = (metadata.get("annotations") or {}).get(tracing.TRACEPARENT_ANNOTATION)
+    traceparent = (metadata.get("annotations") or {}).get(wellknown.TRACEPARENT_ANNOTATION)
     try:
         with tracing.run_context(str(metadata.get("uid") or ""), traceparent):
             outcome = await run_mod.run_flow(
