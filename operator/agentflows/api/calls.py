@@ -21,8 +21,9 @@ call-cycle check (:mod:`agentflows.engine.graph`) and the models a local run nee
 from __future__ import annotations
 
 import dataclasses
+import enum
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from agentflows.api import agent as agent_api
 from agentflows.api import flow as flow_api
@@ -30,13 +31,16 @@ from agentflows.api import flow as flow_api
 AGENT = "Agent"
 FLOW = "Flow"
 
-#: How a call is made (see the module docstring).
-VIA_AGENT = "agent"
-VIA_TOOL = "tool"
-VIA_FLOW = "flow"
-VIA_SUB_AGENTS = "subAgents"
-VIA_HANDOFFS = "handoffs"
-VIA_SUB_FLOWS = "subFlows"
+
+class Via(enum.StrEnum):
+    """How a call is made: the field naming the callee (see the module docstring)."""
+
+    AGENT = "agent"
+    TOOL = "tool"
+    FLOW = "flow"
+    SUB_AGENTS = "subAgents"
+    HANDOFFS = "handoffs"
+    SUB_FLOWS = "subFlows"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,14 +49,14 @@ class Call:
 
     kind: str
     name: str
-    via: str
+    via: Via
     #: The field naming it, e.g. ``spec.nodes[2].map.agent.name`` or ``spec.subFlows[0]``.
     path: str
 
     @property
     def runs(self) -> bool:
         """Whether the callee runs (its model, sub-agents, sub-flows): all but a tool node's."""
-        return self.via != VIA_TOOL
+        return self.via != Via.TOOL
 
     @property
     def ref(self) -> tuple[str, str]:
@@ -67,11 +71,11 @@ def node_calls(node: flow_api.Node, path: str) -> list[Call]:
         if body is None:
             continue
         if body.agent is not None:
-            found.append(Call(AGENT, body.agent.name, VIA_AGENT, f"{where}.agent.name"))
+            found.append(Call(AGENT, body.agent.name, Via.AGENT, f"{where}.agent.name"))
         if body.tool is not None and body.tool.agent is not None:
-            found.append(Call(AGENT, body.tool.agent, VIA_TOOL, f"{where}.tool.agent"))
+            found.append(Call(AGENT, body.tool.agent, Via.TOOL, f"{where}.tool.agent"))
         if body.flow is not None:
-            found.append(Call(FLOW, body.flow.name, VIA_FLOW, f"{where}.flow.name"))
+            found.append(Call(FLOW, body.flow.name, Via.FLOW, f"{where}.flow.name"))
     return found
 
 
@@ -87,15 +91,15 @@ def agent_calls(agent: agent_api.AgentSpec) -> list[Call]:
     """Every Agent and Flow an Agent's turn may call: sub-agents, handoffs, sub-flows."""
     return [
         *(
-            Call(AGENT, n, VIA_SUB_AGENTS, f"spec.subAgents[{i}]")
+            Call(AGENT, n, Via.SUB_AGENTS, f"spec.subAgents[{i}]")
             for i, n in enumerate(agent.sub_agents)
         ),
         *(
-            Call(AGENT, n, VIA_HANDOFFS, f"spec.handoffs[{i}]")
+            Call(AGENT, n, Via.HANDOFFS, f"spec.handoffs[{i}]")
             for i, n in enumerate(agent.handoffs)
         ),
         *(
-            Call(FLOW, n, VIA_SUB_FLOWS, f"spec.subFlows[{i}]")
+            Call(FLOW, n, Via.SUB_FLOWS, f"spec.subFlows[{i}]")
             for i, n in enumerate(agent.sub_flows)
         ),
     ]
@@ -134,33 +138,27 @@ def running(call: Call) -> bool:
 
 
 def reach(flow: str, lookup: Lookup, follow: Callable[[Call], bool] = every) -> Reach:
-    """Walk from Flow ``flow`` over every call ``follow`` keeps, transitively."""
+    """Walk from Flow ``flow`` over every call ``follow`` keeps, transitively.
+
+    Depth first, Flows before Agents; a Flow's callees are pushed in name order, an Agent's in
+    the order it declares them.
+    """
     out = Reach(flows={}, agents={}, missing=[])
-    flow_stack = [flow]
-    agent_stack: list[str] = []
-    while flow_stack or agent_stack:
-        if flow_stack:
-            name = flow_stack.pop()
-            if name in out.flows:
-                continue
-            flow_spec = lookup.flow(name)
-            if flow_spec is None:
-                out.missing.append(f"{FLOW}/{name}")
-                continue
-            out.flows[name] = flow_spec
-            kept = [c for c in calls(flow_spec) if follow(c)]
-            agent_stack += sorted({c.name for c in kept if c.kind == AGENT})
-            flow_stack += sorted({c.name for c in kept if c.kind == FLOW})
+    stacks: dict[str, list[str]] = {FLOW: [flow], AGENT: []}
+    while stacks[FLOW] or stacks[AGENT]:
+        kind = FLOW if stacks[FLOW] else AGENT
+        name = stacks[kind].pop()
+        found: dict[str, Any] = out.flows if kind == FLOW else out.agents
+        if name in found:
             continue
-        name = agent_stack.pop()
-        if name in out.agents:
+        spec = lookup.flow(name) if kind == FLOW else lookup.agent(name)
+        if spec is None:
+            out.missing.append(f"{kind}/{name}")
             continue
-        agent_spec = lookup.agent(name)
-        if agent_spec is None:
-            out.missing.append(f"{AGENT}/{name}")
-            continue
-        out.agents[name] = agent_spec
-        kept = [c for c in agent_calls(agent_spec) if follow(c)]
-        agent_stack += list(dict.fromkeys(c.name for c in kept if c.kind == AGENT))
-        flow_stack += [c.name for c in kept if c.kind == FLOW]
+        found[name] = spec
+        named = calls(spec) if isinstance(spec, flow_api.FlowSpec) else agent_calls(spec)
+        kept = [call for call in named if follow(call)]
+        for callee in (AGENT, FLOW):
+            names = dict.fromkeys(call.name for call in kept if call.kind == callee)
+            stacks[callee] += sorted(names) if kind == FLOW else list(names)
     return out

@@ -227,7 +227,7 @@ def _check_references(
         tool = node.tool or (node.map.tool if node.map else None)
         if agent is None:
             out.add(call.path, f'no Agent "{call.name}"')
-        elif call.via == calls.VIA_TOOL and tool is not None:
+        elif call.via == calls.Via.TOOL and tool is not None:
             _check_tool_name(tool, agent, call.path.removesuffix(".agent"), out)
 
 
