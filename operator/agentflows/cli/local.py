@@ -110,10 +110,7 @@ class Snapshot:
 
     def resolver(self) -> graph.StaticResolver:
         """A resolver over the snapshot."""
-        return graph.StaticResolver(
-            {n: agent_api.AgentSpec.model_validate(s) for n, s in self.agents.items()},
-            {n: flow_api.FlowSpec.model_validate(s) for n, s in self.flows.items()},
-        )
+        return graph.StaticResolver.from_wire(self.agents, self.flows)
 
     def save(self, path: Path) -> None:
         """Write the snapshot file."""

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from agentflows.api import agent as agent_api
@@ -490,6 +490,14 @@ class StaticResolver:
     ) -> None:
         self.agents = dict(agents or {})
         self.flows = dict(flows or {})
+
+    @classmethod
+    def from_wire(cls, agents: Mapping[str, Any], flows: Mapping[str, Any]) -> StaticResolver:
+        """A resolver over specs in wire JSON by name (a snapshot); ValidationError on a bad one."""
+        return cls(
+            {n: agent_api.AgentSpec.model_validate(s) for n, s in agents.items()},
+            {n: flow_api.FlowSpec.model_validate(s) for n, s in flows.items()},
+        )
 
     def agent(self, name: str) -> Any:
         """The Agent spec called ``name``, or None."""

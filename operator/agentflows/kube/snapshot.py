@@ -28,9 +28,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from agentflows.api import agent as agent_api
 from agentflows.api import calls
-from agentflows.api import flow as flow_api
 from agentflows.engine import graph
 from agentflows.kube import client as kube_client
 from agentflows.kube import objects
@@ -57,10 +55,7 @@ def lookup_in(
     flows: Mapping[str, Mapping[str, Any]], agents: Mapping[str, Mapping[str, Any]]
 ) -> graph.StaticResolver:
     """A lookup over dictionaries of Flow and Agent specs (wire JSON) by name."""
-    return graph.StaticResolver(
-        {n: agent_api.AgentSpec.model_validate(s) for n, s in agents.items()},
-        {n: flow_api.FlowSpec.model_validate(s) for n, s in flows.items()},
-    )
+    return graph.StaticResolver.from_wire(agents, flows)
 
 
 def build_snapshot(flow_name: str, lookup: calls.Lookup) -> dict[str, Any]:
@@ -152,10 +147,7 @@ class RunSnapshot:
 
     def resolver(self) -> graph.StaticResolver:
         """A resolver over the snapshot; raises pydantic's ValidationError on a bad spec."""
-        return graph.StaticResolver(
-            {n: agent_api.AgentSpec.model_validate(s) for n, s in self.agents.items()},
-            {n: flow_api.FlowSpec.model_validate(s) for n, s in self.flows.items()},
-        )
+        return graph.StaticResolver.from_wire(self.agents, self.flows)
 
 
 async def read_snapshot(client: kube_client.Client, namespace: str, run: str) -> RunSnapshot:
