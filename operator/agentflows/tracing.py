@@ -15,8 +15,8 @@ bits of the SHA-256 of the uid. Every pod's ``run`` span (one attempt) is a chil
 which the operator exports once the run has ended (:func:`record_run`), from its creation to
 its completion. A run started by a webhook call that carried a W3C ``traceparent`` continues
 the caller's trace instead: the receiver stores the header in the FlowRun's
-:data:`TRACEPARENT_ANNOTATION`, and the run's span id (still derived from the uid) is a child of
-the caller's span, with the caller's trace id.
+:data:`agentflows.api.wellknown.TRACEPARENT_ANNOTATION`, and the run's span id (still
+derived from the uid) is a child of the caller's span, with the caller's trace id.
 
 Prompt and completion content go on spans only with
 ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`` (redacted as everything else).
@@ -36,8 +36,6 @@ from typing import Any
 
 from agentflows.engine import spans
 
-#: The FlowRun annotation holding the ``traceparent`` of the call that started the run.
-TRACEPARENT_ANNOTATION = "agentflows.io/traceparent"
 CAPTURE_CONTENT_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 _ENDPOINT_ENVS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 _TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from kubernetes import client, watch
 
-from agentflows.engine import run as run_mod
+from agentflows.api import times
 from tests.cluster.harness import Cluster, controlplane, wait_for
 from tests.cluster.operator_fixtures import *  # noqa: F403
 from tests.cluster.operator_fixtures import FlowRuns, OperatorProcess, python_tool
@@ -110,7 +110,9 @@ def assert_no_finished_node_ran_again(runs: FlowRuns, names: list[str], journal:
         for node in CHAIN:
             record = nodes[node]
             assert record["phase"] == "Succeeded", (name, node, record)
-            finished = run_mod.parse_time(record["finishedAt"]).timestamp()
+            finished_at = times.parse_time(record["finishedAt"])
+            assert finished_at is not None, record
+            finished = finished_at.timestamp()
             later = [s for s in starts[name, node] if s > finished]
             assert not later, f"{name}/{node} finished at {finished} and started again at {later}"
             assert ends[name, node] >= 1, f"{name}/{node} is Succeeded but its tool never ended"

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from agentflows.api import wellknown
 from agentflows.kube import objects
 from tests.cluster.harness import wait_for
 from tests.cluster.operator_fixtures import *  # noqa: F403
@@ -101,7 +102,7 @@ def test_a_flow_named_with_70_characters_runs_and_its_pod_is_labelled_with_a_sho
     status = runs.wait_phase("long-1", "Succeeded")
     assert status["output"] == {"x": 1}
     [pod] = runs.pods("long-1")
-    label = pod.metadata.labels[objects.FLOW]
+    label = pod.metadata.labels[wellknown.FLOW]
     assert label == objects.label_value(name) and len(label) == 63
     wait_for(
         lambda: (runs.get("flows", name) or {}).get("status", {}).get("lastRun") == "long-1",

@@ -330,12 +330,13 @@ def test_snapshot_collects_every_agent_and_flow_reachable_from_the_flow() -> Non
         "from-agent": {"nodes": [{"id": "z", "agent": {"name": "writer", "prompt": "p"}}]},
         "unreached": {"nodes": []},
     }
+    model = {"model": {"name": "openai/test"}}
     agents = {
-        "writer": {"subAgents": ["helper"], "subFlows": ["from-agent"]},
-        "helper": {},
-        "tooler": {},
-        "mapper": {},
-        "unused": {},
+        "writer": {**model, "subAgents": ["helper"], "subFlows": ["from-agent"]},
+        "helper": model,
+        "tooler": model,
+        "mapper": model,
+        "unused": model,
     }
     snap = snapshot_mod.build_snapshot("main", snapshot_mod.lookup_in(flows, agents))
     assert snap["flow"] == "main"

@@ -19,9 +19,10 @@ import pytest
 import yaml
 from aiohttp.test_utils import TestClient, TestServer
 
+from agentflows.api import wellknown
 from agentflows.kube import client as kube_client
 from agentflows.kube import kubeconfig
-from agentflows.triggers import common, kubernetes, schedule, signing, webhook
+from agentflows.triggers import kubernetes, schedule, signing, webhook
 from tests.cluster.harness import REPO, Cluster
 from tests.cluster.kube_fixtures import crds, kube  # noqa: F401  (fixtures)
 
@@ -263,7 +264,7 @@ async def test_webhook_accepts_signed_deliveries_once_and_rejects_the_rest(
         "payload": {"ref": "refs/heads/main"},
     }
     assert run["spec"]["input"] == {"ref": "refs/heads/main"}
-    assert run["metadata"]["annotations"][common.DELIVERY_ANNOTATION] == delivery
+    assert run["metadata"]["annotations"][wellknown.DELIVERY_ANNOTATION] == delivery
 
     replay = await receiver.post(url, data=body, headers=signed(body, delivery=delivery))
     assert replay.status == 200

@@ -297,7 +297,7 @@ def test_resume_refuses_a_decision_the_request_kind_does_not_take(tmp_path: Path
     assert code == 3
     code, out, err = invoke("resume", "o", "--state-dir", str(tmp_path), "--decision", "approve")
     assert code == 2 and out == ""
-    assert "--decision approve is not valid for request" in err
+    assert "decision 'approve' is not valid for an input request" in err
     assert "(valid: reject, respond)" in err
 
 

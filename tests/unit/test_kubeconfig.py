@@ -42,8 +42,8 @@ if {fail!r}:
     print("token service is down", file=sys.stderr)
     sys.exit(3)
 status = {{"token": f"{token}-{{runs}}"}}
-if {expired!r}:
-    status["expirationTimestamp"] = "2001-01-01T00:00:00Z"
+if {expires!r}:
+    status["expirationTimestamp"] = {expires!r}
 print(json.dumps({{"apiVersion": info["apiVersion"], "kind": "ExecCredential", "status": status}}))
 """
 
@@ -64,14 +64,14 @@ def no_ambient_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 
 def plugin(
-    directory: Path, token: str, *, fail: bool = False, expired: bool = False
+    directory: Path, token: str, *, fail: bool = False, expires: str | None = None
 ) -> tuple[Path, Path]:
     """An exec plugin script and the file counting its runs."""
     script = directory / f"plugin-{token}"
     counter = directory / f"runs-{token}"
     script.write_text(
         PLUGIN.format(
-            python=sys.executable, counter=str(counter), fail=fail, expired=expired, token=token
+            python=sys.executable, counter=str(counter), fail=fail, expires=expires, token=token
         )
     )
     script.chmod(0o755)
@@ -136,7 +136,7 @@ def test_an_exec_plugins_token_is_sent_as_the_bearer_token(
 def test_an_expired_exec_credential_is_renewed_before_the_next_request(
     tmp_path: Path, echo: LoopbackEndpoint
 ) -> None:
-    script, counter = plugin(tmp_path, "gke", expired=True)
+    script, counter = plugin(tmp_path, "gke", expires="2001-01-01T00:00:00Z")
     path = write_config(
         tmp_path / "config", {"p": ("c", exec_user(script))}, {"c": {"server": echo.url}}, "p"
     )
@@ -157,6 +157,24 @@ def test_a_failing_exec_plugin_is_an_error_with_its_message(tmp_path: Path) -> N
         kubeconfig.load(str(path))
     assert str(error.value) == (
         f"exec plugin {script}: exec: process returned 3. token service is down"
+    )
+
+
+def test_an_exec_credential_expiry_that_is_not_a_time_is_an_error_naming_the_field(
+    tmp_path: Path,
+) -> None:
+    script, _ = plugin(tmp_path, "odd", expires="next tuesday")
+    path = write_config(
+        tmp_path / "config",
+        {"p": ("c", exec_user(script))},
+        {"c": {"server": "https://127.0.0.1:1"}},
+        "p",
+    )
+    with pytest.raises(kubeconfig.ConfigError) as error:
+        kubeconfig.load(str(path))
+    assert str(error.value) == (
+        f"exec plugin {script}: status.expirationTimestamp 'next tuesday' is not an RFC 3339 "
+        "time (e.g. 2026-01-02T03:04:05Z)"
     )
 
 

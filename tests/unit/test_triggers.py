@@ -12,6 +12,7 @@ import yaml
 from aiohttp.test_utils import TestClient, TestServer
 
 from agentflows.api import flow as flow_api
+from agentflows.api import wellknown
 from agentflows.triggers import common, kubernetes, schedule, signing, webhook
 from tests.support.fake_kube import FakeKubeApi
 
@@ -119,8 +120,8 @@ def test_cronjob_for_a_schedule_trigger() -> None:
         "controller": True,
         "blockOwnerDeletion": True,
     }
-    assert meta["labels"][common.FLOW_LABEL] == "nightly"
-    assert meta["labels"][common.TRIGGER_LABEL] == "every_night"
+    assert meta["labels"][wellknown.FLOW] == "nightly"
+    assert meta["labels"][wellknown.TRIGGER] == "every_night"
     assert spec["schedule"] == "0 2 * * *"
     assert spec["timeZone"] == "Europe/Paris"
     assert spec["startingDeadlineSeconds"] == 120
@@ -156,7 +157,7 @@ def test_a_changed_schedule_changes_the_spec_hash() -> None:
     def hashed(cron: str) -> str:
         trigger = flow_api.Trigger.model_validate({"name": "t", "schedule": {"cron": cron}})
         job = schedule.cronjob_for(flow_obj(), trigger, schedule.Settings())
-        return str(job["metadata"]["annotations"][schedule.SPEC_HASH_ANNOTATION])
+        return str(job["metadata"]["annotations"][wellknown.SPEC_HASH_ANNOTATION])
 
     assert hashed("* * * * *") == hashed("* * * * *") != hashed("*/5 * * * *")
 
@@ -182,7 +183,7 @@ def test_triggered_flowrun_carries_labels_trigger_and_evaluated_input() -> None:
     request = common.RunRequest(
         payload={"scheduledTime": "2026-01-01T02:00:00Z"},
         extra={"scheduledTime": "2026-01-01T02:00:00Z"},
-        annotations={common.SCHEDULED_TIME_ANNOTATION: "2026-01-01T02:00:00Z"},
+        annotations={wellknown.SCHEDULED_TIME_ANNOTATION: "2026-01-01T02:00:00Z"},
     )
     body = common.flowrun_body(flow_obj(), trigger, request)
     assert body["metadata"]["generateName"] == "nightly-"
@@ -324,7 +325,7 @@ async def test_webhook_accept_and_reject_matrix(receiver: Any) -> None:
     assert ok.status == 202
     assert (await ok.json())["flowRun"] == "ci-0"
     assert fake.created[0]["spec"]["input"] == {"ref": "main"}
-    assert fake.created[0]["metadata"]["annotations"] == {common.DELIVERY_ANNOTATION: "d1"}
+    assert fake.created[0]["metadata"]["annotations"] == {wellknown.DELIVERY_ANNOTATION: "d1"}
 
     replay = await test_client.post(
         url, data=body, headers=signed(body, **{"X-GitHub-Delivery": "d1"})

@@ -120,28 +120,6 @@ def rulings(request: flowrun_api.HumanRequest, waiting: Sequence[str]) -> dict[s
     return {call_id: Ruling(outcome=rejected) for call_id in waiting}
 
 
-def edits_problem(request: flowrun_api.HumanRequest) -> str | None:
-    """Why ``edit`` with the request's ``edits`` would not set the arguments it means to, or None.
-
-    With several calls waiting, edits keyed by anything but their ids would be ignored (every
-    call would run as the model proposed it); arguments are JSON objects.
-    """
-    calls = request.proposal.get("calls") if isinstance(request.proposal, dict) else None
-    ids = [str(c.get("id")) for c in calls or [] if isinstance(c, dict)]
-    edits = request.edits
-    if len(ids) > 1:
-        if not (isinstance(edits, dict) and edits and set(edits) <= set(ids)):
-            return (
-                f"edits: {len(ids)} calls wait, so give an object keyed by call id "
-                f"(valid: {', '.join(ids)}) with each call's new arguments"
-            )
-        wrong = next((k for k, v in edits.items() if not isinstance(v, dict)), None)
-        return f"edits.{wrong}: a call's arguments are a JSON object" if wrong else None
-    if not isinstance(edits, dict):
-        return "edits: the call's arguments are a JSON object"
-    return None
-
-
 def _edited(edits: Any, call_id: str, waiting: Sequence[str]) -> str | None:
     """The edited arguments of ``call_id`` as JSON text, or None to keep the model's."""
     if isinstance(edits, dict) and set(edits) <= set(waiting) and edits:

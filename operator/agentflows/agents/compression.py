@@ -22,12 +22,12 @@ the summary's model call span.
 from __future__ import annotations
 
 import dataclasses
-import datetime
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentflows.agents import costs, secrets
 from agentflows.api import agent as agent_api
+from agentflows.api import times
 from agentflows.engine import capabilities, spans
 
 if TYPE_CHECKING:  # imported where a summary is asked for: a session store is built before
@@ -128,7 +128,7 @@ async def _summarise(
 
     head, middle, tail = split(messages)
     record: dict[str, Any] = {
-        "at": _now(),
+        "at": times.timestamp(),
         "tokensBefore": before,
         "threshold": int(threshold),
         "contextWindow": window,
@@ -204,11 +204,3 @@ def _transcript(messages: Sequence[Mapping[str, Any]], limit: int) -> str:
         # The latest part of the middle matters most to what comes next.
         text = "[... earlier part cut ...]\n" + text[-limit:]
     return text
-
-
-def _now() -> str:
-    return (
-        datetime.datetime.now(datetime.UTC)
-        .isoformat(timespec="milliseconds")
-        .replace("+00:00", "Z")
-    )

@@ -131,14 +131,6 @@ def verdict(decided: flowrun_api.HumanRequest) -> Verdict:
     return Verdict(decision, (str(proposal["tool"]), args), base)
 
 
-def edits_problem(decided: flowrun_api.HumanRequest) -> str | None:
-    """Why ``edit`` with these ``edits`` cannot replace the proposed action's arguments, or None."""
-    proposal = decided.proposal if isinstance(decided.proposal, dict) else None
-    if proposal and proposal.get("tool") and not isinstance(decided.edits, dict):
-        return f"edits: they replace the arguments of {proposal['tool']}, so give a JSON object"
-    return None
-
-
 def not_run() -> tools.ToolOutcome:
     """The result of a call that was not run because its reply asked for review."""
     return tools.ToolOutcome("cancelled", error=NOT_RUN)

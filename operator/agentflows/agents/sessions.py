@@ -45,6 +45,7 @@ from typing import Any, Protocol
 from agentflows.agents import compression, secrets
 from agentflows.api import agent as agent_api
 from agentflows.api import agentsession as agentsession_api
+from agentflows.api import times
 from agentflows.engine import capabilities
 
 #: Longest message body kept in memory; the rest is cut with a note saying how much.
@@ -103,15 +104,6 @@ class Store(Protocol):
     async def delete(self, memory: str, session: str) -> bool:
         """Delete one session; False when there was none."""
         ...
-
-
-def now() -> str:
-    """The time stamps of sessions: RFC 3339 UTC with microseconds, so they sort as text."""
-    return (
-        datetime.datetime.now(datetime.UTC)
-        .isoformat(timespec="microseconds")
-        .replace("+00:00", "Z")
-    )
 
 
 def size_of(record: agentsession_api.AgentSessionSpec) -> int:
@@ -203,7 +195,7 @@ class Memory:
         if compacted is not None:
             kept = compacted.messages
         done = compacted is not None and (compacted.record or {}).get("status") == "compressed"
-        turn = _Turn(self.request, kept, base_turns, int(done), now())
+        turn = _Turn(self.request, kept, base_turns, int(done), times.timestamp())
         max_bytes = self.agent.memory.max_bytes
 
         def change(
@@ -286,10 +278,7 @@ class _Turn:
 async def enforce_retention(store: Store, memory: str, limits: agent_api.AgentMemory) -> list[str]:
     """Delete the memory's sessions past ``maxAgeSeconds`` or beyond ``maxSessions``."""
     sessions = await store.list(memory)
-    oldest = datetime.datetime.now(datetime.UTC) - datetime.timedelta(
-        seconds=limits.max_age_seconds
-    )
-    cutoff = oldest.isoformat(timespec="microseconds").replace("+00:00", "Z")
+    cutoff = times.timestamp(times.now() - datetime.timedelta(seconds=limits.max_age_seconds))
     newest_first = sorted(sessions, key=lambda info: info.updated_at, reverse=True)
     retired = [
         info

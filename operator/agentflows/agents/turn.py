@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import datetime
 import json
 import re
 import time
@@ -61,7 +60,7 @@ from agentflows.agents import (
 )
 from agentflows.agents import model as model_client
 from agentflows.api import agent as agent_api
-from agentflows.api import common
+from agentflows.api import common, times
 from agentflows.engine import capabilities, envelope, spans
 
 #: Tool call records kept in a node's detail; later calls are only counted.
@@ -577,7 +576,7 @@ async def _after_review(
         )
         if tool_name == review.REVIEW_TOOL or registry.get(tool_name) is None:
             outcome = tools.ToolOutcome.failure(f"no tool named {tool_name!r} to run")
-            record = _record(action, outcome, _now(), time.monotonic(), redactor)
+            record = _record(action, outcome, times.timestamp(), time.monotonic(), redactor)
         else:
             outcome, record = await _call_tool(registry, action, ctx, redactor, None)
         log.add_tool_call(record, outcome.usage)
@@ -591,7 +590,7 @@ async def _after_review(
             id=f"{review_call.id}.action", name=str(proposal.get("tool")), arguments="{}"
         )
         cancelled = tools.ToolOutcome("cancelled", error="rejected in review")
-        log.add_tool_call(_record(action, cancelled, _now(), time.monotonic(), redactor))
+        log.add_tool_call(_record(action, cancelled, times.timestamp(), time.monotonic(), redactor))
     rulings = {
         call.id: approval.Ruling(
             outcome=tools.ToolOutcome.success(answer)
@@ -611,7 +610,7 @@ async def _after_review(
 
 def _pending_records(calls: Sequence[model_client.ToolCallRequest]) -> list[dict[str, Any]]:
     """Records of calls waiting for a human (shown while the run waits)."""
-    now = _now()
+    now = times.timestamp()
     return [
         {"id": call.id[:128], "name": call.name[:128], "status": "pending", "startedAt": now}
         for call in calls
@@ -679,7 +678,7 @@ async def _call_tool(
     The call is an ``execute_tool`` span; its arguments and result go on it (redacted) only when
     the tracer captures content.
     """
-    started_at = _now()
+    started_at = times.timestamp()
     started = time.monotonic()
     with tools.tool_span(call.name, call.id) as span:
         arguments = call.arguments
@@ -713,7 +712,7 @@ def _record(
         "name": call.name[:128],
         "status": outcome.status,
         "startedAt": started_at,
-        "finishedAt": _now(),
+        "finishedAt": times.timestamp(),
         "durationMs": round((time.monotonic() - started) * 1000),
     }
     if outcome.error is not None:
@@ -725,14 +724,6 @@ def _record(
 
 def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
-
-
-def _now() -> str:
-    return (
-        datetime.datetime.now(datetime.UTC)
-        .isoformat(timespec="milliseconds")
-        .replace("+00:00", "Z")
-    )
 
 
 def _truncate(text: str, limit: int) -> str:

@@ -62,7 +62,9 @@ from agentflows.agentspec import components, implementations, importer
 from agentflows.api import agent as agent_api
 from agentflows.api import flow as flow_api
 from agentflows.api import flowrun as flowrun_api
-from agentflows.engine import clock, graph, run, store
+from agentflows.api import requests as human_requests
+from agentflows.api import times
+from agentflows.engine import graph, run, store
 
 Kind = flowrun_api.RequestKind
 #: Who decides a request answered through this API, recorded in ``decidedBy``.
@@ -306,10 +308,9 @@ class Conversation:
     # -- what the conversation waits for ---------------------------------------------------
 
     def _pending(self) -> tuple[str, flowrun_api.HumanRequest] | None:
-        for request_id, request in self.store.checkpoint.requests.items():
-            if request.decision is None:
-                return request_id, request
-        return None
+        checkpoint = self.store.checkpoint
+        waiting = human_requests.pending_in(checkpoint.requests, checkpoint.nodes)
+        return next(iter(waiting.items()), None)
 
     def _status(self, outcome: store.Outcome) -> Status:
         if outcome.phase == flowrun_api.RunPhase.SUCCEEDED:
@@ -381,7 +382,7 @@ class Conversation:
         self._decide(pending[0], decision=decision, comment=comment or None)
 
     def _decide(self, request_id: str, **fields: Any) -> None:
-        fields.update(decided_by=USER, decided_at=clock.timestamp(clock.utc_now()))
+        fields.update(decided_by=USER, decided_at=times.timestamp(times.now()))
         request = self.store.checkpoint.requests[request_id]
         self.store.checkpoint.requests[request_id] = store.with_decision(request, fields)
 

@@ -142,6 +142,21 @@ class SecretKeyRef(ApiModel):
     secret_key_ref: SecretKeySelector = Field(description="The Secret and key holding the value.")
 
 
+def pointer_escape(part: str) -> str:
+    """One reference token of a JSON pointer (RFC 6901): ``~`` as ``~0``, ``/`` as ``~1``."""
+    return part.replace("~", "~0").replace("/", "~1")
+
+
+def json_pointer(*parts: str) -> str:
+    """The JSON pointer to ``parts`` (``json_pointer("status", "requests", "a/b")``)."""
+    return "".join(f"/{pointer_escape(part)}" for part in parts)
+
+
+def wire_name(model: type[BaseModel], field: str) -> str:
+    """The camelCase key a model's field has on the wire (``decided_by`` -> ``decidedBy``)."""
+    return model.model_fields[field].alias or field
+
+
 class Condition(ApiModel):
     """A ``metav1.Condition``: the standard shape kstatus, Argo CD and Flux understand."""
 
@@ -165,6 +180,11 @@ class Condition(ApiModel):
     message: str = Field(
         default="", max_length=32768, description="Human-readable detail of the last transition."
     )
+
+
+def condition_of(conditions: list[dict[str, Any]] | None, type_: str) -> dict[str, Any] | None:
+    """The condition of that type in a status's wire ``conditions`` list, or None."""
+    return next((c for c in conditions or [] if c.get("type") == type_), None)
 
 
 class Approvers(ApiModel):

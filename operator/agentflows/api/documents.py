@@ -17,6 +17,7 @@ from typing import Any
 
 import pydantic
 
+from agentflows import api as api_group
 from agentflows.api import agent, common, flow, flowrun, kubeyaml
 
 #: Largest file read, and largest total of a file's values with YAML aliases expanded.
@@ -142,9 +143,9 @@ def parse_resource(document: Any, source: str = "") -> tuple[Resource | None, li
             Problem("kind", f"unknown kind {kind!r}; expected one of Agent, Flow, FlowRun", source)
         ]
     api_version = document.get("apiVersion")
-    if api_version != "agentflows.io/v1alpha1":
+    if api_version != api_group.API_VERSION:
         return None, [
-            Problem("apiVersion", f"{api_version!r} is not agentflows.io/v1alpha1", source)
+            Problem("apiVersion", f"{api_version!r} is not {api_group.API_VERSION}", source)
         ]
     problems = [dataclasses.replace(p, source=source) for p in _metadata_problems(document)]
     try:

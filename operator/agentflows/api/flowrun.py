@@ -45,6 +45,10 @@ class RunPhase(enum.StrEnum):
         return self in (RunPhase.SUCCEEDED, RunPhase.FAILED, RunPhase.CANCELLED)
 
 
+#: The values of the phases a run never leaves (for wire dicts: ``phase in TERMINAL_PHASES``).
+TERMINAL_PHASES = frozenset(p.value for p in RunPhase if p.terminal)
+
+
 def node_of_key(key: str) -> tuple[str, int]:
     """The top-level node of a ``status.nodes`` key and the loop iteration it records.
 

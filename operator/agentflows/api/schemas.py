@@ -23,7 +23,7 @@ import urllib.parse
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from agentflows.api import patterns
+from agentflows.api import common, patterns
 
 if TYPE_CHECKING:
     import jsonschema
@@ -146,10 +146,6 @@ def _pointer_unescape(part: str) -> str:
     return part.replace("~1", "/").replace("~0", "~")
 
 
-def _pointer_escape(part: str) -> str:
-    return part.replace("~", "~0").replace("/", "~1")
-
-
 class _Walk:
     """One pass over a schema: shapes, patterns, and where every subschema and reference is."""
 
@@ -183,7 +179,7 @@ class _Walk:
     ) -> Iterator[tuple[Any, str, str]]:
         for key, value in schema.items():
             where = _join(path, key)
-            here = f"{pointer}/{_pointer_escape(key)}"
+            here = f"{pointer}/{common.pointer_escape(key)}"
             shape = _SHAPES.get(key)
             if shape is not None and not shape[0](value):
                 self.problems.append((where, f"not a valid JSON Schema: {key} must be {shape[1]}"))
@@ -214,10 +210,10 @@ class _Walk:
                 for name, item in value.items():
                     if key == "patternProperties":
                         self.pattern(name, where)
-                    yield item, f"{here}/{_pointer_escape(name)}", _join(where, name)
+                    yield item, f"{here}/{common.pointer_escape(name)}", _join(where, name)
                     if key in _IN_PLACE:
                         self.in_place.setdefault(pointer, []).append(
-                            f"{here}/{_pointer_escape(name)}"
+                            f"{here}/{common.pointer_escape(name)}"
                         )
             elif key == "pattern":
                 self.pattern(value, where)
@@ -245,7 +241,7 @@ def _target(walk: _Walk, ref: str) -> str | None:
     fragment = urllib.parse.unquote(ref[1:])
     if fragment == "" or fragment.startswith("/"):
         parts = [_pointer_unescape(p) for p in fragment.split("/")[1:]]
-        pointer = "".join(f"/{_pointer_escape(p)}" for p in parts)
+        pointer = common.json_pointer(*parts)
         return pointer if pointer in walk.paths else None
     return walk.anchors.get(fragment)
 

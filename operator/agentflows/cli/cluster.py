@@ -14,7 +14,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from agentflows.api import flowrun as flowrun_api
-from agentflows.cli import views
 from agentflows.kube import client as kube
 
 
@@ -54,7 +53,7 @@ async def follow(
     run = await get_run(api, namespace, name)
     yield run
     while time.monotonic() < deadline:
-        if (run.get("status") or {}).get("phase") in views.TERMINAL | {"Waiting"}:
+        if (run.get("status") or {}).get("phase") in flowrun_api.TERMINAL_PHASES | {"Waiting"}:
             return
         remaining = max(1, int(deadline - time.monotonic()))
         try:
@@ -67,7 +66,9 @@ async def follow(
                 if event.get("type") in ("ADDED", "MODIFIED"):
                     run = event["object"]
                     yield run
-                    if (run.get("status") or {}).get("phase") in views.TERMINAL | {"Waiting"}:
+                    if (run.get("status") or {}).get("phase") in flowrun_api.TERMINAL_PHASES | {
+                        "Waiting"
+                    }:
                         return
                 elif event.get("type") == "ERROR":
                     break
@@ -109,7 +110,7 @@ def exit_code(phase: str | None) -> int:
         return 0
     if phase == flowrun_api.RunPhase.WAITING:
         return 3
-    if phase in views.TERMINAL:
+    if phase in flowrun_api.TERMINAL_PHASES:
         return 1
     return 4
 

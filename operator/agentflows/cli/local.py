@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentflows.api import agent as agent_api
-from agentflows.api import documents
+from agentflows.api import calls, documents
 from agentflows.api import flow as flow_api
 from agentflows.cli import group
 from agentflows.engine import capabilities, graph
@@ -110,10 +110,7 @@ class Snapshot:
 
     def resolver(self) -> graph.StaticResolver:
         """A resolver over the snapshot."""
-        return graph.StaticResolver(
-            {n: agent_api.AgentSpec.model_validate(s) for n, s in self.agents.items()},
-            {n: flow_api.FlowSpec.model_validate(s) for n, s in self.flows.items()},
-        )
+        return graph.StaticResolver.from_wire(self.agents, self.flows)
 
     def save(self, path: Path) -> None:
         """Write the snapshot file."""
@@ -244,41 +241,15 @@ def new_run_name(flow_name: str) -> str:
     return f"{stem}-{suffix}"
 
 
-def models_used(
-    spec: flow_api.FlowSpec, resolver: capabilities.Resolver, seen: set[str] | None = None
-) -> list[agent_api.ModelSpec]:
-    """Every model a flow may call, through its nodes, agents, sub-agents and sub-flows."""
-    seen = seen if seen is not None else set()
-    models: list[agent_api.ModelSpec] = []
-    agent_names: list[str] = []
-    flow_names: list[str] = []
-    for node in spec.nodes:
-        if node.llm is not None:
-            models.append(node.llm.model)
-        call = node.agent or (node.map.agent if node.map else None)
-        if call is not None:
-            agent_names.append(call.name)
-        sub = node.flow or (node.map.flow if node.map else None)
-        if sub is not None:
-            flow_names.append(sub.name)
-    while agent_names:
-        name = agent_names.pop()
-        if f"agent:{name}" in seen:
-            continue
-        seen.add(f"agent:{name}")
-        spec_a = resolver.agent(name)
-        if spec_a is not None:
-            models.append(spec_a.model)
-            agent_names.extend(spec_a.agents_called())
-            flow_names.extend(spec_a.sub_flows)
-    for name in flow_names:
-        if f"flow:{name}" in seen:
-            continue
-        seen.add(f"flow:{name}")
-        sub_spec = resolver.flow(name)
-        if sub_spec is not None:
-            models.extend(models_used(sub_spec, resolver, seen))
-    return models
+def models_used(flow: str, resolver: capabilities.Resolver) -> list[agent_api.ModelSpec]:
+    """Every model Flow ``flow`` may call: its llm nodes' and every Agent's turn it reaches.
+
+    Only calls that run are followed (:func:`calls.running`): a tool node calls one tool of its
+    Agent, never the Agent's model.
+    """
+    reached = calls.reach(flow, resolver, calls.running)
+    models = [node.llm.model for spec in reached.flows.values() for node in spec.nodes if node.llm]
+    return models + [agent.model for agent in reached.agents.values()]
 
 
 def missing_credentials(models: list[agent_api.ModelSpec], env: Mapping[str, str]) -> list[str]:

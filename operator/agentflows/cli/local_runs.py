@@ -17,9 +17,10 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from agentflows import api as api_group
 from agentflows.api import flowrun as flowrun_api
+from agentflows.api import times
 from agentflows.cli import local
-from agentflows.controller import conditions
 from agentflows.engine import run as run_mod
 from agentflows.engine import store
 
@@ -82,7 +83,7 @@ def as_flowrun(name: str, flow: str, checkpoint: store.Checkpoint) -> dict[str, 
         "message": outcome.message if outcome else None,
         "startTime": started,
         "completionTime": outcome.completed_at if outcome else None,
-        "duration": _duration(started, outcome.completed_at if outcome else None),
+        "duration": times.duration(started, outcome.completed_at if outcome else None),
         "currentNode": next((k for k, n in nodes.items() if n["phase"] == "Running"), None),
         "nodes": nodes,
         "requests": {k: v.to_wire() for k, v in checkpoint.requests.items()},
@@ -90,7 +91,7 @@ def as_flowrun(name: str, flow: str, checkpoint: store.Checkpoint) -> dict[str, 
         "usage": outcome.usage.to_wire() if outcome else None,
     }
     return {
-        "apiVersion": "agentflows.io/v1alpha1",
+        "apiVersion": api_group.API_VERSION,
         "kind": "FlowRun",
         "metadata": {"name": name, "creationTimestamp": started},
         "spec": {
@@ -100,14 +101,6 @@ def as_flowrun(name: str, flow: str, checkpoint: store.Checkpoint) -> dict[str, 
         },
         "status": {k: v for k, v in status.items() if v is not None},
     }
-
-
-def _duration(started: str | None, finished: str | None) -> str | None:
-    begin = conditions.parse_time(started)
-    if begin is None:
-        return None
-    end = conditions.parse_time(finished) or conditions.now()
-    return conditions.format_duration((end - begin).total_seconds())
 
 
 def save_interrupted(directory: Path, name: str) -> None:

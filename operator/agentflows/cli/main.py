@@ -23,6 +23,7 @@ import click
 
 from agentflows import tracing
 from agentflows.api import flowrun as flowrun_api
+from agentflows.api import times
 from agentflows.cli import (
     commands_agentspec,
     completion,
@@ -235,13 +236,13 @@ def _execute(
 
 def _trace_run(uid: str, shown: dict[str, Any]) -> None:
     """Export a finished local run's own span, the parent of its executions' (as the operator)."""
-    from agentflows.engine import clock
-
     status, name = shown["status"], shown["metadata"]["name"]
-    if not status.get("startTime") or not status.get("completionTime"):
+    started = times.parse_time(status.get("startTime"))
+    completed = times.parse_time(status.get("completionTime"))
+    if started is None or completed is None:
         return
-    start_ns = int(clock.parse_time(status["startTime"]).timestamp() * 1e9)
-    end_ns = int(clock.parse_time(status["completionTime"]).timestamp() * 1e9)
+    start_ns = int(started.timestamp() * 1e9)
+    end_ns = int(completed.timestamp() * 1e9)
     attributes = {"agentflows.run.name": name, "agentflows.run.phase": status["phase"]}
     tracing.record_run(uid, None, f"flowrun {name}", attributes, start_ns, max(end_ns, start_ns))
 
@@ -326,7 +327,9 @@ def run(
     resolver = local.resolver_of(loaded)
     mock = dry_run
     if not dry_run:
-        missing = local.missing_credentials(local.models_used(chosen.spec, resolver), os.environ)
+        missing = local.missing_credentials(
+            local.models_used(chosen.metadata.name or "", resolver), os.environ
+        )
         if missing:
             _err(
                 f"note: no key or apiBase for {', '.join(missing)}; using the embedded mock model "
@@ -440,7 +443,6 @@ def _resume_owned(
     stream: bool,
 ) -> NoReturn:
     """Decide (when asked) and go on with a run this process owns."""
-    from agentflows.engine import run as run_mod
     from agentflows.engine import store
 
     try:
@@ -449,7 +451,9 @@ def _resume_owned(
         checkpoint = file_store.read()
     except (OSError, ValueError) as exc:
         _usage(f"cannot read run {run_name}: {exc}")
-    pending = {rid: r for rid, r in checkpoint.requests.items() if r.decision is None}
+    from agentflows.api import requests as human_requests
+
+    pending = human_requests.pending_in(checkpoint.requests, checkpoint.nodes)
     decided_by = decided[-1]
     try:
         fields = _decision_fields(pending, *decided)
@@ -457,7 +461,7 @@ def _resume_owned(
         _usage(str(exc))
     if fields is not None:
         rid, values = fields
-        values["decided_at"] = run_mod.timestamp()
+        values["decided_at"] = times.timestamp()
         asyncio.run(file_store.decide(rid, **values))
         _err(f"request {rid}: {values['decision']} by {decided_by}")
     run_record = checkpoint.run
@@ -474,7 +478,7 @@ def _decision_fields(
     comment: str | None,
     decided_by: str,
 ) -> tuple[str, dict[str, Any]] | None:
-    from agentflows.api import schemas
+    from agentflows.api import requests as human_requests
 
     if decision is None and edits is None and data is None:
         return None
@@ -500,18 +504,10 @@ def _decision_fields(
     request = pending[request_id]
     if decision is None:
         decision = "respond" if data is not None else "edit"
-    allowed = flowrun_api.DECISIONS.get(request.kind.value, frozenset())
-    if decision not in allowed:
-        raise local.UsageError(
-            f"--decision {decision} is not valid for request {request_id!r} of kind "
-            f"{request.kind.value} (valid: {', '.join(sorted(allowed))})"
-        )
-    if data is not None and request.schema_ is not None:
-        found = schemas.mismatch(request.schema_, values["data"])
-        if found is not None:
-            raise local.UsageError(
-                f"--data does not match the request's schema at {found.where}: {found.message}"
-            )
+    decided = request.model_copy(update={**values, "decision": flowrun_api.Decision(decision)})
+    problem = human_requests.decision_problem(decided, request.schema_)
+    if problem is not None:
+        raise local.UsageError(f"request {request_id!r}: {problem}")
     values["decision"] = decision
     return request_id, values
 

@@ -25,8 +25,8 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from agentflows.api import times
 from agentflows.cli import local
-from agentflows.engine import clock
 
 
 class RunBusy(Exception):
@@ -58,7 +58,7 @@ def hold(directory: Path, name: str) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise RunBusy(_busy_message(name, fd)) from None
-        since = clock.timestamp()
+        since = times.timestamp()
         command = shlex.join(["agentflows", *sys.argv[1:]])
         record = json.dumps({"pid": os.getpid(), "command": command, "since": since})
         os.ftruncate(fd, 0)

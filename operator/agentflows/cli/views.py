@@ -21,13 +21,14 @@ from typing import Any
 
 import click
 import orjson
+import pydantic
 
 from agentflows.api import flowrun as flowrun_api
-from agentflows.controller import conditions
+from agentflows.api import requests as human_requests
+from agentflows.api import times
 
 FORMATS = ("table", "wide", "json", "yaml", "name")
 #: Phases a run never leaves.
-TERMINAL = frozenset(p.value for p in flowrun_api.RunPhase if p.terminal)
 #: A missing cell, as kubectl prints it.
 NONE = "<none>"
 #: Longest text shown in a table cell.
@@ -81,35 +82,13 @@ def dump(value: Any, output: str) -> str:
 
 
 def pending_requests(run: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Requests of a run that wait for a decision (not decided, not expired, node waiting)."""
+    """Requests of a run a human may decide (:func:`human_requests.decidable`), as written."""
     status = run.get("status") or {}
-    if status.get("phase") in TERMINAL:
+    try:
+        typed = flowrun_api.FlowRunStatus.model_validate(status)
+    except pydantic.ValidationError:
         return {}
-    nodes = status.get("nodes") or {}
-    found = {}
-    for rid, request in (status.get("requests") or {}).items():
-        if request.get("decision"):
-            continue
-        expires = conditions.parse_time(request.get("expiresAt"))
-        if expires is not None and expires <= conditions.now():
-            continue
-        node = nodes.get(request.get("node", ""), {})
-        if node and node.get("phase") not in ("Waiting", "Running"):
-            continue
-        found[rid] = request
-    return found
-
-
-def age(timestamp: str | None) -> str:
-    """Short age of a timestamp: 45s, 12m, 3h, 2d."""
-    moment = conditions.parse_time(timestamp)
-    if moment is None:
-        return "?"
-    seconds = (conditions.now() - moment).total_seconds()
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{int(seconds // size)}{unit}"
-    return f"{int(seconds)}s"
+    return {rid: status["requests"][rid] for rid in human_requests.decidable(typed)}
 
 
 def cell(text: Any) -> str:
@@ -175,7 +154,7 @@ def in_run_order(nodes: dict[str, Any]) -> list[tuple[str, Any]]:
 
     def started(item: tuple[str, Any]) -> tuple[dt.datetime, list[str | int]]:
         record = item[1] if isinstance(item[1], dict) else {}
-        moment = conditions.parse_time(record.get("startedAt") or record.get("finishedAt"))
+        moment = times.parse_time(record.get("startedAt") or record.get("finishedAt"))
         return moment or last, flowrun_api.key_order(item[0])
 
     return sorted(nodes.items(), key=started)
@@ -183,8 +162,8 @@ def in_run_order(nodes: dict[str, Any]) -> list[tuple[str, Any]]:
 
 def _node_line(key: str, record: dict[str, Any], wide: bool) -> str:
     took = ""
-    started = conditions.parse_time(record.get("startedAt"))
-    finished = conditions.parse_time(record.get("finishedAt"))
+    started = times.parse_time(record.get("startedAt"))
+    finished = times.parse_time(record.get("finishedAt"))
     if started is not None and finished is not None:
         took = f" {(finished - started).total_seconds():.2f}s"
     line = f"  {record.get('phase', '?'):<9} {key}{took}"
@@ -231,7 +210,7 @@ def _run_row(run: dict[str, Any], wide: bool) -> tuple[str, ...]:
         cell(status.get("attempt")),
         cell(status.get("duration")),
         cell(trigger.get("type")),
-        age(run["metadata"].get("creationTimestamp")),
+        times.age(run["metadata"].get("creationTimestamp")),
     )
     if wide:
         row += (
@@ -262,7 +241,7 @@ def render_runs(runs: list[dict[str, Any]], output: str, *, namespaces: bool) ->
 
 
 def _started(run: dict[str, Any]) -> dt.datetime:
-    moment = conditions.parse_time(run["metadata"].get("creationTimestamp"))
+    moment = times.parse_time(run["metadata"].get("creationTimestamp"))
     return moment or dt.datetime.min.replace(tzinfo=dt.UTC)
 
 
@@ -308,7 +287,7 @@ def render_requests(items: list[dict[str, Any]], output: str, *, namespaces: boo
             cell(item.get("kind")),
             cell(item.get("message")),
             cell(item.get("summary")),
-            age(item.get("requestedAt")),
+            times.age(item.get("requestedAt")),
         )
         if wide:
             expires = item.get("expiresAt")

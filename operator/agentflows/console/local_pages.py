@@ -29,10 +29,11 @@ from aiohttp import web
 
 from agentflows import diagram
 from agentflows.api import flow as flow_api
+from agentflows.api import flowrun as flowrun_api
 from agentflows.console import forms, live, markup, pages_requests, run_detail, runs_view, site
 
 #: Phases from which a local run can go on (waiting for a decision, or stopped part-way).
-RESUMABLE = frozenset({"Waiting", "Pending", "Running"})
+RESUMABLE = frozenset(p.value for p in flowrun_api.RunPhase if not p.terminal)
 
 
 @dataclasses.dataclass

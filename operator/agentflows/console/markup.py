@@ -14,10 +14,10 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 from urllib import parse
 
+from agentflows.api import flowrun as flowrun_api
+
 #: Phases shown with a colour, by the CSS class ``phase-<name>``.
-PHASE_CLASSES = frozenset(
-    {"Pending", "Queued", "Running", "Waiting", "Succeeded", "Failed", "Cancelled", "Skipped"}
-)
+PHASE_CLASSES = frozenset(p.value for p in (*flowrun_api.RunPhase, *flowrun_api.NodePhase))
 
 
 class Html(str):

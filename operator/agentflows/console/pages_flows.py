@@ -13,8 +13,8 @@ from typing import Any
 
 from aiohttp import web
 
+from agentflows.api import common, times
 from agentflows.console import forms, markup, runs_view, scope, site
-from agentflows.controller import conditions
 from agentflows.engine import run as run_mod
 from agentflows.kube import actions
 from agentflows.kube import client as kube
@@ -25,7 +25,7 @@ RECENT_RUNS = 5
 
 
 def _ready(flow: dict[str, Any]) -> markup.Html:
-    found = conditions.condition_of((flow.get("status") or {}).get("conditions"), "Ready")
+    found = common.condition_of((flow.get("status") or {}).get("conditions"), "Ready")
     if found is None:
         return markup.tag("span", "unknown", class_="muted")
     css = "phase phase-Succeeded" if found.get("status") == "True" else "phase phase-Failed"
@@ -107,7 +107,7 @@ def _flow_section(
     meta = flow["metadata"]
     facts = [
         ("Ready", _ready(flow)),
-        ("Triggers", triggers(flow, webhook_url, conditions.now())),
+        ("Triggers", triggers(flow, webhook_url, times.now())),
         ("Recent runs", _recent(runs)),
         ("Input schema", markup.json_block((flow.get("spec") or {}).get("input"))),
         ("Start", start_form(flow, csrf)),

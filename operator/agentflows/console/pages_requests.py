@@ -4,8 +4,8 @@ A decision is written by :func:`agentflows.kube.actions.decide` — the patch ``
 approve``/``reject``/``respond`` write — as the caller, with ``decidedBy`` the caller's name as
 the API server reports it. The console checks only what makes a decision well-formed (a
 decision the request's kind takes; an answer that matches the request's schema, with the field
-path when not; edits shaped as the request's kind takes them, as the operator checks them:
-``controller.requests.edits_problem``); whether
+path when not; edits shaped as the request's kind takes them): the operator's own check,
+:func:`agentflows.api.requests.decision_problem`; whether
 this user may decide is the API server's call (RBAC and the approvers' admission policy), and
 its refusal is shown on the page.
 """
@@ -18,9 +18,8 @@ from typing import Any
 from aiohttp import web
 
 from agentflows.api import flowrun as flowrun_api
-from agentflows.api import schemas
+from agentflows.api import requests as human_requests
 from agentflows.console import forms, markup, runs_view, scope, site
-from agentflows.controller import requests as requests_mod
 from agentflows.kube import actions
 from agentflows.kube import client as kube
 
@@ -130,24 +129,18 @@ async def inbox(request: web.Request) -> web.Response:
 
 
 def decision_values(request: flowrun_api.HumanRequest, fields: dict[str, str]) -> dict[str, Any]:
-    """The decision's fields from the form; forms.FormError when one is not well-formed."""
+    """The decision's fields from the form; forms.FormError when one is not well-formed.
+
+    What the operator would take back (:func:`human_requests.decision_problem`) is refused on
+    the page before it is written.
+    """
     decision = fields.get("decision", "")
-    allowed = flowrun_api.DECISIONS.get(request.kind.value, frozenset())
-    if decision not in allowed:
-        raise forms.FormError(
-            f"decision {decision!r} is not valid for a request of kind {request.kind.value} "
-            f"(valid: {', '.join(sorted(allowed))})"
-        )
+    wrong = human_requests.kind_problem(request.kind, decision)
+    if wrong is not None:
+        raise forms.FormError(wrong)
     values: dict[str, Any] = {"decision": decision, "comment": fields.get("comment") or None}
     if decision == flowrun_api.Decision.RESPOND:
-        data = forms.read(request.schema_, fields, "answer")
-        if request.schema_ is not None:
-            found = schemas.mismatch(request.schema_, data)
-            if found is not None:
-                raise forms.FormError(
-                    f"answer does not match the request's schema at {found.where}: {found.message}"
-                )
-        values["data"] = data
+        values["data"] = forms.read(request.schema_, fields, "answer")
     if decision == flowrun_api.Decision.EDIT:
         try:
             values["edits"] = json.loads(fields.get("edits") or "null")
@@ -155,10 +148,10 @@ def decision_values(request: flowrun_api.HumanRequest, fields: dict[str, str]) -
             raise forms.FormError(f"edits: not JSON ({exc})") from None
         if values["edits"] is None:
             raise forms.FormError("edits: give the replacement as JSON to decide edit")
-        edited = request.model_copy(update={"edits": values["edits"]})
-        problem = requests_mod.edits_problem(edited)
-        if problem is not None:
-            raise forms.FormError(problem)
+    decided = request.model_copy(update={**values, "decision": flowrun_api.Decision(decision)})
+    problem = human_requests.decision_problem(decided, request.schema_)
+    if problem is not None:
+        raise forms.FormError(problem)
     return values
 
 

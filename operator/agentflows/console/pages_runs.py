@@ -17,13 +17,14 @@ from aiohttp import web
 
 from agentflows import diagram
 from agentflows.api import flow as flow_api
+from agentflows.api import flowrun as flowrun_api
 from agentflows.console import live, markup, pages_requests, run_detail, runs_view, scope, site
 from agentflows.kube import actions, snapshot, status_store
 from agentflows.kube import client as kube
 
 #: Lines of the runner pod's log shown on a run's page.
 LOG_LINES = 400
-PHASES = ("", "Pending", "Queued", "Running", "Waiting", "Succeeded", "Failed", "Cancelled")
+PHASES = ("", *(p.value for p in flowrun_api.RunPhase))
 TRIGGERS = ("", "manual", "schedule", "webhook", "kubernetes")
 
 

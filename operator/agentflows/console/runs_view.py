@@ -12,8 +12,8 @@ import pydantic
 
 from agentflows.api import flowrun as flowrun_api
 from agentflows.api import requests as human_requests
+from agentflows.api import times
 from agentflows.console import markup
-from agentflows.controller import conditions
 
 #: Columns of the runs table, and the row keys the script updates (``data-field``).
 COLUMNS = (
@@ -44,19 +44,12 @@ def href(run: dict[str, Any]) -> str:
 
 
 def pending(run: dict[str, Any]) -> dict[str, flowrun_api.HumanRequest]:
-    """The run's requests that wait for a decision (none once the run ended)."""
-    status = run.get("status") or {}
-    if status.get("phase") in TERMINAL:
-        return {}
+    """The run's requests a human may decide (:func:`human_requests.decidable`)."""
     try:
-        typed = flowrun_api.FlowRunStatus.model_validate(status)
+        typed = flowrun_api.FlowRunStatus.model_validate(run.get("status") or {})
     except pydantic.ValidationError:
         return {}
-    return human_requests.pending(typed)
-
-
-#: Phases a run never leaves.
-TERMINAL = frozenset(p.value for p in flowrun_api.RunPhase if p.terminal)
+    return human_requests.decidable(typed)
 
 
 def row(run: dict[str, Any]) -> dict[str, str]:
@@ -102,11 +95,7 @@ def matches(run: dict[str, Any], phase: str | None, trigger: str | None) -> bool
 
 def node_duration(record: dict[str, Any]) -> str:
     """How long a node ran (so far, when it runs)."""
-    started = conditions.parse_time(record.get("startedAt"))
-    if started is None:
-        return ""
-    finished = conditions.parse_time(record.get("finishedAt")) or conditions.now()
-    return conditions.format_duration((finished - started).total_seconds())
+    return times.duration(record.get("startedAt"), record.get("finishedAt")) or ""
 
 
 def node_phases(run: dict[str, Any]) -> dict[str, Any]:

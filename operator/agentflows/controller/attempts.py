@@ -23,8 +23,9 @@ from typing import Any
 
 from agentflows.api import agent as agent_api
 from agentflows.api import flow as flow_api
+from agentflows.api import times
 from agentflows.api.flowrun import RunPhase, RunReason
-from agentflows.controller import budgets, conditions, context, events, pods, runstate, snapshots
+from agentflows.controller import budgets, context, events, pods, runstate, snapshots
 from agentflows.kube import client as kube
 
 log = logging.getLogger(__name__)
@@ -40,10 +41,10 @@ POD_CREATE_RETRY_MAX_SECONDS = 60.0
 def remaining_seconds(run: runstate.RunContext, flow_spec: flow_api.FlowSpec) -> float | None:
     """Seconds left of ``limits.timeoutSeconds`` (counted from startTime, waiting included)."""
     timeout = flow_spec.limits.timeout_seconds
-    started = conditions.parse_time(run.status.start_time)
+    started = times.parse_time(run.status.start_time)
     if timeout is None or started is None:
         return None
-    return timeout - (conditions.now() - started).total_seconds()
+    return timeout - (times.now() - started).total_seconds()
 
 
 async def start_next(
@@ -138,8 +139,8 @@ async def _refused(
     run.set_condition(POD_CREATED, "False", reason, message)
     await run.save(ctl)
     refused = run.condition(POD_CREATED)
-    since = conditions.parse_time(refused.last_transition_time if refused else None)
-    waited = (conditions.now() - since).total_seconds() if since else 0.0
+    since = times.parse_time(refused.last_transition_time if refused else None)
+    waited = (times.now() - since).total_seconds() if since else 0.0
     return min(POD_CREATE_RETRY_MAX_SECONDS, max(POD_CREATE_RETRY_MIN_SECONDS, waited))
 
 

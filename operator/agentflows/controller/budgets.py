@@ -26,10 +26,10 @@ from __future__ import annotations
 import logging
 
 from agentflows.api import budget as budget_api
-from agentflows.api import common
+from agentflows.api import common, times
 from agentflows.api.flowrun import RunPhase, RunReason
 from agentflows.controller import budgetwindows as windows
-from agentflows.controller import conditions, context, events, runstate, workqueue
+from agentflows.controller import context, events, runstate, workqueue
 from agentflows.kube import client as kube
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ def _name(budget: budget_api.Budget) -> str:
 
 def over(ctl: context.Controller, run: runstate.RunContext) -> list[windows.Exceeded]:
     """The namespace's used-up Budget windows; none: a hold the run had is lifted."""
-    now = conditions.now()
+    now = times.now()
     found = [
         exceeded
         for budget in ctl.cache.budgets_in(run.namespace)
@@ -82,7 +82,7 @@ async def hold(
     await run.save(ctl)
     ctl.metrics.held_on_purpose(run.namespace, run.name)
     until = min(e.until for e in found)
-    return max((until - conditions.now()).total_seconds(), 0.0) + 1.0
+    return max((until - times.now()).total_seconds(), 0.0) + 1.0
 
 
 def run_cap(ctl: context.Controller, run: runstate.RunContext) -> budget_api.RunBudget | None:
@@ -90,7 +90,7 @@ def run_cap(ctl: context.Controller, run: runstate.RunContext) -> budget_api.Run
     budgets = ctl.cache.budgets_in(run.namespace)
     if not budgets:
         return None
-    now = conditions.now()
+    now = times.now()
     allowance = budget_api.RunBudget()
     for budget in budgets:
         allowance = windows.tighter(
@@ -128,7 +128,7 @@ async def _charge_one(
         if budget is None:
             return
         status = windows.status_at(
-            budget.spec, budget.status, conditions.now(), extra, budget.metadata.generation
+            budget.spec, budget.status, times.now(), extra, budget.metadata.generation
         )
         try:
             await _write(ctl, budget, status)
@@ -168,7 +168,7 @@ async def reconcile(ctl: context.Controller, key: workqueue.Key) -> float | None
         ctl.metrics.forget_budget(key.namespace, key.name)
         _wake_new_runs(ctl, key.namespace)
         return None
-    now = conditions.now()
+    now = times.now()
     status = windows.status_at(budget.spec, budget.status, now, None, budget.metadata.generation)
     if status != budget.status:
         _wake_new_runs(ctl, key.namespace)

@@ -14,8 +14,7 @@ import dataclasses
 import datetime as dt
 
 from agentflows.api import budget as budget_api
-from agentflows.api import common
-from agentflows.controller import conditions
+from agentflows.api import common, times
 
 WINDOWS = (budget_api.Window.DAY, budget_api.Window.MONTH)
 
@@ -38,7 +37,7 @@ def current(
     status: budget_api.BudgetStatus | None, window: budget_api.Window, now: dt.datetime
 ) -> budget_api.WindowUsage:
     """The usage of the window ``now`` falls in (zero when the stored one is older)."""
-    start = conditions.timestamp(window_start(window, now))
+    start = times.api_time(window_start(window, now))
     stored = status.usage(window) if status is not None else None
     if stored is not None and stored.start == start:
         return stored
@@ -117,7 +116,7 @@ class Exceeded:
         return (
             f"Budget {self.budget} is used up for the {self.window.value} starting "
             f"{self.usage.start}: {_used_text(self.usage, self.limit)}; "
-            f"the window rolls over at {conditions.timestamp(self.until)}"
+            f"the window rolls over at {times.api_time(self.until)}"
         )
 
 

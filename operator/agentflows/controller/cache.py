@@ -28,15 +28,16 @@ from typing import Any, Generic, TypeVar
 
 import pydantic
 
+from agentflows import api as api_group
 from agentflows.api import agent as agent_api
 from agentflows.api import budget as budget_api
-from agentflows.api import documents
+from agentflows.api import calls, documents, wellknown
 from agentflows.api import flow as flow_api
 from agentflows.api import flowrun as flowrun_api
 from agentflows.controller import workqueue
 from agentflows.engine import graph
 from agentflows.kube import client as kube
-from agentflows.kube import informer, objects
+from agentflows.kube import informer
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,6 @@ S = TypeVar("S", agent_api.AgentSpec, flow_api.FlowSpec)
 Enqueue = Callable[[str, str, str, float], None]
 #: Seconds a Flow's summary waits for more run changes before it is written.
 SUMMARY_DELAY_SECONDS = 1.0
-_TERMINAL = frozenset(p.value for p in flowrun_api.RunPhase if p.terminal)
 #: Annotations not kept in memory (kubectl's copy of the whole object).
 _DROPPED_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration",)
 #: Status keys a finished run keeps in memory.
@@ -132,7 +132,7 @@ def _parse_spec(model: type[S], kind: str, obj: Mapping[str, Any]) -> Spec[S]:
     # a listed object may carry no kind: Events and owner references need it
     kept = {
         **obj,
-        "apiVersion": objects.GROUP_VERSION,
+        "apiVersion": api_group.API_VERSION,
         "kind": kind,
         "metadata": _trimmed_meta(obj.get("metadata") or {}),
     }
@@ -144,13 +144,13 @@ def _parse_spec(model: type[S], kind: str, obj: Mapping[str, Any]) -> Spec[S]:
 
 def _parse_run(obj: Mapping[str, Any]) -> Run | None:
     status = obj.get("status") or {}
-    finished = status.get("phase") in _TERMINAL
+    finished = status.get("phase") in flowrun_api.TERMINAL_PHASES
     if finished:
         status = {k: v for k, v in status.items() if k in _FINISHED_KEYS}
     spec: dict[str, Any] = dict(obj.get("spec") or {})
     meta = _trimmed_meta(obj.get("metadata") or {})
     kept: dict[str, Any] = {
-        "apiVersion": objects.GROUP_VERSION,
+        "apiVersion": api_group.API_VERSION,
         "kind": "FlowRun",
         "metadata": meta,
         "spec": {"flow": spec.get("flow"), "cancel": spec.get("cancel", False)}
@@ -206,29 +206,12 @@ def _parse_pod(obj: Mapping[str, Any]) -> Pod | None:
 
 
 def _flow_refs(spec: flow_api.FlowSpec | None) -> set[tuple[str, str]]:
-    if spec is None:
-        return set()
-    out: set[tuple[str, str]] = set()
-    for node in spec.nodes:
-        body = node.map
-        for call in (node.agent, body.agent if body else None):
-            if call is not None:
-                out.add((workqueue.AGENT, call.name))
-        for tool in (node.tool, body.tool if body else None):
-            if tool is not None and tool.agent is not None:
-                out.add((workqueue.AGENT, tool.agent))
-        for sub in (node.flow, body.flow if body else None):
-            if sub is not None:
-                out.add((workqueue.FLOW, sub.name))
-    return out
+    """What a Flow names (a tool node's Agent too): a change to one re-validates the Flow."""
+    return set() if spec is None else {call.ref for call in calls.calls(spec)}
 
 
 def _agent_refs(spec: agent_api.AgentSpec | None) -> set[tuple[str, str]]:
-    if spec is None:
-        return set()
-    return {(workqueue.AGENT, a) for a in spec.agents_called()} | {
-        (workqueue.FLOW, f) for f in spec.sub_flows
-    }
+    return set() if spec is None else {call.ref for call in calls.agent_calls(spec)}
 
 
 class Cache:
@@ -253,7 +236,7 @@ class Cache:
         self.agents = self._kind("agents", scopes, self._agent, self._agent_changed)
         self.flows = self._kind("flows", scopes, self._flow, self._flow_changed)
         self.runs = self._kind("flowruns", scopes, self._run, self._run_changed)
-        selector = {"labelSelector": f"{objects.MANAGED_BY}={objects.MANAGER},{objects.RUN}"}
+        selector = {"labelSelector": f"{wellknown.MANAGED_BY}={wellknown.MANAGER},{wellknown.RUN}"}
         self.pods = self._kind("pods", scopes, self._pod, self._pod_changed, selector)
         self.budgets = self._kind("budgets", scopes, self._budget, self._budget_changed)
 

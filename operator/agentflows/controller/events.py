@@ -11,7 +11,7 @@ import logging
 import socket
 from typing import Any
 
-from agentflows.controller import conditions
+from agentflows.api import times
 from agentflows.kube import client as kube
 
 log = logging.getLogger(__name__)
@@ -40,7 +40,7 @@ async def post(
     """Post one Event about ``obj``."""
     meta = obj.get("metadata", {})
     namespace = meta.get("namespace", "default")
-    stamp = conditions.timestamp()
+    stamp = times.api_time()
     body = {
         "apiVersion": "v1",
         "kind": "Event",

@@ -14,8 +14,9 @@ import logging
 
 from agentflows import tracing
 from agentflows.api import flow as flow_api
+from agentflows.api import times, wellknown
 from agentflows.api.flowrun import RunPhase
-from agentflows.controller import attempts, cache, conditions, context, runstate, workqueue
+from agentflows.controller import attempts, cache, context, runstate, workqueue
 from agentflows.kube import client as kube
 
 log = logging.getLogger(__name__)
@@ -51,11 +52,11 @@ async def finish(
 def _record_span(run: runstate.RunContext, phase: RunPhase, reason: str) -> None:
     """Export the run's own span, parent of its attempts' (no-op unless tracing is on)."""
     meta = run.obj["metadata"]
-    started = conditions.parse_time(meta.get("creationTimestamp")) or conditions.now()
-    ended = conditions.parse_time(run.status.completion_time) or conditions.now()
+    started = times.parse_time(meta.get("creationTimestamp")) or times.now()
+    ended = times.parse_time(run.status.completion_time) or times.now()
     tracing.record_run(
         run.uid,
-        (meta.get("annotations") or {}).get(tracing.TRACEPARENT_ANNOTATION),
+        (meta.get("annotations") or {}).get(wellknown.TRACEPARENT_ANNOTATION),
         f"flowrun {run.name}",
         {
             "agentflows.run.name": run.name,
@@ -91,10 +92,10 @@ async def after_finished(ctl: context.Controller, run: runstate.RunContext) -> f
         ctl.snapshots.forget(run.namespace, run.name)
         spec = snapshot.flow if snapshot else None
     ttl = spec.ttl_seconds_after_finished if spec else None
-    finished = conditions.parse_time(run.status.completion_time)
+    finished = times.parse_time(run.status.completion_time)
     if ttl is None or finished is None:
         return None
-    left = ttl - (conditions.now() - finished).total_seconds()
+    left = ttl - (times.now() - finished).total_seconds()
     if left > 0:
         return left
     log.info("FlowRun %s/%s: ttlSecondsAfterFinished passed; deleting", run.namespace, run.name)

@@ -29,7 +29,7 @@ import logging
 import time
 from typing import Any
 
-from agentflows.api import documents
+from agentflows.api import common, documents
 from agentflows.api import flow as flow_api
 from agentflows.controller import (
     agents,
@@ -184,7 +184,7 @@ async def _write(
         generation=status["observedGeneration"],
     )
     refused = ctl.triggers.manager.refused(obj)
-    if refused or conditions.condition_of(status["conditions"], flowtriggers.TRIGGERS_REFUSED):
+    if refused or common.condition_of(status["conditions"], flowtriggers.TRIGGERS_REFUSED):
         status["conditions"] = conditions.set_condition(
             status["conditions"],
             flowtriggers.TRIGGERS_REFUSED,

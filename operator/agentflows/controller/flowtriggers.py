@@ -21,6 +21,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from agentflows.api import wellknown
 from agentflows.controller import cache
 from agentflows.kube import client as kube
 from agentflows.triggers import common, kubernetes, schedule
@@ -122,7 +123,7 @@ def run_lineage(cache_: cache.Cache) -> kubernetes.Lineage:
         if run is None:
             return None
         annotations = run.obj["metadata"].get("annotations") or {}
-        depth = str(annotations.get(common.DEPTH_ANNOTATION, "0"))
+        depth = str(annotations.get(wellknown.DEPTH_ANNOTATION, "0"))
         return run.model.spec.flow, int(depth) if depth.isdigit() else 0
 
     return lineage

@@ -35,12 +35,12 @@ do and shown on ``/readyz`` (:mod:`agentflows.controller.unmet`) until it is men
 from __future__ import annotations
 
 import asyncio
-import datetime
 import logging
 import random
 from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn
 
+from agentflows.api import times
 from agentflows.controller import metrics as metrics_mod
 from agentflows.controller import settings, unmet
 from agentflows.kube import client as kube
@@ -55,11 +55,6 @@ NEED = "leader election"
 
 class LeadershipLost(Exception):
     """Raised when a leader loses its Lease: it must stop working (the operator exits)."""
-
-
-def micro_time() -> str:
-    """Now as a ``metav1.MicroTime``: RFC 3339 in UTC with microseconds."""
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class Elector:
@@ -193,7 +188,7 @@ class Elector:
         if not self.leading or self._lease is None:
             return
         self._set_leading(False)
-        now = micro_time()
+        now = times.timestamp()
         spec = {
             **self._lease.get("spec", {}),
             "holderIdentity": "",
@@ -244,7 +239,7 @@ class Elector:
     def _record(self, lease: dict[str, Any]) -> dict[str, Any]:
         """``lease`` naming us as holder, renewed now (and acquired now if it was not ours)."""
         old = lease.get("spec") or {}
-        now = micro_time()
+        now = times.timestamp()
         spec = {
             **old,
             "holderIdentity": self.election.identity,
@@ -258,7 +253,7 @@ class Elector:
         return {**lease, "spec": spec}
 
     async def _create(self) -> bool:
-        now = micro_time()
+        now = times.timestamp()
         body = {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",

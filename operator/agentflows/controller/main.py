@@ -113,7 +113,7 @@ def _trigger_suspended(
     async def post(flow: Mapping[str, Any], trigger: str, message: str) -> None:
         text = f"trigger {trigger}: {message}"
         # a listed object carries no kind: the Event names it fully
-        involved = {**flow, "apiVersion": "agentflows.io/v1alpha1", "kind": "Flow"}
+        involved = {**flow, "apiVersion": API_VERSION, "kind": "Flow"}
         await events.post(ctl.api, involved, events.WARNING, reason, text)
         meta = flow["metadata"]
         ctl.enqueue(workqueue.FLOW, meta["namespace"], meta["name"])

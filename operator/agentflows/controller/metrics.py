@@ -21,7 +21,8 @@ from prometheus_client import metrics_core
 from agentflows.api import budget as budget_api
 from agentflows.api import flow as flow_api
 from agentflows.api import flowrun as flowrun_api
-from agentflows.controller import conditions, unmet, workqueue
+from agentflows.api import times
+from agentflows.controller import unmet, workqueue
 
 _DURATION_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600, 24 * 3600)
 _QUEUE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
@@ -353,8 +354,8 @@ class Metrics:
         agent_models: dict[str, str],
     ) -> None:
         """Observe a run's duration, node durations and usage once, when it finishes."""
-        started = conditions.parse_time(status.start_time)
-        ended = conditions.parse_time(status.completion_time) or conditions.now()
+        started = times.parse_time(status.start_time)
+        ended = times.parse_time(status.completion_time) or times.now()
         if started is not None:
             self.run_duration.labels(namespace, flow, phase).observe(
                 (ended - started).total_seconds()
@@ -364,8 +365,8 @@ class Metrics:
         for node_id, node in status.nodes.items():
             base = flowrun_api.node_of_key(node_id)[0]
             node_type = kinds.get(base, "unknown")
-            begin = conditions.parse_time(node.started_at)
-            end = conditions.parse_time(node.finished_at)
+            begin = times.parse_time(node.started_at)
+            end = times.parse_time(node.finished_at)
             if begin is not None and end is not None:
                 self.node_duration.labels(namespace, flow, node_type, node.phase.value).observe(
                     max(0.0, (end - begin).total_seconds())
@@ -387,9 +388,9 @@ class Metrics:
         self, namespace: str, flow: str, request: flowrun_api.HumanRequest, decision: str
     ) -> None:
         """Observe how long a request waited for its decision (or its expiry), once."""
-        asked = conditions.parse_time(request.requested_at)
+        asked = times.parse_time(request.requested_at)
         until = request.expires_at if decision == "expired" else request.decided_at
-        answered = conditions.parse_time(until) or conditions.now()
+        answered = times.parse_time(until) or times.now()
         if asked is not None:
             self.request_wait.labels(namespace, flow, request.kind.value, decision).observe(
                 max(0.0, (answered - asked).total_seconds())

@@ -15,7 +15,7 @@ from agentflows import tracing
 from agentflows.agents import secrets
 from agentflows.api import agent as agent_api
 from agentflows.api import budget as budget_api
-from agentflows.api import common
+from agentflows.api import common, wellknown
 from agentflows.api import flow as flow_api
 from agentflows.api import runner as runner_api
 from agentflows.controller import resolve, settings
@@ -112,7 +112,7 @@ def runner_pod(
     name, namespace = meta["name"], meta["namespace"]
     flow_spec = flows[flow_name]
     runner = flow_spec.runner
-    pod_labels = {**objects.run_labels(name, flow_name), objects.ATTEMPT: str(attempt)}
+    pod_labels = {**objects.run_labels(name, flow_name), wellknown.ATTEMPT: str(attempt)}
     env = [
         *runner_env(runner),
         {"name": "LITELLM_LOCAL_MODEL_COST_MAP", "value": "True"},

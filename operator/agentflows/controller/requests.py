@@ -5,8 +5,9 @@ requests. The runner writes a request's question and exits; a human (or ``agentf
 writes the decision fields; the admission policy (``config/policies/request-decisions.yaml``)
 has already checked *who* decided. This module checks *what* was decided:
 
-- a decision must be one the request's kind takes (``DECISIONS``), ``edit`` needs ``edits``,
-  ``respond`` needs ``data``, and an input request's ``data`` must match its JSON Schema;
+- a decision must pass :func:`agentflows.api.requests.decision_problem` (one the request's
+  kind takes, ``edit`` with edits that would not be ignored, ``respond`` with ``data`` matching
+  an input request's JSON Schema, read back first when it was offloaded);
 - a decision that fails is taken back: the operator (exempt from the policy) removes the
   decision fields with one JSON patch guarded by a ``test`` of the decision, writes ``error`` on
   the request and posts a Warning Event, and the run keeps waiting for a new answer;
@@ -25,22 +26,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agentflows.agents import approval
-from agentflows.agents import review as agent_review
+from agentflows.api import common, times, wellknown
 from agentflows.api import requests as human_requests
-from agentflows.api import schemas
 from agentflows.api.flowrun import (
-    DECISIONS,
     Decision,
     FlowRunStatus,
     HumanRequest,
     RequestKind,
 )
-from agentflows.controller import conditions, context, events, runstate
+from agentflows.controller import context, events, runstate
 from agentflows.kube import status_store
 
-#: Annotation on a FlowRun: JSON of request id -> "created" | "decided" (Events posted).
-ANNOTATION = "agentflows.io/requests"
 CREATED = "created"
 DECIDED = "decided"
 
@@ -58,10 +54,6 @@ _VERBS: dict[str, str] = {
 }
 
 
-def _wire_name(field: str) -> str:
-    return HumanRequest.model_fields[field].alias or field
-
-
 def resumable(run: runstate.RunContext) -> list[str]:
     """Requests whose accepted decision the next attempt consumes (their node still waits).
 
@@ -74,16 +66,16 @@ def resumable(run: runstate.RunContext) -> list[str]:
         if request.decision
         and seen.get(rid) == DECIDED
         and not request.error
-        and human_requests.node_waits(run.stored, request)
+        and human_requests.node_waits(run.stored.nodes, request)
     )
 
 
 def _expiry(request: HumanRequest) -> float | None:
     """Seconds until the request expires (negative: past), if it expires and the engine acts."""
-    expires = conditions.parse_time(request.expires_at)
+    expires = times.parse_time(request.expires_at)
     if expires is None or request.kind not in EXPIRING_KINDS:
         return None
-    return (expires - conditions.now()).total_seconds()
+    return (expires - times.now()).total_seconds()
 
 
 def expired(status: FlowRunStatus) -> list[str]:
@@ -106,14 +98,10 @@ def seconds_to_expiry(status: FlowRunStatus) -> float | None:
 def _seen(run: runstate.RunContext) -> dict[str, str]:
     annotations = run.obj["metadata"].get("annotations") or {}
     try:
-        seen = json.loads(annotations.get(ANNOTATION) or "{}")
+        seen = json.loads(annotations.get(wellknown.REQUESTS_ANNOTATION) or "{}")
     except ValueError:
         return {}
     return {str(k): str(v) for k, v in seen.items()} if isinstance(seen, dict) else {}
-
-
-def _pointer(*parts: str) -> str:
-    return "/" + "/".join(p.replace("~", "~0").replace("/", "~1") for p in parts)
 
 
 async def _schema(ctl: context.Controller, run: runstate.RunContext, request: HumanRequest) -> Any:
@@ -126,52 +114,14 @@ async def _schema(ctl: context.Controller, run: runstate.RunContext, request: Hu
     return schema
 
 
-#: How each kind of request takes ``edits``: what would be ignored or refused is a problem.
-_EDITS_CHECKS = {
-    RequestKind.TOOL: approval.edits_problem,
-    RequestKind.REVIEW: agent_review.edits_problem,
-}
-
-
-def edits_problem(request: HumanRequest) -> str | None:
-    """Why the request's ``edits`` would not set the arguments they mean to, or None.
-
-    The operator takes back such a decision (the human answers again); the console refuses it
-    on the page before writing it.
-    """
-    check = _EDITS_CHECKS.get(request.kind)
-    return check(request) if check is not None else None
-
-
 async def problem(
     ctl: context.Controller, run: runstate.RunContext, request: HumanRequest
 ) -> str | None:
-    """Why the request's decision cannot be accepted, or None when it can."""
-    decision = request.decision
-    kind = request.kind.value
-    allowed = DECISIONS.get(kind, frozenset(Decision))
-    if decision not in allowed:
-        valid = ", ".join(sorted(allowed))
-        article = "an" if kind[:1] in ("a", "i") else "a"
-        shown = decision.value if decision else None
-        return f"decision {shown!r} is not valid for {article} {kind} request (valid: {valid})"
-    given = request.model_fields_set
-    if decision == Decision.EDIT:
-        if "edits" not in given:
-            return "decision 'edit' needs edits (the replacement arguments)"
-        wrong = edits_problem(request)
-        if wrong is not None:
-            return wrong
-    if decision == Decision.RESPOND:
-        if "data" not in given:
-            return "decision 'respond' needs data (the answer)"
+    """Why the request's decision cannot be accepted (:func:`human_requests.decision_problem`)."""
+    schema = None
+    if request.decision == Decision.RESPOND and request.kind == RequestKind.INPUT:
         schema = await _schema(ctl, run, request)
-        if request.kind == RequestKind.INPUT and schema is not None:
-            found = schemas.mismatch(schema, request.data)
-            if found is not None:
-                where = "data" + "".join(f"[{part!r}]" for part in found.path)
-                return f"{where} does not match the request's schema: {found.message}"[:1024]
-    return None
+    return human_requests.decision_problem(request, schema)
 
 
 async def _take_back(
@@ -181,14 +131,18 @@ async def _take_back(
     base = ("status", "requests", rid)
     assert request.decision is not None
     ops: list[dict[str, Any]] = [
-        {"op": "test", "path": _pointer(*base, "decision"), "value": request.decision.value}
+        {
+            "op": "test",
+            "path": common.json_pointer(*base, "decision"),
+            "value": request.decision.value,
+        }
     ]
     ops += [
-        {"op": "remove", "path": _pointer(*base, _wire_name(f))}
+        {"op": "remove", "path": common.json_pointer(*base, common.wire_name(HumanRequest, f))}
         for f in DECISION_FIELDS
         if f in request.model_fields_set
     ]
-    ops.append({"op": "add", "path": _pointer(*base, "error"), "value": why})
+    ops.append({"op": "add", "path": common.json_pointer(*base, "error"), "value": why})
     run.refresh(await ctl.api.json_patch(run.path + "/status", ops), ctl)
 
 
@@ -219,7 +173,7 @@ async def _check_decision(
         run.event(events.WARNING, "RequestDecisionInvalid", f"request {rid} by {who}: {why}")
         return False
     if request.error:
-        path = _pointer("status", "requests", rid, "error")
+        path = common.json_pointer("status", "requests", rid, "error")
         stored = await ctl.api.json_patch(run.path + "/status", [{"op": "remove", "path": path}])
         run.refresh(stored, ctl)
     run.event(events.NORMAL, "RequestDecided", _describe(rid, request))
@@ -252,7 +206,7 @@ async def review(ctl: context.Controller, run: runstate.RunContext) -> None:
             seen[rid] = DECIDED
     if seen != before:
         value = json.dumps(seen, separators=(",", ":"), sort_keys=True)
-        patch = {"metadata": {"annotations": {ANNOTATION: value}}}
+        patch = {"metadata": {"annotations": {wellknown.REQUESTS_ANNOTATION: value}}}
         run.refresh(await ctl.api.merge_patch(run.path, patch), ctl)
 
 

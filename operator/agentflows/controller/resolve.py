@@ -9,10 +9,8 @@ metadata-only GET (``PartialObjectMetadata``): the operator learns that it exist
 
 from __future__ import annotations
 
-import dataclasses
-
 from agentflows.api import agent as agent_api
-from agentflows.api import common, documents, references
+from agentflows.api import calls, common, documents, references
 from agentflows.api import flow as flow_api
 from agentflows.controller import cache
 from agentflows.kube import client as kube
@@ -47,10 +45,6 @@ def flow_secret_refs(spec: flow_api.FlowSpec) -> list[SecretRef]:
 def trigger_secret_refs(spec: flow_api.FlowSpec) -> list[SecretRef]:
     """Secrets of webhook triggers (read by the webhook receiver, not the runner)."""
     return _secrets(references.flow_references(spec), for_runner=False)
-
-
-def _map_tool(node: flow_api.Node) -> flow_api.ToolCall | None:
-    return node.map.tool if node.map is not None else None
 
 
 async def secret_exists(api: kube.Client, namespace: str, name: str) -> bool | None:
@@ -92,58 +86,6 @@ async def missing_secrets(
 # ----- what a Flow reaches ----------------------------------------------------------------------
 
 
-@dataclasses.dataclass
-class Reach:
-    """The Flows and Agents a Flow can reach through nodes, sub-agents and sub-flows."""
-
-    flows: dict[str, flow_api.FlowSpec]
-    agents: dict[str, agent_api.AgentSpec]
-    missing: list[str]
-
-
-def _flow_refs(spec: flow_api.FlowSpec) -> tuple[set[str], set[str]]:
-    agents: set[str] = set()
-    flows: set[str] = set()
-    for node in spec.nodes:
-        for call in (node.agent, node.map.agent if node.map else None):
-            if call is not None:
-                agents.add(call.name)
-        for tool in (node.tool, _map_tool(node)):
-            if tool is not None and tool.agent is not None:
-                agents.add(tool.agent)
-        for sub in (node.flow, node.map.flow if node.map else None):
-            if sub is not None:
-                flows.add(sub.name)
-    return agents, flows
-
-
-def reach(flow_name: str, ns: cache.Namespace) -> Reach:
-    """Walk from ``flow_name`` over every Agent and sub-flow it can call."""
-    out = Reach(flows={}, agents={}, missing=[])
-    flow_stack = [flow_name]
-    agent_stack: list[str] = []
-    while flow_stack or agent_stack:
-        if flow_stack:
-            name = flow_stack.pop()
-            if name in out.flows:
-                continue
-            flow_spec = ns.flows.get(name)
-            if flow_spec is None:
-                out.missing.append(f"Flow/{name}")
-                continue
-            out.flows[name] = flow_spec
-            agents, flows = _flow_refs(flow_spec)
-            agent_stack += sorted(agents)
-            flow_stack += sorted(flows)
-            continue
-        name = agent_stack.pop()
-        if name in out.agents:
-            continue
-        agent_spec = ns.agents.get(name)
-        if agent_spec is None:
-            out.missing.append(f"Agent/{name}")
-            continue
-        out.agents[name] = agent_spec
-        agent_stack += agent_spec.agents_called()
-        flow_stack += agent_spec.sub_flows
-    return out
+def reach(flow_name: str, ns: cache.Namespace) -> calls.Reach:
+    """Every Agent and sub-flow ``flow_name`` names, transitively (a tool node's Agent too)."""
+    return calls.reach(flow_name, ns.resolver())

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from agentflows.api import common
+from agentflows.api import common, times
 from agentflows.api import requests as human_requests
 from agentflows.api.flowrun import FlowRunStatus, RunnerResult, RunPhase
 from agentflows.controller import cache, conditions, context, events
@@ -44,7 +44,7 @@ OPERATOR_FIELDS = (
 )
 
 
-_DURATION_KEY = FlowRunStatus.model_fields["duration"].alias or "duration"
+_DURATION_KEY = common.wire_name(FlowRunStatus, "duration")
 
 
 def _wire(status: FlowRunStatus, field: str) -> Any:
@@ -147,7 +147,7 @@ class RunContext:
         self._set_conditions(succeeded, waiting)
         self.status.observed_generation = self.obj["metadata"].get("generation")
         if phase.terminal and not self.status.completion_time:
-            self.status.completion_time = conditions.timestamp()
+            self.status.completion_time = times.api_time()
         if changed and phase in _ANNOUNCED:
             self.event(_EVENT_TYPE.get(phase, events.NORMAL), reason, message)
 
@@ -178,31 +178,25 @@ class RunContext:
         self.status.attempt = attempt
         self.status.pod = objects.pod_name(self.name, attempt)
         if not self.status.start_time:
-            self.status.start_time = conditions.timestamp()
+            self.status.start_time = times.api_time()
 
     def event(self, type_: str, reason: str, message: str) -> None:
         """Post an Event after the next save."""
         self.pending_events.append((type_, reason, message))
 
-    def _duration(self) -> str | None:
-        started = conditions.parse_time(self.status.start_time)
-        if started is None:
-            return None
-        ended = conditions.parse_time(self.status.completion_time) or conditions.now()
-        return conditions.format_duration((ended - started).total_seconds())
-
     def changes(self) -> dict[str, Any]:
         """The merge patch of the operator's status keys that differ from what is stored."""
-        fields = FlowRunStatus.model_fields
         return {
-            fields[f].alias or f: _wire(self.status, f) for f in OPERATOR_FIELDS if self._changed(f)
+            common.wire_name(FlowRunStatus, f): _wire(self.status, f)
+            for f in OPERATOR_FIELDS
+            if self._changed(f)
         }
 
     async def save(self, ctl: context.Controller) -> None:
         """Write the pending status changes (one merge patch), then post the Events."""
         changes = self.changes()
         if changes:
-            duration = self._duration()
+            duration = times.duration(self.status.start_time, self.status.completion_time)
             if duration is not None and duration != self.stored.duration:
                 self.status.duration = duration
                 changes[_DURATION_KEY] = duration

@@ -89,12 +89,7 @@ class Snapshots:
         if known is not None and known[0] == self._reached_version(namespace, known[1]):
             return known[1]
         ns = self._cache.namespace(namespace)
-
-        def lookup(kind: str, name: str) -> dict[str, Any] | None:
-            spec = (ns.flows if kind == "Flow" else ns.agents).get(name)
-            return None if spec is None else spec.to_wire()
-
-        document = kube_snapshot.build_snapshot(flow, lookup)
+        document = kube_snapshot.build_snapshot(flow, ns.resolver())
         flows = {name: ns.flows[name] for name in document["flows"]}
         agents = {name: ns.agents[name] for name in document["agents"]}
         built = Snapshot(document, flows[flow], flows, agents)

@@ -25,7 +25,6 @@ identifier in the output.
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -34,7 +33,8 @@ import pydantic
 
 from agentflows.api import flow as flow_api
 from agentflows.api import flowrun as flowrun_api
-from agentflows.engine import clock, graph, loops
+from agentflows.api import times
+from agentflows.engine import graph, loops
 
 #: A run's ``status.nodes``: typed records, or their wire JSON as read from the API.
 NodesStatus = Mapping[str, flowrun_api.NodeStatus | Mapping[str, Any]]
@@ -149,16 +149,13 @@ def _typed(record: flowrun_api.NodeStatus | Mapping[str, Any]) -> flowrun_api.No
 
 def _span(records: list[flowrun_api.NodeStatus]) -> tuple[float, bool] | None:
     """Seconds from the first start to the last finish (or to now), and whether all finished."""
-    try:
-        starts = [clock.parse_time(r.started_at) for r in records if r.started_at]
-        ends = [clock.parse_time(r.finished_at) for r in records if r.finished_at]
-    except ValueError:
-        return None
-    if not starts:
+    starts = [times.parse_time(r.started_at) for r in records if r.started_at]
+    ends = [times.parse_time(r.finished_at) for r in records if r.finished_at]
+    aware = [t for t in (*starts, *ends) if t is not None]
+    if not starts or len(aware) < len(starts) + len(ends):
         return None
     finished = len(ends) == len(records)
-    aware = [t if t.tzinfo else t.replace(tzinfo=dt.UTC) for t in (*starts, *ends)]
-    end = max(aware[len(starts) :]) if finished else clock.utc_now()
+    end = max(aware[len(starts) :]) if finished else times.now()
     return max(0.0, (end - min(aware[: len(starts)])).total_seconds()), finished
 
 

@@ -3,14 +3,14 @@
 It knows nothing of Kubernetes or of model providers. Everything outside — model calls, agent
 turns, tools, sub-flow definitions, the checkpoint store, human requests — comes in through the
 small protocols in :mod:`agentflows.engine.capabilities` and :mod:`agentflows.engine.store`,
-and time through the host's clock (:mod:`agentflows.engine.clock`).
+and time through the host's clock (:data:`agentflows.api.times.Clock`).
 
 Modules, each importing only those below it (an import-linter contract): ``run`` (the loop
 that schedules a flow's nodes) -> ``nodes`` (what each kind computes) -> ``lifecycle`` (the one
 writer of node records: usage, limits, events, retries) -> ``state`` (the run's shared state)
 -> ``store``, ``scope``, ``graph`` -> ``nodetools`` (nodes offered to agents as tools) ->
 ``capabilities``, ``expressions``, ``envelope`` ->
-``clock``, ``errors``.
+``errors``, ``spans``.
 
 Invariants:
 - a node whose record in the store is Succeeded/Failed/Skipped is never executed again;

@@ -28,11 +28,11 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from agentflows.api import agent as agent_api
-from agentflows.api import documents, schemas
+from agentflows.api import calls, documents, schemas
 from agentflows.api import flow as flow_api
 from agentflows.engine import capabilities, expressions, loops, nodetools
 from agentflows.engine.loops import Loop
@@ -221,29 +221,27 @@ def _check_triggers(spec: flow_api.FlowSpec, out: _Collector) -> None:
 def _check_references(
     node: flow_api.Node, path: str, resolver: capabilities.Resolver, out: _Collector
 ) -> None:
-    agent_call = node.agent or (node.map.agent if node.map else None)
-    if agent_call is not None:
-        where = f"{path}.agent.name" if node.agent else f"{path}.map.agent.name"
-        if resolver.agent(agent_call.name) is None:
-            out.add(where, f'no Agent "{agent_call.name}"')
-    tool = node.tool or (node.map.tool if node.map else None)
-    if tool is not None and tool.agent is not None:
-        where = f"{path}.tool" if node.tool else f"{path}.map.tool"
-        spec = resolver.agent(tool.agent)
-        if spec is None:
-            out.add(f"{where}.agent", f'no Agent "{tool.agent}"')
-        elif not any(t.name == tool.name for t in spec.tools) and not any(
-            t.mcp is not None for t in spec.tools
-        ):
-            names = ", ".join(t.name for t in spec.tools) or "none"
-            out.add(
-                f"{where}.name", f'no tool "{tool.name}" in Agent "{tool.agent}" (has: {names})'
-            )
-    flow_call = node.flow or (node.map.flow if node.map else None)
-    if flow_call is not None:
-        where = f"{path}.flow.name" if node.flow else f"{path}.map.flow.name"
-        if resolver.flow(flow_call.name) is None:
-            out.add(where, f'no Flow "{flow_call.name}"')
+    for call in calls.node_calls(node, path):
+        if call.kind == calls.FLOW:
+            if resolver.flow(call.name) is None:
+                out.add(call.path, f'no Flow "{call.name}"')
+            continue
+        agent = resolver.agent(call.name)
+        tool = node.tool or (node.map.tool if node.map else None)
+        if agent is None:
+            out.add(call.path, f'no Agent "{call.name}"')
+        elif call.via == calls.Via.TOOL and tool is not None:
+            _check_tool_name(tool, agent, call.path.removesuffix(".agent"), out)
+
+
+def _check_tool_name(
+    tool: flow_api.ToolCall, agent: agent_api.AgentSpec, where: str, out: _Collector
+) -> None:
+    if not any(t.name == tool.name for t in agent.tools) and not any(
+        t.mcp is not None for t in agent.tools
+    ):
+        names = ", ".join(t.name for t in agent.tools) or "none"
+        out.add(f"{where}.name", f'no tool "{tool.name}" in Agent "{tool.agent}" (has: {names})')
 
 
 def _edges(
@@ -373,35 +371,16 @@ def _loops(
     return found
 
 
-def _calls(spec: flow_api.FlowSpec) -> list[tuple[str, str, str]]:
-    """Each Agent and Flow a flow's nodes call directly: (path, kind, name)."""
-    found = []
-    for index, node in enumerate(spec.nodes):
-        path = f"spec.nodes[{index}]"
-        for where, call in (
-            (f"{path}.agent.name", node.agent),
-            (f"{path}.map.agent.name", node.map.agent if node.map else None),
-        ):
-            if call is not None:
-                found.append((where, "Agent", call.name))
-        for where, sub in (
-            (f"{path}.flow.name", node.flow),
-            (f"{path}.map.flow.name", node.map.flow if node.map else None),
-        ):
-            if sub is not None:
-                found.append((where, "Flow", sub.name))
-    return found
-
-
 def _callees(kind: str, name: str, resolver: capabilities.Resolver) -> list[tuple[str, str]]:
-    """What an Agent or a Flow calls in turn: sub-agents and sub-flows, or its nodes' calls."""
-    if kind == "Flow":
+    """What an Agent or a Flow runs in turn (a tool node's Agent does not run, so not it)."""
+    spec: flow_api.FlowSpec | agent_api.AgentSpec | None
+    if kind == calls.FLOW:
         spec = resolver.flow(name)
-        return [(k, n) for _, k, n in _calls(spec)] if spec is not None else []
-    agent = resolver.agent(name)
-    if not isinstance(agent, agent_api.AgentSpec):
-        return []
-    return [*(("Agent", n) for n in agent.agents_called()), *(("Flow", n) for n in agent.sub_flows)]
+        found = calls.calls(spec) if spec is not None else []
+    else:
+        spec = resolver.agent(name)
+        found = calls.agent_calls(spec) if isinstance(spec, agent_api.AgentSpec) else []
+    return [call.ref for call in found if call.runs]
 
 
 def _chain_back(
@@ -425,11 +404,13 @@ def _check_call_cycles(
     name: str, spec: flow_api.FlowSpec, resolver: capabilities.Resolver, out: _Collector
 ) -> None:
     """A Flow that calls itself through sub-flows and agents would recurse until the depth limit."""
-    for path, kind, callee in _calls(spec):
-        chain = _chain_back((kind, callee), name, resolver)
+    for call in calls.calls(spec):
+        if not call.runs:
+            continue
+        chain = _chain_back(call.ref, name, resolver)
         if chain is not None:
             steps = " -> ".join(f"{k} {n}" for k, n in [("Flow", name), *chain])
-            out.add(path, f"calls itself: {steps} (sub-flow calls must not loop)")
+            out.add(call.path, f"calls itself: {steps} (sub-flow calls must not loop)")
 
 
 def _check_input_schema(spec: flow_api.FlowSpec, out: _Collector) -> None:
@@ -512,6 +493,14 @@ class StaticResolver:
     ) -> None:
         self.agents = dict(agents or {})
         self.flows = dict(flows or {})
+
+    @classmethod
+    def from_wire(cls, agents: Mapping[str, Any], flows: Mapping[str, Any]) -> StaticResolver:
+        """A resolver over specs in wire JSON by name (a snapshot); ValidationError on a bad one."""
+        return cls(
+            {n: agent_api.AgentSpec.model_validate(s) for n, s in agents.items()},
+            {n: flow_api.FlowSpec.model_validate(s) for n, s in flows.items()},
+        )
 
     def agent(self, name: str) -> Any:
         """The Agent spec called ``name``, or None."""

@@ -24,8 +24,8 @@ import pydantic
 from agentflows.api import agent as agent_api
 from agentflows.api import flow as flow_api
 from agentflows.api import flowrun as flowrun_api
-from agentflows.api import schemas
-from agentflows.engine import capabilities, clock, envelope, expressions, graph, lifecycle, state
+from agentflows.api import schemas, times
+from agentflows.engine import capabilities, envelope, expressions, graph, lifecycle, state
 
 Phase = flowrun_api.NodePhase
 Reason = flowrun_api.RunReason
@@ -209,7 +209,8 @@ async def _human(
     pending = _pending_request(frame, previous)
     if pending is not None:
         request = frame.run.checkpoint.requests[pending]
-        if request.expires_at and frame.run.clock() >= clock.parse_time(request.expires_at):
+        expiry = times.parse_time(request.expires_at)
+        if expiry is not None and frame.run.clock() >= expiry:
             return _unless_unrouted_rejection(
                 frame, node, _expired(frame, pending, request, is_input)
             )
@@ -220,7 +221,7 @@ async def _human(
         return _unless_unrouted_rejection(frame, node, result)
     expires = None
     if gate.timeout_seconds is not None:
-        expires = clock.timestamp(frame.run.clock() + dt.timedelta(seconds=gate.timeout_seconds))
+        expires = times.timestamp(frame.run.clock() + dt.timedelta(seconds=gate.timeout_seconds))
     request = flowrun_api.HumanRequest(
         node=key,
         kind=flowrun_api.RequestKind.INPUT if is_input else flowrun_api.RequestKind.APPROVAL,
@@ -310,7 +311,7 @@ def _accounts_for(
     try:
         if request.decision is not None:
             return bool(_decided(request, node.spec, is_input).output.get("json") == recorded)
-        expires = clock.parse_time(request.expires_at) if request.expires_at else None
+        expires = times.parse_time(request.expires_at)
         if expires is None or frame.run.clock() < expires or not isinstance(recorded, dict):
             return False
         expired = _expired(frame, "", request, is_input)

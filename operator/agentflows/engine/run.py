@@ -22,11 +22,11 @@ import functools
 import time
 from typing import Any
 
-from agentflows.api import common, schemas
+from agentflows.api import common, schemas, times
 from agentflows.api import flowrun as flowrun_api
+from agentflows.api import requests as human_requests
 from agentflows.engine import (
     capabilities,
-    clock,
     expressions,
     graph,
     lifecycle,
@@ -40,10 +40,6 @@ from agentflows.engine import (
 Phase = flowrun_api.NodePhase
 Reason = flowrun_api.RunReason
 FINISHED = (Phase.SUCCEEDED, Phase.FAILED, Phase.SKIPPED)
-
-# Kept for the CLI, which formats and parses recorded times through this module.
-timestamp = clock.timestamp
-parse_time = clock.parse_time
 
 
 def _taken(frame: state.Frame, source: str, target: str) -> bool:
@@ -260,7 +256,7 @@ async def run_flow(
     resolver: capabilities.Resolver,
     trigger: Any = None,
     observer: state.Observer | None = None,
-    now: clock.Clock = clock.utc_now,
+    now: times.Clock = times.now,
     ceilings: tuple[state.Cap, ...] = (),
 ) -> store.Outcome:
     """Run (or resume) a flow to its end or its next pause, and return the outcome.
@@ -291,7 +287,7 @@ async def run_flow(
     if checkpoint.run is None:
         checkpoint.run = store.RunRecord(run_name, input_value, trigger, run.timestamp())
         await store_.save_run(checkpoint.run)
-    started = clock.parse_time(checkpoint.run.started_at)
+    started = times.parse_time(checkpoint.run.started_at) or run.clock()
     with spans.span(f"run {run_name}", {"agentflows.run.name": run_name}) as span:
         outcome = await _run_with_limits(run, compiled, checkpoint.run.input, started)
         outcome.usage = run.usage
@@ -327,7 +323,7 @@ async def _run_with_limits(
         return _failed(
             run,
             Reason.TIMEOUT,
-            f"run exceeded limits.timeoutSeconds={timeout} (started {clock.timestamp(started)})",
+            f"run exceeded limits.timeoutSeconds={timeout} (started {times.timestamp(started)})",
         )
     return store.Outcome(
         flowrun_api.RunPhase.SUCCEEDED,
@@ -354,7 +350,7 @@ def _failed(run: state.Run, reason: Reason, message: str) -> store.Outcome:
 
 
 def _waiting_message(run: state.Run) -> str:
-    pending = [rid for rid, r in run.checkpoint.requests.items() if r.decision is None]
+    pending = human_requests.pending_in(run.checkpoint.requests, run.checkpoint.nodes)
     return (
         "waiting for " + ", ".join(f'request "{rid}"' for rid in pending) if pending else "waiting"
     )

@@ -17,10 +17,10 @@ import functools
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from agentflows.api import common
+from agentflows.api import common, times
 from agentflows.api import flow as flow_api
 from agentflows.api import flowrun as flowrun_api
-from agentflows.engine import capabilities, clock, errors, graph, scope, store
+from agentflows.engine import capabilities, errors, graph, scope, store
 
 Reason = flowrun_api.RunReason
 
@@ -135,7 +135,7 @@ class Run:
     resolver: capabilities.Resolver
     checkpoint: store.Checkpoint
     execute_flow: FlowExecutor
-    clock: clock.Clock = clock.utc_now
+    clock: times.Clock = times.now
     observer: Observer | None = None
     usage: common.Usage = dataclasses.field(default_factory=common.Usage)
     executions: int = 0
@@ -147,7 +147,7 @@ class Run:
 
     def timestamp(self) -> str:
         """Now, by the run's clock, in RFC 3339."""
-        return clock.timestamp(self.clock())
+        return times.timestamp(self.clock())
 
     def emit(
         self, kind: str, key: str, node_kind: str, status: flowrun_api.NodeStatus | None

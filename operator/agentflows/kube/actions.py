@@ -10,9 +10,10 @@ exactly that.
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any
 
+from agentflows import api as api_group
+from agentflows.api import common, times, wellknown
 from agentflows.kube import client as kube
 from agentflows.kube import objects
 
@@ -25,15 +26,6 @@ async def whoami(api: kube.Client) -> str:
         SELF_REVIEW, {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
     )
     return str(review["status"]["userInfo"]["username"])
-
-
-def _pointer(part: str) -> str:
-    return part.replace("~", "~0").replace("/", "~1")
-
-
-def now() -> str:
-    """RFC 3339 UTC time, as Kubernetes writes it."""
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 async def decide(
@@ -49,8 +41,12 @@ async def decide(
     data: Any = None,
 ) -> None:
     """Write a decision into ``status.requests.<id>``."""
-    base = f"/status/requests/{_pointer(request_id)}"
-    fields: dict[str, Any] = {"decision": decision, "decidedBy": decided_by, "decidedAt": now()}
+    base = common.json_pointer("status", "requests", request_id)
+    fields: dict[str, Any] = {
+        "decision": decision,
+        "decidedBy": decided_by,
+        "decidedAt": times.api_time(),
+    }
     if comment is not None:
         fields["comment"] = comment
     if edits is not None:
@@ -66,9 +62,9 @@ async def start(
 ) -> dict[str, Any]:
     """Create a FlowRun of ``flow`` (a manual run: never de-duplicated)."""
     metadata: dict[str, Any] = {"name": name} if name else {"generateName": f"{flow}-"}
-    metadata["labels"] = {objects.FLOW: objects.label_value(flow)}
+    metadata["labels"] = {wellknown.FLOW: objects.label_value(flow)}
     body = {
-        "apiVersion": "agentflows.io/v1alpha1",
+        "apiVersion": api_group.API_VERSION,
         "kind": "FlowRun",
         "metadata": metadata,
         "spec": {"flow": flow, "input": value, "trigger": {"type": "manual"}},

@@ -19,6 +19,7 @@ from typing import Any
 from kubernetes import client as k8s_client
 from kubernetes.config import config_exception, exec_provider, kube_config
 
+from agentflows.api import times
 from agentflows.kube import kubeconfig_types as kubeconfig
 
 #: Seconds before a credential's expiry at which it is renewed.
@@ -51,12 +52,16 @@ class ExecCredential:
             )
         self.status = status
         expiry = status.get("expirationTimestamp")
-        self.expiry = kube_config.parse_rfc3339(expiry) if expiry else None
+        self.expiry = times.parse_time(expiry) if isinstance(expiry, str) else None
+        if expiry and self.expiry is None:
+            raise kubeconfig.ConfigError(
+                f"exec plugin {self.command}: status.expirationTimestamp {expiry!r} is not an "
+                "RFC 3339 time (e.g. 2026-01-02T03:04:05Z)"
+            )
 
     def stale(self) -> bool:
         """True when the credential has expired (or is about to)."""
-        now = datetime.datetime.now(datetime.UTC)
-        return self.expiry is not None and now >= self.expiry - EXPIRY_MARGIN
+        return self.expiry is not None and times.now() >= self.expiry - EXPIRY_MARGIN
 
 
 def load(paths: list[str], context: str | None) -> kubeconfig.Config:

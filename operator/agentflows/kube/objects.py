@@ -15,6 +15,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from agentflows import api as api_group
+from agentflows.api import wellknown
 from agentflows.kube import client as kube
 
 #: Longest object name (a DNS subdomain).
@@ -24,15 +26,6 @@ LABEL_VALUE_MAX = 63
 #: Longest CronJob name (the Job controller appends an 11-character suffix).
 CRONJOB_NAME_MAX = 52
 
-MANAGED_BY = "app.kubernetes.io/managed-by"
-MANAGER = "agentflows"
-FLOW = "agentflows.io/flow"
-RUN = "agentflows.io/run"
-ATTEMPT = "agentflows.io/attempt"
-#: Labels of an AgentSession: its memory and (made label-safe) its session.
-MEMORY = "agentflows.io/memory"
-SESSION = "agentflows.io/session"
-GROUP_VERSION = "agentflows.io/v1alpha1"
 
 _NOT_DNS = re.compile(r"[^a-z0-9.-]")
 
@@ -87,7 +80,11 @@ def session_name(memory: str, session: str) -> str:
 def session_labels(memory: str, session: str) -> dict[str, str]:
     """Labels of an AgentSession (the exact session is in its spec: labels hold 63 characters)."""
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", session)[:LABEL_VALUE_MAX].strip("-_.")
-    return {MANAGED_BY: MANAGER, MEMORY: label_value(memory), SESSION: safe}
+    return {
+        wellknown.MANAGED_BY: wellknown.MANAGER,
+        wellknown.MEMORY: label_value(memory),
+        wellknown.SESSION: safe,
+    }
 
 
 def cronjob_name(flow: str, trigger: str) -> str:
@@ -102,12 +99,16 @@ def cronjob_name(flow: str, trigger: str) -> str:
 
 def run_labels(run: str, flow: str) -> dict[str, str]:
     """Labels on everything created for a run."""
-    return {MANAGED_BY: MANAGER, FLOW: label_value(flow), RUN: label_value(run)}
+    return {
+        wellknown.MANAGED_BY: wellknown.MANAGER,
+        wellknown.FLOW: label_value(flow),
+        wellknown.RUN: label_value(run),
+    }
 
 
 def flow_selector(flow: str) -> str:
     """A label selector for what belongs to a Flow."""
-    return f"{FLOW}={label_value(flow)}"
+    return f"{wellknown.FLOW}={label_value(flow)}"
 
 
 def owner_reference(
@@ -120,7 +121,7 @@ def owner_reference(
     """
     meta = obj["metadata"]
     reference: dict[str, Any] = {
-        "apiVersion": obj.get("apiVersion") or GROUP_VERSION,
+        "apiVersion": obj.get("apiVersion") or api_group.API_VERSION,
         "kind": obj.get("kind") or "FlowRun",
         "name": meta["name"],
         "uid": meta["uid"],

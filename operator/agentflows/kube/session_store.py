@@ -26,6 +26,8 @@ import json
 import random
 from typing import TYPE_CHECKING, Any
 
+from agentflows import api as api_group
+from agentflows.api import wellknown
 from agentflows.kube import client as kube_client
 from agentflows.kube import objects
 
@@ -38,11 +40,6 @@ if TYPE_CHECKING:  # imported when a session is read or written: every runner bu
 CONFLICT_RETRIES = 200
 #: Longest random pause before a retried update, in seconds.
 MAX_BACKOFF_SECONDS = 0.5
-#: Annotations read by listings.
-SESSION_ANNOTATION = "agentflows.io/session"
-UPDATED_ANNOTATION = "agentflows.io/updated-at"
-TURNS_ANNOTATION = "agentflows.io/turns"
-BYTES_ANNOTATION = "agentflows.io/bytes"
 _METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 
 
@@ -91,7 +88,7 @@ class SessionStore:
         """The stored sessions (of ``memory`` only when given), oldest write first."""
         params: dict[str, Any] = {}
         if memory is not None:
-            params["labelSelector"] = f"{objects.MEMORY}={objects.label_value(memory)}"
+            params["labelSelector"] = f"{wellknown.MEMORY}={objects.label_value(memory)}"
         try:
             found = await self.client.request(
                 "GET", self._path(), params=params or None, accept=_METADATA_LIST
@@ -134,11 +131,11 @@ class SessionStore:
             "namespace": self.namespace,
             "labels": objects.session_labels(spec.memory, spec.session),
             "annotations": {
-                objects.MEMORY: spec.memory,
-                SESSION_ANNOTATION: spec.session,
-                UPDATED_ANNOTATION: spec.updated_at,
-                TURNS_ANNOTATION: str(spec.turns),
-                BYTES_ANNOTATION: str(len(json.dumps(wire).encode())),
+                wellknown.MEMORY: spec.memory,
+                wellknown.SESSION: spec.session,
+                wellknown.UPDATED_ANNOTATION: spec.updated_at,
+                wellknown.TURNS_ANNOTATION: str(spec.turns),
+                wellknown.BYTES_ANNOTATION: str(len(json.dumps(wire).encode())),
             },
         }
         if current is not None:
@@ -153,7 +150,7 @@ class SessionStore:
                     objects.owner_reference(owner, controller=False, block=False)
                 ]
         return {
-            "apiVersion": objects.GROUP_VERSION,
+            "apiVersion": api_group.API_VERSION,
             "kind": "AgentSession",
             "metadata": metadata,
             "spec": wire,
@@ -182,11 +179,11 @@ def _info(metadata: dict[str, Any]) -> sessions.SessionInfo:
 
     annotations = metadata.get("annotations") or {}
     return sessions.SessionInfo(
-        memory=annotations.get(objects.MEMORY, ""),
-        session=annotations.get(SESSION_ANNOTATION, ""),
-        turns=int(annotations.get(TURNS_ANNOTATION, "0")),
-        updated_at=annotations.get(UPDATED_ANNOTATION, ""),
-        size=int(annotations.get(BYTES_ANNOTATION, "0")),
+        memory=annotations.get(wellknown.MEMORY, ""),
+        session=annotations.get(wellknown.SESSION, ""),
+        turns=int(annotations.get(wellknown.TURNS_ANNOTATION, "0")),
+        updated_at=annotations.get(wellknown.UPDATED_ANNOTATION, ""),
+        size=int(annotations.get(wellknown.BYTES_ANNOTATION, "0")),
         where=metadata.get("name", ""),
     )
 

@@ -25,21 +25,16 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from agentflows.api import agent as agent_api
-from agentflows.api import flow as flow_api
+from agentflows.api import calls
 from agentflows.engine import graph
 from agentflows.kube import client as kube_client
 from agentflows.kube import objects
 
 #: The ConfigMap key holding the snapshot JSON.
 SNAPSHOT_KEY = "snapshot.json"
-
-#: ``lookup(kind, name)``: the wire JSON of the Agent's or Flow's spec (or the whole object
-#: with a ``spec`` key), or None when there is no such resource. ``kind`` is "Agent" or "Flow".
-Lookup = Callable[[str, str], Mapping[str, Any] | None]
 
 
 class SnapshotError(Exception):
@@ -58,71 +53,25 @@ def digest_of(text: str) -> str:
 
 def lookup_in(
     flows: Mapping[str, Mapping[str, Any]], agents: Mapping[str, Mapping[str, Any]]
-) -> Lookup:
-    """A :data:`Lookup` over dictionaries of Flows and Agents by name (e.g. listed from the API)."""
-
-    def lookup(kind: str, name: str) -> Mapping[str, Any] | None:
-        return (flows if kind == "Flow" else agents).get(name)
-
-    return lookup
+) -> graph.StaticResolver:
+    """A lookup over dictionaries of Flow and Agent specs (wire JSON) by name."""
+    return graph.StaticResolver.from_wire(agents, flows)
 
 
-def _spec_of(found: Mapping[str, Any]) -> dict[str, Any]:
-    spec = found.get("spec") if "spec" in found and "kind" in found else found
-    copy: dict[str, Any] = json.loads(json.dumps(spec))  # a deep, JSON-clean copy
-    return copy
+def build_snapshot(flow_name: str, lookup: calls.Lookup) -> dict[str, Any]:
+    """Collect Flow ``flow_name`` and every Agent and sub-flow it reaches (:func:`calls.reach`).
 
-
-def _flow_references(spec: Mapping[str, Any]) -> tuple[list[str], list[str]]:
-    """Agent and Flow names a Flow spec (wire JSON) names in its nodes."""
-    agents: list[str] = []
-    flows: list[str] = []
-    for node in spec.get("nodes") or []:
-        bodies = [node, node.get("map") or {}]
-        for body in bodies:
-            if (body.get("agent") or {}).get("name"):
-                agents.append(body["agent"]["name"])
-            if (body.get("tool") or {}).get("agent"):
-                agents.append(body["tool"]["agent"])
-            if (body.get("flow") or {}).get("name"):
-                flows.append(body["flow"]["name"])
-    return agents, flows
-
-
-def build_snapshot(flow_name: str, lookup: Lookup) -> dict[str, Any]:
-    """Collect Flow ``flow_name`` and every Agent and sub-flow reachable from it.
-
-    Reachable: agents of agent, tool and map nodes; sub-flows of flow and map nodes; an
-    Agent's ``subAgents``, ``handoffs`` and ``subFlows``; and so on transitively. Raises
-    :class:`SnapshotError` when the Flow itself does not exist.
+    Every call counts, a tool node's Agent too (the runner needs its tool's definition); what
+    is not found is left out. Raises :class:`SnapshotError` when the Flow itself does not exist.
     """
-    root = lookup("Flow", flow_name)
-    if root is None:
+    reached = calls.reach(flow_name, lookup)
+    if flow_name not in reached.flows:
         raise SnapshotError(f'no Flow "{flow_name}"')
-    flows: dict[str, Any] = {}
-    agents: dict[str, Any] = {}
-    pending_flows = [flow_name]
-    pending_agents: list[str] = []
-    while pending_flows or pending_agents:
-        if pending_flows:
-            name = pending_flows.pop()
-            found = None if name in flows else lookup("Flow", name)
-            if found is None:
-                continue
-            flows[name] = _spec_of(found)
-            agent_names, flow_names = _flow_references(flows[name])
-            pending_agents += agent_names
-            pending_flows += flow_names
-            continue
-        name = pending_agents.pop()
-        found = None if name in agents else lookup("Agent", name)
-        if found is None:
-            continue
-        agents[name] = _spec_of(found)
-        pending_agents += list(agents[name].get("subAgents") or [])
-        pending_agents += list(agents[name].get("handoffs") or [])
-        pending_flows += list(agents[name].get("subFlows") or [])
-    return {"flow": flow_name, "flows": flows, "agents": agents}
+    return {
+        "flow": flow_name,
+        "flows": {name: spec.to_wire() for name, spec in reached.flows.items()},
+        "agents": {name: spec.to_wire() for name, spec in reached.agents.items()},
+    }
 
 
 async def write_snapshot(
@@ -198,10 +147,7 @@ class RunSnapshot:
 
     def resolver(self) -> graph.StaticResolver:
         """A resolver over the snapshot; raises pydantic's ValidationError on a bad spec."""
-        return graph.StaticResolver(
-            {n: agent_api.AgentSpec.model_validate(s) for n, s in self.agents.items()},
-            {n: flow_api.FlowSpec.model_validate(s) for n, s in self.flows.items()},
-        )
+        return graph.StaticResolver.from_wire(self.agents, self.flows)
 
 
 async def read_snapshot(client: kube_client.Client, namespace: str, run: str) -> RunSnapshot:

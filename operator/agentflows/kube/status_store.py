@@ -45,9 +45,9 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from agentflows.api import common
+from agentflows.api import common, times, wellknown
 from agentflows.api import flowrun as flowrun_api
-from agentflows.engine import clock, errors, store
+from agentflows.engine import errors, store
 from agentflows.kube import client as kube_client
 from agentflows.kube import objects
 
@@ -68,7 +68,7 @@ RUNNING_DELAY = 1.0
 #: Times a status write that lost a race (409) is tried again.
 CONFLICT_RETRIES = 5
 
-_TERMINAL_RESULTS = ("Succeeded", "Failed")
+_TERMINAL_RESULTS = (flowrun_api.RunPhase.SUCCEEDED, flowrun_api.RunPhase.FAILED)
 _QUESTION_FIELDS = (
     "node",
     "kind",
@@ -89,8 +89,7 @@ class OffloadError(errors.PermanentError):
 
 def _pointer(*parts: str) -> str:
     """A JSON pointer (RFC 6901) to ``/status/<parts...>``."""
-    escaped = (p.replace("~", "~0").replace("/", "~1") for p in parts)
-    return "/status/" + "/".join(escaped)
+    return common.json_pointer("status", *parts)
 
 
 def _truncate(text: str | None, limit: int = TEXT_LIMIT) -> str | None:
@@ -217,7 +216,7 @@ class StatusStore:
                 trigger=spec.get("trigger"),
                 started_at=status.get("startTime")
                 or obj["metadata"].get("creationTimestamp")
-                or clock.timestamp(),
+                or times.timestamp(),
             )
         nodes = status.get("nodes") or {}
         records = await asyncio.gather(*(self._node_of(v) for v in nodes.values()))
@@ -295,7 +294,7 @@ class StatusStore:
         wire = request.to_wire()
         question = {}
         for field in _QUESTION_FIELDS:
-            alias = _alias(field)
+            alias = common.wire_name(flowrun_api.HumanRequest, field)
             if alias in wire:
                 question[alias] = wire[alias]
         for alias in ("message", "summary", "error"):
@@ -308,7 +307,7 @@ class StatusStore:
         for field in _FREE_FORM_QUESTION_FIELDS:
             value = getattr(request, field)
             if value is not None:
-                alias = _alias(field)
+                alias = common.wire_name(flowrun_api.HumanRequest, field)
                 bounded = await self._bounded_value(f"{request_id}:{alias}", value)
                 ops.append(
                     {"op": "add", "path": _pointer("requests", request_id, alias), "value": bounded}
@@ -326,7 +325,7 @@ class StatusStore:
             phase=outcome.phase.value,  # the engine ends in Succeeded, Failed or Waiting
             reason=_truncate(outcome.reason, 256),
             message=_truncate(outcome.message),
-            finished_at=outcome.completed_at or clock.timestamp(),
+            finished_at=outcome.completed_at or times.timestamp(),
         )
         ops: list[dict[str, Any]] = [
             {"op": "add", "path": _pointer("output"), "value": output},
@@ -438,10 +437,10 @@ class StatusStore:
         flow = str((obj.get("spec") or {}).get("flow") or "")
         labels = {
             **objects.run_labels(self.name, flow),
-            "agentflows.io/output": prefix.rsplit("-", 1)[-1],
+            wellknown.OUTPUT: prefix.rsplit("-", 1)[-1],
         }
         if not flow:
-            del labels[objects.FLOW]
+            del labels[wellknown.FLOW]
         limit = asyncio.Semaphore(_PARALLEL_PARTS)
 
         async def write(index: int, part: str) -> None:
@@ -468,8 +467,3 @@ def _started(status: dict[str, Any]) -> bool:
     """True once the operator or a runner has started the run."""
     keys: Sequence[str] = ("startTime", "nodes", "requests", "result", "output", "outputRef")
     return any(k in status for k in keys)
-
-
-def _alias(field: str) -> str:
-    alias = flowrun_api.HumanRequest.model_fields[field].alias
-    return alias or field

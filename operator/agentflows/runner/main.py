@@ -55,7 +55,8 @@ import pydantic
 from agentflows import tracing
 from agentflows.api import budget as budget_api
 from agentflows.api import flowrun as flowrun_api
-from agentflows.engine import clock, errors, graph, state, store
+from agentflows.api import times, wellknown
+from agentflows.engine import errors, graph, state, store
 from agentflows.engine import run as run_mod
 from agentflows.kube import client as kube_client
 from agentflows.kube import session_store, status_store
@@ -110,7 +111,7 @@ class Progress:
 
     def line(self, text: str) -> None:
         """Print one progress line."""
-        print(f"{clock.timestamp()} {text}", file=self.out, flush=True)
+        print(f"{times.timestamp()} {text}", file=self.out, flush=True)
 
 
 async def _fail(
@@ -120,10 +121,10 @@ async def _fail(
         flowrun_api.RunPhase.FAILED,
         reason=reason,
         message=message,
-        completed_at=clock.timestamp(),
+        completed_at=times.timestamp(),
     )
     await checkpoints.save_outcome(outcome)
-    print(f"{clock.timestamp()} run Failed ({reason}): {message}", flush=True)
+    print(f"{times.timestamp()} run Failed ({reason}): {message}", flush=True)
     return EXIT_FAILED
 
 
@@ -173,7 +174,7 @@ async def run_attempt(
     checkpoints = status_store.StatusStore(
         client, namespace, name, attempt=attempt, flowrun=flowrun
     )
-    print(f"{clock.timestamp()} run {namespace}/{name} attempt {attempt}", flush=True)
+    print(f"{times.timestamp()} run {namespace}/{name} attempt {attempt}", flush=True)
     try:
         snap = await reading
         snap.check(flowrun)
@@ -191,7 +192,7 @@ async def run_attempt(
 
     progress = Progress(checkpoints)
     metadata = flowrun.get("metadata") or {}
-    traceparent = (metadata.get("annotations") or {}).get(tracing.TRACEPARENT_ANNOTATION)
+    traceparent = (metadata.get("annotations") or {}).get(wellknown.TRACEPARENT_ANNOTATION)
     try:
         with tracing.run_context(str(metadata.get("uid") or ""), traceparent):
             outcome = await run_mod.run_flow(
@@ -319,7 +320,7 @@ async def _main(
         except asyncio.CancelledError:
             if not terminated:
                 raise
-            print(f"{clock.timestamp()} run stopped by SIGTERM", flush=True)
+            print(f"{times.timestamp()} run stopped by SIGTERM", flush=True)
             return EXIT_TERMINATED
         except kube_client.ApiError as exc:
             log.error("attempt lost: %s", exc)

@@ -27,22 +27,13 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from agentflows import api as api_group
 from agentflows.api import flow as flow_api
+from agentflows.api import wellknown
 from agentflows.engine import expressions
 from agentflows.kube import client as kube
 from agentflows.kube import objects
 
-FLOW_LABEL = objects.FLOW
-TRIGGER_LABEL = "agentflows.io/trigger"
-TRIGGER_TYPE_LABEL = "agentflows.io/trigger-type"
-MANAGED_BY_LABEL = objects.MANAGED_BY
-MANAGED_BY = objects.MANAGER
-DEDUP_ANNOTATION = "agentflows.io/dedup-key"
-DELIVERY_ANNOTATION = "agentflows.io/delivery-id"
-SCHEDULED_TIME_ANNOTATION = "agentflows.io/scheduled-time"
-#: On a run a kubernetes trigger started from another run's object (its Events, its pods):
-#: how many such hops led to it (see :data:`agentflows.triggers.kubernetes.MAX_TRIGGER_DEPTH`).
-DEPTH_ANNOTATION = "agentflows.io/trigger-depth"
 #: Annotation values are bounded so a hostile delivery id cannot bloat the object.
 MAX_ANNOTATION = 256
 #: Longest a trigger's ``input`` or ``filter`` expression may run for one event.
@@ -161,15 +152,15 @@ def _body(
         {"name": request.name} if request.name else {"generateName": f"{flow}-"}
     )
     metadata["labels"] = {
-        FLOW_LABEL: objects.label_value(flow),
-        TRIGGER_LABEL: trigger.name,
-        TRIGGER_TYPE_LABEL: kind,
-        MANAGED_BY_LABEL: MANAGED_BY,
+        wellknown.FLOW: objects.label_value(flow),
+        wellknown.TRIGGER: trigger.name,
+        wellknown.TRIGGER_TYPE: kind,
+        wellknown.MANAGED_BY: wellknown.MANAGER,
     }
     if request.annotations:
         metadata["annotations"] = {k: v[:MAX_ANNOTATION] for k, v in request.annotations.items()}
     return {
-        "apiVersion": "agentflows.io/v1alpha1",
+        "apiVersion": api_group.API_VERSION,
         "kind": "FlowRun",
         "metadata": metadata,
         "spec": {

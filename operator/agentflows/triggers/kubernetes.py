@@ -53,6 +53,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from agentflows.api import flow as flow_api
+from agentflows.api import wellknown
 from agentflows.engine import expressions
 from agentflows.kube import client as kube
 from agentflows.triggers import common
@@ -514,7 +515,10 @@ class WatchManager:
             return
         request = common.RunRequest(
             payload={"type": event_type, "object": trim(obj)},
-            annotations={common.DEDUP_ANNOTATION: identity, common.DEPTH_ANNOTATION: str(depth)},
+            annotations={
+                wellknown.DEDUP_ANNOTATION: identity,
+                wellknown.DEPTH_ANNOTATION: str(depth),
+            },
         )
         try:
             run = await common.create_run(self.client, binding.flow, binding.trigger, request)

@@ -31,7 +31,9 @@ from typing import Any
 
 import croniter
 
+from agentflows import api as api_group
 from agentflows.api import flow as flow_api
+from agentflows.api import times, wellknown
 from agentflows.kube import client as kube
 from agentflows.kube import objects, podsecurity
 from agentflows.triggers import common
@@ -39,7 +41,6 @@ from agentflows.triggers import common
 SERVICE_ACCOUNT = "agentflows-trigger"
 JOB_NAME_ENV = "AGENTFLOWS_JOB_NAME"
 CRONJOB_ENV = "AGENTFLOWS_CRONJOB"
-SPEC_HASH_ANNOTATION = "agentflows.io/spec-hash"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,10 +72,10 @@ def cronjob_name(flow: str, trigger: str) -> str:
 
 def _labels(flow: str, trigger: str) -> dict[str, str]:
     return {
-        common.MANAGED_BY_LABEL: common.MANAGED_BY,
-        common.FLOW_LABEL: objects.label_value(flow),
-        common.TRIGGER_LABEL: trigger,
-        common.TRIGGER_TYPE_LABEL: "schedule",
+        wellknown.MANAGED_BY: wellknown.MANAGER,
+        wellknown.FLOW: objects.label_value(flow),
+        wellknown.TRIGGER: trigger,
+        wellknown.TRIGGER_TYPE: "schedule",
     }
 
 
@@ -152,10 +153,10 @@ def cronjob_for(
             "name": cronjob_name(flow, trigger.name),
             "namespace": namespace,
             "labels": labels,
-            "annotations": {SPEC_HASH_ANNOTATION: digest},
+            "annotations": {wellknown.SPEC_HASH_ANNOTATION: digest},
             "ownerReferences": [
                 objects.owner_reference(
-                    {"apiVersion": objects.GROUP_VERSION, "kind": "Flow", "metadata": meta}
+                    {"apiVersion": api_group.API_VERSION, "kind": "Flow", "metadata": meta}
                 )
             ],
         },
@@ -192,8 +193,8 @@ async def sync_cronjobs(
         desired = {}
     path = kube.path_of("cronjobs", namespace)
     selector = (
-        f"{objects.flow_selector(flow)},{common.TRIGGER_TYPE_LABEL}=schedule,"
-        f"{common.MANAGED_BY_LABEL}={common.MANAGED_BY}"
+        f"{objects.flow_selector(flow)},{wellknown.TRIGGER_TYPE}=schedule,"
+        f"{wellknown.MANAGED_BY}={wellknown.MANAGER}"
     )
     existing = {
         item["metadata"]["name"]: item
@@ -207,8 +208,8 @@ async def sync_cronjobs(
             await objects.create_or_get(client, path, created)
             continue
         annotations = current["metadata"].get("annotations") or {}
-        if annotations.get(SPEC_HASH_ANNOTATION) != body["metadata"]["annotations"][
-            SPEC_HASH_ANNOTATION
+        if annotations.get(wellknown.SPEC_HASH_ANNOTATION) != body["metadata"]["annotations"][
+            wellknown.SPEC_HASH_ANNOTATION
         ] or not objects.owned_by(current, uid):
             patch = {
                 "metadata": {
@@ -234,7 +235,7 @@ def scheduled_time_of(job_name: str | None, cronjob: str | None) -> str | None:
     if not suffix.isdigit():
         return None
     moment = datetime.datetime.fromtimestamp(int(suffix) * 60, tz=datetime.UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return times.api_time(moment)
 
 
 def next_time(cron: str, time_zone: str | None, after: datetime.datetime) -> datetime.datetime:
@@ -250,10 +251,6 @@ def next_time(cron: str, time_zone: str | None, after: datetime.datetime) -> dat
         return croniter.croniter(cron, after.astimezone(zone)).get_next(datetime.datetime)
     except (croniter.CroniterError, ValueError) as exc:
         raise ValueError(f"cron {cron!r} cannot be read: {exc}") from None
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 async def fire(
@@ -284,12 +281,12 @@ async def fire(
             f"{common.type_of(trigger)} trigger, not a schedule"
         )
     scheduled = scheduled_time_of(job_name, cronjob)
-    when = scheduled or _now()
+    when = scheduled or times.api_time()
     request = common.RunRequest(
         payload={"scheduledTime": when},
         extra={"scheduledTime": when},
         name=job_name if scheduled else None,
-        annotations={common.SCHEDULED_TIME_ANNOTATION: when},
+        annotations={wellknown.SCHEDULED_TIME_ANNOTATION: when},
     )
     return await common.create_run(client, flow_obj, trigger, request)
 

@@ -64,6 +64,7 @@ from aiohttp import web, web_server
 
 from agentflows import tracing
 from agentflows.api import flow as flow_api
+from agentflows.api import wellknown
 from agentflows.kube import client as kube
 from agentflows.kube import informer
 from agentflows.triggers import common, signing
@@ -410,9 +411,9 @@ class Receiver:
         if not self.limiter.allow(bucket, trigger.rate_limit_per_minute):
             wait = self.limiter.retry_after(bucket, trigger.rate_limit_per_minute)
             raise _Reject(429, "rate limit exceeded", {"Retry-After": str(max(1, round(wait)))})
-        annotations = {common.DELIVERY_ANNOTATION: delivery} if delivery else {}
+        annotations = {wellknown.DELIVERY_ANNOTATION: delivery} if delivery else {}
         if traceparent:
-            annotations[tracing.TRACEPARENT_ANNOTATION] = traceparent
+            annotations[wellknown.TRACEPARENT_ANNOTATION] = traceparent
         request = common.RunRequest(payload=payload, annotations=annotations)
         try:
             run = await common.create_run(self.client, target.flow, trigger, request)

@@ -8,10 +8,11 @@ from typing import Any
 
 import pytest
 
-from agentflows.agents import approval, host
+from agentflows.agents import host
 from agentflows.api import agent as agent_api
 from agentflows.api import flow as flow_api
 from agentflows.api import flowrun as flowrun_api
+from agentflows.api import requests as human_requests
 from agentflows.engine import capabilities, graph, run, store
 from tests.support.model_server import Reply, ScriptedModelServer, ToolCall
 
@@ -244,11 +245,14 @@ def test_edits_that_would_be_ignored_or_are_not_arguments_are_named_as_problems(
     calls = [{"id": "d1", "tool": "delete", "args": {}}, {"id": "d2", "tool": "delete", "args": {}}]
     two = flowrun_api.HumanRequest(node="fix", kind="tool", proposal={"calls": calls})
     ignored = two.model_copy(update={"edits": {"path": "/y"}})
-    assert approval.edits_problem(ignored) == (
+    assert human_requests.edits_problem(ignored) == (
         "edits: 2 calls wait, so give an object keyed by call id (valid: d1, d2) "
         "with each call's new arguments"
     )
-    assert approval.edits_problem(two.model_copy(update={"edits": {"d2": "/y"}})) == (
+    assert human_requests.edits_problem(two.model_copy(update={"edits": {"d2": "/y"}})) == (
         "edits.d2: a call's arguments are a JSON object"
     )
-    assert approval.edits_problem(two.model_copy(update={"edits": {"d2": {"path": "/y"}}})) is None
+    assert (
+        human_requests.edits_problem(two.model_copy(update={"edits": {"d2": {"path": "/y"}}}))
+        is None
+    )

@@ -10,10 +10,11 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from agentflows.agents import host, review
+from agentflows.agents import host
 from agentflows.api import agent as agent_api
 from agentflows.api import flow as flow_api
 from agentflows.api import flowrun as flowrun_api
+from agentflows.api import requests as human_requests
 from agentflows.engine import capabilities
 from tests.support.model_server import Reply, ScriptedModelServer, ToolCall
 
@@ -186,6 +187,15 @@ def test_local_run_pauses_for_review_and_agentflows_resume_continues_the_turn(
     saved = waiting["nodes"]["ship"]["detail"]["state"]["messages"]
     assert saved[0] == {"role": "user", "content": "Ship v2."}
 
+    # edits that are not the action's arguments are refused before anything runs (the
+    # operator's and the console's check, now the local CLI's too)
+    refused = _cli(
+        ["resume", "ship-1", "--decision", "edit", "--edits", '"v1"', "-q"], tmp_path, env
+    )
+    assert refused.returncode == 2, refused.stderr
+    assert "edits: they replace the arguments of deploy, so give a JSON object" in refused.stderr
+    assert len(model_server.requests) == 1
+
     model_server.script(Reply.text("Deployed v1."))
     edits = json.dumps({"version": "v1"})
     resumed = _cli(
@@ -204,7 +214,7 @@ def test_edits_of_a_proposed_action_that_are_not_its_arguments_are_named_as_a_pr
         node="fix", kind="review", proposal={"tool": "delete", "args": {"path": "/x"}}
     )
     wrong = asked.model_copy(update={"edits": "/y"})
-    assert review.edits_problem(wrong) == (
+    assert human_requests.edits_problem(wrong) == (
         "edits: they replace the arguments of delete, so give a JSON object"
     )
-    assert review.edits_problem(asked.model_copy(update={"edits": {"path": "/y"}})) is None
+    assert human_requests.edits_problem(asked.model_copy(update={"edits": {"path": "/y"}})) is None

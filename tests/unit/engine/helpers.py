@@ -12,9 +12,9 @@ from collections import Counter
 from typing import Any
 
 from agentflows.api import agent as agent_api
-from agentflows.api import documents
+from agentflows.api import documents, times
 from agentflows.api import flow as flow_api
-from agentflows.engine import capabilities, clock, envelope, graph, run, state, store
+from agentflows.engine import capabilities, envelope, graph, run, state, store
 
 
 def flow_spec(text: str) -> flow_api.FlowSpec:
@@ -78,7 +78,7 @@ async def run_once(
     value: Any = None,
     resolver: graph.StaticResolver | None = None,
     observer: state.Observer | None = None,
-    now: clock.Clock = clock.utc_now,
+    now: times.Clock = times.now,
 ) -> store.Outcome:
     resolver = resolver or graph.StaticResolver(agents("a", "b"))
     compiled = graph.compile_flow(spec, resolver)
@@ -108,7 +108,7 @@ class ManualClock:
     """A clock a test moves by hand (the engine's injectable clock)."""
 
     def __init__(self, start: str = "2026-01-01T00:00:00Z") -> None:
-        self.now = clock.parse_time(start)
+        self.now = times.parse_time(start)
 
     def __call__(self) -> dt.datetime:
         return self.now

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from agentflows.api import common
+from agentflows.api import common, times
 from agentflows.api import flowrun as flowrun_api
-from agentflows.engine import capabilities, clock, envelope, graph, state, store
+from agentflows.engine import capabilities, envelope, graph, state, store
 
 from .helpers import ManualClock, agents, flow_spec, run_once
 
@@ -135,8 +135,8 @@ async def test_a_resumed_agent_record_keeps_its_first_start_time(flow: str) -> N
     now.advance(3600)
     await run_once(spec, st, PausingAgent(), resolver=_resolver(), now=now)
     record = st.checkpoint.nodes[AGENT_KEY[flow]]
-    assert record.started_at == clock.timestamp(clock.parse_time("2026-03-01T10:00:00Z"))
-    assert record.finished_at == clock.timestamp(clock.parse_time("2026-03-01T11:00:00Z"))
+    assert record.started_at == times.timestamp(times.parse_time("2026-03-01T10:00:00Z"))
+    assert record.finished_at == times.timestamp(times.parse_time("2026-03-01T11:00:00Z"))
     assert record.attempts == 2
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from agentflows.api import wellknown
 from agentflows.kube import objects
 
 DNS_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
@@ -14,7 +15,7 @@ def test_short_names_and_labels_are_kept_as_they_are() -> None:
     assert objects.pod_name("shout-1", 2) == "shout-1-2"
     assert objects.snapshot_name("shout-1") == "shout-1-snapshot"
     assert objects.cronjob_name("nightly", "daily") == "nightly-daily"
-    assert objects.run_labels("r", "f")[objects.FLOW] == "f"
+    assert objects.run_labels("r", "f")[wellknown.FLOW] == "f"
 
 
 def test_a_long_flow_name_becomes_a_valid_label_that_keeps_its_head_and_stays_distinct() -> None:
@@ -25,7 +26,7 @@ def test_a_long_flow_name_becomes_a_valid_label_that_keeps_its_head_and_stays_di
     assert all(DNS_LABEL_VALUE.match(label) for label in labels)
     assert labels[0] != labels[1]
     assert all(label.startswith("a" * 40) for label in labels)
-    assert objects.flow_selector(first) == f"{objects.FLOW}={labels[0]}"
+    assert objects.flow_selector(first) == f"{wellknown.FLOW}={labels[0]}"
 
 
 def test_names_derived_from_a_253_character_run_fit_and_keep_their_suffix() -> None:

@@ -17,9 +17,10 @@ from typing import Any
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from agentflows.api import wellknown
 from agentflows.kube import client as kube
 from agentflows.kube import kubeconfig
-from agentflows.triggers import common, kubernetes
+from agentflows.triggers import kubernetes
 
 #: What the operator's cache says the objects belong to: (Flow, trigger depth) of the run.
 LINEAGE = {
@@ -117,7 +118,7 @@ async def test_a_trigger_never_fires_on_its_own_runs_and_a_chain_of_runs_stops_a
     started = [
         (
             run["spec"]["trigger"]["payload"]["object"]["involvedObject"]["name"],
-            run["metadata"]["annotations"][common.DEPTH_ANNOTATION],
+            run["metadata"]["annotations"][wellknown.DEPTH_ANNOTATION],
         )
         for run in fake.created
     ]
