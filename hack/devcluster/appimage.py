@@ -16,7 +16,8 @@ it is made of (:func:`_base_key`): a second build finds it and returns at once.
 ``--build-arg BASE_IMAGE=...`` changed — the same file ``docker build .`` reads — tags it
 ``agentflows:<appVersion>`` (the chart's ``appVersion``, which is what the chart's Deployment and
 the operator's default runner image name), and saves it as a ``docker save`` archive in the
-binary cache, which :func:`devcluster.images.import_image` loads into the node's containerd.
+binary cache, which :func:`load_into_node` imports into a real node's containerd (``up --node
+real`` and the cluster tests' real node do).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from devcluster import build
+from devcluster import build, images, node
 
 ROOT = Path(__file__).resolve().parents[2]
 SUITE = "bookworm"
@@ -173,3 +174,10 @@ def app_image() -> Built:
     # The previous build's image lost its tag to this one: drop it, or every build keeps one.
     subprocess.run(["buildah", "rmi", "--prune"], capture_output=True, check=False)
     return Built(tag, archive, time.monotonic() - started, archive.stat().st_size)
+
+
+def load_into_node(state_dir: Path) -> Built:
+    """Build (or find) the image; import it into the real node's containerd in ``state_dir``."""
+    built = app_image()
+    images.import_image(node.containerd_socket(state_dir), built.archive)
+    return built

@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from devcluster import appimage, build, controlplane, images, monitoring, node
+from devcluster import appimage, build, controlplane, monitoring, node
 
 
 def _state_dir(args: argparse.Namespace) -> Path:
@@ -87,8 +87,7 @@ def _up(args: argparse.Namespace) -> int:
     started = time.monotonic()
     cp = controlplane.start(_state_dir(args), audit=args.audit_log, node_kind=args.node)
     if args.node == "real":
-        built = appimage.app_image()
-        images.import_image(node.containerd_socket(cp.state_dir), built.archive)
+        built = appimage.load_into_node(cp.state_dir)
         print(f"  image {built.tag} imported (pods name it with imagePullPolicy: Never)")
     elapsed = time.monotonic() - started
     print(

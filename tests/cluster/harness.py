@@ -22,7 +22,7 @@ from kubernetes import client, config
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "hack"))
 
-from devcluster import controlplane, podfiles  # noqa: E402
+from devcluster import build, controlplane, podfiles  # noqa: E402
 
 KUBECTL = "kubectl"
 T = TypeVar("T")
@@ -51,6 +51,8 @@ class Cluster:
 
     cp: controlplane.ControlPlane
     _clients: dict[str, client.ApiClient] = field(default_factory=dict)
+    #: The CRDs the ``crds`` fixture applied and saw Established (once per cluster).
+    crds: list[str] = field(default_factory=list)
 
     def kubeconfig(self, user: str = "admin") -> Path:
         return self.cp.kubeconfig(user)
@@ -104,6 +106,26 @@ class Cluster:
         return podfiles.pod_log_path(
             self.cp.state_dir, meta.namespace, meta.name, meta.uid, container
         )
+
+
+class Helm:
+    """The pinned helm binary (``hack/control-plane build-helm``), talking to a cluster as admin."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.binary = build.helm_binary()
+        self.cluster = cluster
+
+    def __call__(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [str(self.binary), f"--kubeconfig={self.cluster.kubeconfig()}", *args],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        if check and done.returncode != 0:
+            pytest.fail(f"helm {' '.join(args)} failed: {done.stdout}{done.stderr}")
+        return done
 
 
 def python_pod(name: str, code: str, **spec: Any) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 Test modules import the fixtures they use by name (``from tests.cluster.kube_fixtures import
 crds, kube, kube_namespace``). Built on the ``control_plane`` session fixture of ``conftest.py``:
 
-- ``crds``: the project's CRDs applied once per session and Established;
+- ``crds``: the project's CRDs applied once per session cluster and Established;
 - ``kube_namespace``: one namespace per test module (FlowRuns get unique names in it);
 - ``kube``: an :class:`agentflows.kube.client.Client` with the admin kubeconfig, per test.
 """
@@ -27,15 +27,21 @@ def _established(cluster: Cluster, name: str) -> bool:
     return any(c.type == "Established" and c.status == "True" for c in crd.status.conditions or [])
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def crds(control_plane: Cluster) -> list[str]:
-    """Apply crds/*.yaml and wait until every CRD is Established; return their names."""
+    """Apply crds/*.yaml and wait until every CRD is Established; return their names.
+
+    Once per session cluster (the process kubelet's and the real node's are two).
+    """
+    if control_plane.crds:
+        return control_plane.crds
     names = []
     for path in sorted((REPO / "crds").glob("*.yaml")):
         control_plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
         names += [d["metadata"]["name"] for d in yaml.safe_load_all(path.read_text()) if d]
     for name in names:
         wait_for(lambda name=name: _established(control_plane, name), 60, f"{name} Established")
+    control_plane.crds = names
     return names
 
 

@@ -27,6 +27,8 @@ from kubernetes import client
 
 from tests.cluster.harness import REPO, Cluster, wait_for
 
+from devcluster import appimage  # isort: skip  (hack/ is on sys.path through the harness)
+
 __all__ = ["FlowRuns", "OperatorProcess", "flow_namespace", "operator", "runs"]
 
 OPERATOR_NAMESPACE = "agentflows-system"
@@ -63,7 +65,9 @@ class OperatorProcess:
 
     def launch(self) -> None:
         """Start the process and return at once (:meth:`start` also waits for /readyz)."""
-        env = {**os.environ, "AGENTFLOWS_RUNNER_IMAGE": "agentflows:test", **self.env}
+        # The image a real node has (the process kubelet ignores images).
+        image = f"agentflows:{appimage.app_version()}"
+        env = {**os.environ, "AGENTFLOWS_RUNNER_IMAGE": image, **self.env}
         env.pop("KUBECONFIG", None)
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(

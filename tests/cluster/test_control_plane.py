@@ -34,6 +34,9 @@ def test_kubectl_sees_the_ready_process_node(control_plane: Cluster) -> None:
     out = control_plane.kubectl("get", "nodes", "-o", "json").stdout
     nodes = json.loads(out)["items"]
     assert [n["metadata"]["name"] for n in nodes] == [control_plane.cp.node_name]
+    # This module names no NODE: the session's process kubelet serves it.
+    assert control_plane.cp.node == "process"
+    assert nodes[0]["status"]["nodeInfo"]["containerRuntimeVersion"] == "process://1"
     ready = [c for c in nodes[0]["status"]["conditions"] if c["type"] == "Ready"]
     assert ready[0]["status"] == "True"
 

@@ -30,11 +30,7 @@ import yaml
 from kubernetes import client
 
 from agentflows.api import crd
-from tests.cluster.harness import REPO, Cluster, adopt_into_helm_release, wait_for
-
-sys.path.insert(0, str(REPO / "hack"))
-
-from devcluster import build
+from tests.cluster.harness import REPO, Cluster, Helm, adopt_into_helm_release, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -59,26 +55,6 @@ def _create_namespace(cluster: Cluster, name: str) -> None:
             }
         }
     )
-
-
-class Helm:
-    """The pinned helm binary, talking to the control plane as admin."""
-
-    def __init__(self, cluster: Cluster) -> None:
-        self.binary = build.helm_binary()
-        self.cluster = cluster
-
-    def __call__(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(
-            [str(self.binary), f"--kubeconfig={self.cluster.kubeconfig()}", *args],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
-        if check and done.returncode != 0:
-            pytest.fail(f"helm {' '.join(args)} failed: {done.stdout}{done.stderr}")
-        return done
 
 
 @pytest.fixture

@@ -1,8 +1,10 @@
 """The real node (``hack/control-plane up --node real``): pods in containers, and a clean ``down``.
 
-Each test starts its own control plane with containerd, the kubelet, kube-proxy and kube-scheduler
-(:mod:`devcluster.node`) in a private state directory, beside the session's process-kubelet one:
-only one real node runs per machine (the pod bridge and kube-proxy's chains are host-wide).
+Most tests run on the session's shared real node (``NODE = "real"``, tests/cluster/conftest.py).
+The one about ``down`` needs a node of its own, started and stopped inside the test: it is marked
+``own_real_node``, which the conftest runs before any test asks for the shared node (only one
+real node runs per machine: the pod bridge and kube-proxy's chains are host-wide), beside the
+process kubelet's control plane if that is up.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ import ipaddress
 import json
 import os
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,8 @@ from tests.cluster.harness import Cluster, controlplane
 from devcluster import images, node  # isort: skip  (hack/ is on sys.path through the harness)
 
 pytestmark = pytest.mark.cluster
+
+NODE = "real"
 
 _RESTRICTED = {
     "runAsNonRoot": True,
@@ -51,9 +54,9 @@ def _pause_pod(name: str) -> dict[str, object]:
     }
 
 
-def _run_pod(cluster: Cluster, name: str) -> client.V1Pod:
-    cluster.core().create_namespaced_pod("default", _pause_pod(name))
-    return cluster.wait_for_pod_phase("default", name, ("Running",), timeout=120)
+def _run_pod(cluster: Cluster, name: str, namespace: str = "default") -> client.V1Pod:
+    cluster.core().create_namespaced_pod(namespace, _pause_pod(name))
+    return cluster.wait_for_pod_phase(namespace, name, ("Running",), timeout=120)
 
 
 def _iptables() -> list[str]:
@@ -79,42 +82,43 @@ def _host_snapshot() -> dict[str, object]:
     }
 
 
-@pytest.fixture
-def real_node() -> Iterator[Cluster]:
-    state_dir = controlplane.temporary_state_dir()
-    cp = controlplane.start(state_dir, node_kind="real")
-    try:
-        yield Cluster(cp)
-    finally:
-        controlplane.stop(state_dir)
+def test_modules_that_name_the_real_node_share_one_session_node_running_containerd(
+    control_plane: Cluster, real_cluster: Cluster
+) -> None:
+    assert control_plane is real_cluster
+    assert control_plane.cp.node == "real"
+    node_info = control_plane.core().read_node(control_plane.cp.node_name).status.node_info
+    assert node_info.container_runtime_version == "containerd://1.6.20"
+    assert node_info.os_image != "agentflows process kubelet"
 
 
 def test_real_node_runs_a_restricted_pod_in_a_container_on_the_pod_bridge(
-    real_node: Cluster,
+    control_plane: Cluster, namespace: str
 ) -> None:
-    pod = _run_pod(real_node, "restricted")
+    pod = _run_pod(control_plane, "restricted", namespace)
     assert ipaddress.ip_address(pod.status.pod_ip) in ipaddress.ip_network(node.POD_CIDR)
     [status] = pod.status.container_statuses
     assert status.container_id.startswith("containerd://")
-    node_info = real_node.core().read_node(real_node.cp.node_name).status.node_info
+    node_info = control_plane.core().read_node(control_plane.cp.node_name).status.node_info
     assert node_info.container_runtime_version == "containerd://1.6.20"
-    assert node_info.kubelet_version == real_node.cp.versions["kubernetes"]
+    assert node_info.kubelet_version == control_plane.cp.versions["kubernetes"]
     # The API server reaches the kubelet with its client certificate (logs, exec, attach).
-    assert real_node.kubectl("logs", "restricted").returncode == 0
+    assert control_plane.kubectl("logs", "restricted", "-n", namespace).returncode == 0
 
 
 def test_real_node_pods_reach_the_api_server_through_the_kubernetes_service(
-    real_node: Cluster,
+    control_plane: Cluster,
 ) -> None:
     endpoints = json.loads(
-        real_node.kubectl("get", "endpointslices", "-n", "default", "-o", "json").stdout
+        control_plane.kubectl("get", "endpointslices", "-n", "default", "-o", "json").stdout
     )
     [kubernetes] = [s for s in endpoints["items"] if s["metadata"]["name"] == "kubernetes"]
     assert [a for e in kubernetes["endpoints"] for a in e["addresses"]] == [node.NODE_IP]
-    service = real_node.core().read_namespaced_service("kubernetes", "default")
+    service = control_plane.core().read_namespaced_service("kubernetes", "default")
     assert service.spec.cluster_ip == controlplane.SERVICE_IP
 
 
+@pytest.mark.own_real_node
 def test_down_leaves_the_host_as_it_was_before_up() -> None:
     before = _host_snapshot()
     state_dir = controlplane.temporary_state_dir()

@@ -1,35 +1,25 @@
 """A FlowRun's runner in a container of the image the ``Dockerfile`` builds, on the real node.
 
-The module starts its own real node (:mod:`devcluster.node`), builds ``agentflows:<appVersion>``
-from the project's ``Dockerfile`` with :func:`devcluster.appimage.app_image` (a cached archive
-when the sources are unchanged; ``hack/test`` builds it before the tests) and imports it into the
-node's containerd. The operator runs from the checkout with its ServiceAccount's token, as in the
-other operator tests; what runs in a container is every runner pod it creates: under runc, as
-the chart's non-root user, with the read-only root filesystem and the restricted Pod Security
-Standard the namespace enforces, reaching the API server through the ``kubernetes`` Service.
+The module runs on the session's shared real node (``NODE = "real"``, tests/cluster/conftest.py),
+which has ``agentflows:<appVersion>`` from the project's ``Dockerfile`` in its containerd. The
+operator runs from the checkout with its ServiceAccount's token, as in the other operator tests;
+what runs in a container is every runner pod it creates: under runc, as the chart's non-root
+user, with the read-only root filesystem and the restricted Pod Security Standard the namespace
+enforces, reaching the API server through the ``kubernetes`` Service.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
-from tests.cluster.harness import Cluster, controlplane
-from tests.cluster.operator_fixtures import (
-    FlowRuns,
-    OperatorProcess,
-    install_operator,
-    prepare_flow_namespace,
-    python_tool,
-)
+from tests.cluster.operator_fixtures import *  # noqa: F403
+from tests.cluster.operator_fixtures import FlowRuns, python_tool
 
-from devcluster import appimage, images, node  # isort: skip  (hack/ is on sys.path)
+from devcluster import appimage  # isort: skip  (hack/ is on sys.path)
 
 pytestmark = pytest.mark.cluster
 
-NAMESPACE = "containers"
+NODE = "real"
 
 # What a tool can do to the filesystem and who it is, reported by the tool itself.
 _PROBE = """
@@ -45,34 +35,6 @@ with open(os.path.join(scratch, "probe"), "w") as handle:
     handle.write("ok")
 print(json.dumps({"root": root, "uid": os.getuid(), "scratch": "written"}))
 """
-
-
-@pytest.fixture(scope="module")
-def node_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    built = appimage.app_image()
-    state_dir = controlplane.temporary_state_dir()
-    cp = controlplane.start(state_dir, node_kind="real")
-    try:
-        images.import_image(node.containerd_socket(state_dir), built.archive)
-        yield Cluster(cp)
-    finally:
-        controlplane.stop(state_dir)
-
-
-@pytest.fixture(scope="module")
-def runs(node_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FlowRuns]:
-    directory: Path = tmp_path_factory.mktemp("operator-real-node")
-    kubeconfig = install_operator(node_cluster, directory)
-    image = {"AGENTFLOWS_RUNNER_IMAGE": f"agentflows:{appimage.app_version()}"}
-    process = OperatorProcess(kubeconfig, directory / "operator.log", env=image)
-    process.start()
-    node_cluster.kubectl("create", "namespace", NAMESPACE)
-    prepare_flow_namespace(node_cluster, NAMESPACE)
-    try:
-        yield FlowRuns(node_cluster, NAMESPACE)
-    finally:
-        process.stop()
-        print(f"operator log: {process.log_path}")
 
 
 def test_a_flowrun_succeeds_in_a_runner_container_of_the_dockerfiles_image(

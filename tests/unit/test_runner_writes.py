@@ -110,7 +110,7 @@ async def test_a_finished_node_is_written_before_the_next_model_call(
     ]
 
 
-async def test_sigterm_writes_the_running_record_of_the_node_in_flight(
+async def test_sigterm_writes_the_running_record_of_the_node_in_flight_saying_it_was_interrupted(
     model_server: ScriptedModelServer,  # noqa: F811
 ) -> None:
     model_server.script(Reply.text("late", delay=5))
@@ -122,6 +122,9 @@ async def test_sigterm_writes_the_running_record_of_the_node_in_flight(
         with pytest.raises(asyncio.CancelledError):
             await attempt
     assert api.status["nodes"]["slow"]["phase"] == "Running"
+    assert api.status["nodes"]["slow"]["attemptErrors"] == [
+        "attempt 1: interrupted: the run stopped while the node ran; the next attempt runs it again"
+    ]
     assert api.status["currentNode"] == "slow"
     assert "result" not in api.status
 

@@ -14,8 +14,9 @@ run's total and checks the token and cost limits, tells the observer, and opens 
 computes a result (:mod:`agentflows.engine.nodes`).
 
 A record keeps what its node did over all its executions: the start of the first, the attempt
-count, and the usage of the turns before a pause (which the run's total already holds, so only
-the new part is added to it).
+count, the errors of earlier attempts (an attempt stopped with its run — a runner's SIGTERM —
+leaves :data:`INTERRUPTED` there), and the usage of the turns before a pause (which the run's
+total already holds, so only the new part is added to it).
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ NODE_ERRORS = (capabilities.CapabilityError, state.NodeFailed, expressions.Expre
 _NO_USAGE = common.Usage()
 #: Kinds that run in microseconds: a re-run costs nothing, so their Running record is not saved.
 _CHEAP_KINDS = ("transform", "branch")
+#: The attempt error of a node whose run was stopped while it ran.
+INTERRUPTED = "interrupted: the run stopped while the node ran; the next attempt runs it again"
 
 
 async def execute(
@@ -74,6 +77,12 @@ async def execute(
                 span.set({"agentflows.node.phase": Phase.WAITING.value})
                 run.emit("waiting", key, kind, record)
                 return Phase.WAITING
+            except asyncio.CancelledError:
+                # The run is being stopped (its runner got SIGTERM, Ctrl-C): the record, still
+                # Running, says so; the stopping runner writes it before it exits, and the next
+                # attempt runs the node again.
+                await run.save_node(key, _with_attempt_error(record, INTERRUPTED))
+                raise
             except NODE_ERRORS as exc:
                 span.fail(str(exc))
                 failure = exc
@@ -155,8 +164,10 @@ def backoff(retry: flow_api.NodeRetry, tries: int) -> float:
     return delay * (1 - retry.jitter * random.random())
 
 
-def _with_attempt_error(record: flowrun_api.NodeStatus, exc: Exception) -> flowrun_api.NodeStatus:
-    text = f"attempt {record.attempts}: {exc}"[: flowrun_api.MAX_ATTEMPT_ERROR_CHARS]
+def _with_attempt_error(
+    record: flowrun_api.NodeStatus, error: Exception | str
+) -> flowrun_api.NodeStatus:
+    text = f"attempt {record.attempts}: {error}"[: flowrun_api.MAX_ATTEMPT_ERROR_CHARS]
     errors = [*record.attempt_errors, text][-flowrun_api.MAX_ATTEMPT_ERRORS :]
     return record.model_copy(update={"attempt_errors": errors})
 
