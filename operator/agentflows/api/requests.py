@@ -7,13 +7,19 @@ so neither imports the other for them.
 
 from __future__ import annotations
 
-from agentflows.api.flowrun import FlowRunStatus, HumanRequest, NodePhase
+from agentflows.api.flowrun import FlowRunStatus, HumanRequest, NodePhase, fold_holding
 
 
 def node_waits(status: FlowRunStatus, request: HumanRequest) -> bool:
-    """Whether the request's node still waits (a request written before its node: yes)."""
+    """Whether the request's node still waits (a request written before its node: yes).
+
+    The node of an older loop iteration may be folded (``review#5`` into ``review#2-990``):
+    it finished, so it does not wait.
+    """
     node = status.nodes.get(request.node)
-    return node is None or node.phase is NodePhase.WAITING
+    if node is None:
+        return fold_holding(status.nodes, request.node) is None
+    return node.phase is NodePhase.WAITING
 
 
 def pending(status: FlowRunStatus) -> dict[str, HumanRequest]:

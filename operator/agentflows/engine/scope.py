@@ -37,6 +37,12 @@ class ScopeBuilder:
         if iteration is not None:
             self._iterations.setdefault(node_id, {})[iteration] = output
 
+    def forget(self, node_id: str, iterations: range) -> None:
+        """Drop ``iterations`` of a node from ``.iterations.<id>`` (they were folded)."""
+        kept = self._iterations.get(node_id, {})
+        for n in iterations:
+            kept.pop(n, None)
+
     @property
     def outputs(self) -> dict[str, Any]:
         """Outputs by node id."""
