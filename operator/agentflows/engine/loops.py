@@ -156,18 +156,31 @@ def problems(
     return found
 
 
-def _iteration_of(key: str, base: str) -> int | None:
-    """The iteration of ``base`` (a node's key) that record ``key`` belongs to, if any.
+def _records_by_node(
+    records: Mapping[str, flowrun_api.NodeStatus], prefix: str, body: frozenset[str]
+) -> tuple[dict[str, str], dict[str, list[tuple[int, str]]]]:
+    """For each node of a loop's body: its fold's key, and its other keys by iteration (>= 2).
 
-    ``base#7`` itself, its map items ``base#7[0]`` and its sub-flow steps ``base#7/...``.
+    A node's records of iteration n are ``<id>#<n>``, its map items ``<id>#<n>[i]`` and its
+    sub-flow steps ``<id>#<n>/...``; one pass over the records (this runs every iteration).
     """
-    if not key.startswith(base + "#"):
-        return None
-    rest = key[len(base) + 1 :]
-    digits = len(rest) - len(rest.lstrip("0123456789"))
-    if digits == 0 or rest[digits : digits + 1] not in ("", "[", "/"):
-        return None
-    return int(rest[:digits])
+    folds: dict[str, str] = {}
+    by_iteration: dict[str, list[tuple[int, str]]] = {node_id: [] for node_id in body}
+    for key in records:
+        if not key.startswith(prefix):
+            continue
+        node_id, mark, rest = key[len(prefix) :].partition("#")
+        if not mark or node_id not in body:
+            continue
+        digits = len(rest) - len(rest.lstrip("0123456789"))
+        after = rest[digits:]
+        if digits == 0:
+            continue
+        if after[:1] == "-" and after[1:].isdigit():
+            folds[node_id] = key
+        elif after[:1] in ("", "[", "/"):
+            by_iteration[node_id].append((int(rest[:digits]), key))
+    return folds, by_iteration
 
 
 def fold(
@@ -179,15 +192,18 @@ def fold(
     and the iterations newly folded; nothing when every such iteration is folded already.
     """
     last = iteration - flowrun_api.ITERATIONS_KEPT
+    if last < 2:
+        return {}, [], range(0)
+    folds, by_iteration = _records_by_node(records, prefix, loop.body)
     folded: dict[str, flowrun_api.NodeStatus] = {}
     removed: list[str] = []
     start = last + 1
     for node_id in sorted(loop.body):
         base = prefix + node_id
-        earlier = flowrun_api.fold_holding(records, f"{base}#2")
+        earlier = folds.get(node_id)
         span = flowrun_api.folded_range(earlier) if earlier else None
         begin = span[2] + 1 if span else 2
-        keys = [k for k in records if begin <= (_iteration_of(k, base) or 0) <= last]
+        keys = [k for n, k in by_iteration[node_id] if begin <= n <= last]
         if not keys:
             continue
         start = min(start, begin)
