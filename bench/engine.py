@@ -5,6 +5,9 @@ It measures, per executed node, the wall time of a full run of:
 
 - ``chain-100``: 100 nodes in a line;
 - ``fanout-1-32-1``: one node, 32 parallel nodes, one node that joins them (34 nodes);
+- ``loop-100``: one node run 100 times by a loop (agentflows: the node and the branch that
+  sends it back, 201 nodes executed with the exit; LangGraph: the node and a conditional
+  edge, 100), printed per node next to ``chain-100``'s;
 
 in agentflows (``compile_flow`` + ``run_flow`` with a ``MemoryStore``) and in LangGraph
 (``StateGraph`` + ``ainvoke``, with an ``InMemorySaver`` and without a checkpointer). Then it
@@ -43,6 +46,7 @@ from agentflows.engine import graph, run, store
 REPO = Path(__file__).resolve().parent.parent
 CHAIN_LENGTH = 100
 FANOUT_WIDTH = 32
+LOOP_ITERATIONS = 100
 STARTUP_TARGET_S = 0.25  # issue 25
 #: The CLI prints this before a node's key when the node starts (cli/main.py _Progress).
 NODE_STARTED_MARK = "…"
@@ -97,7 +101,32 @@ def af_fanout_spec(width: int) -> flow_api.FlowSpec:
     )
 
 
+def af_loop_spec(iterations: int) -> flow_api.FlowSpec:
+    """``step`` counts its iterations (``.nodes.step`` is the previous one's); ``again`` loops."""
+    return flow_api.FlowSpec.model_validate(
+        {
+            "nodes": [
+                {"id": "step", "maxIterations": iterations, "transform": AF_LOOP_STEP},
+                {
+                    "id": "again",
+                    "branch": {
+                        "value": "=.nodes.step.json",
+                        "cases": {str(iterations): "done"},
+                        "default": "step",
+                    },
+                },
+                {"id": "done", "transform": AF_TRANSFORM},
+            ],
+        }
+    )
+
+
+#: The loop's per-node work: the previous iteration's count plus one (jq over the run scope).
+AF_LOOP_STEP = "=(.nodes.step.json // 0) + 1"
+
+
 def af_runner(spec: flow_api.FlowSpec, expected_nodes: int) -> Runner:
+    """A full run; it must succeed with ``expected_nodes`` node executions."""
     resolver = graph.StaticResolver()
     compiled = graph.compile_flow(spec, resolver)
     caps = _NoCapabilities()
@@ -112,8 +141,9 @@ def af_runner(spec: flow_api.FlowSpec, expected_nodes: int) -> Runner:
             caps=caps,
             resolver=resolver,
         )
+        # attempts, not records: a loop's folded record stands for the iterations it holds
         succeeded = sum(
-            1
+            r.attempts
             for r in memory.checkpoint.nodes.values()
             if r.phase == flowrun_api.NodePhase.SUCCEEDED
         )
@@ -128,6 +158,10 @@ def af_runner(spec: flow_api.FlowSpec, expected_nodes: int) -> Runner:
 
 class ChainState(TypedDict):
     value: str
+
+
+class LoopState(TypedDict):
+    count: int
 
 
 class FanoutState(TypedDict):
@@ -154,6 +188,20 @@ def lg_chain_graph(length: int) -> StateGraph[Any]:
     for a, b in itertools.pairwise(ids):
         builder.add_edge(a, b)
     builder.add_edge(ids[-1], END)
+    return builder
+
+
+async def lg_count(state: Any) -> dict[str, Any]:
+    """The loop's per-node work: the count plus one."""
+    return {"count": state["count"] + 1}
+
+
+def lg_loop_graph(iterations: int) -> StateGraph[Any]:
+    """LangGraph's own cycle: ``step`` and a conditional edge back to it until the count."""
+    builder = StateGraph(LoopState)
+    builder.add_node("step", lg_count)
+    builder.add_edge(START, "step")
+    builder.add_conditional_edges("step", lambda s: END if s["count"] >= iterations else "step")
     return builder
 
 
@@ -361,9 +409,11 @@ def main() -> None:
     warmup = 1 if options.quick else 10
     startup_runs = 1 if options.quick else 5
 
+    # (name, nodes agentflows executes, nodes LangGraph executes, spec, graph, input, check)
     cases = [
         (
             f"chain-{CHAIN_LENGTH}",
+            CHAIN_LENGTH,
             CHAIN_LENGTH,
             af_chain_spec(CHAIN_LENGTH),
             lambda: lg_chain_graph(CHAIN_LENGTH),
@@ -373,10 +423,20 @@ def main() -> None:
         (
             f"fanout-1-{FANOUT_WIDTH}-1",
             FANOUT_WIDTH + 2,
+            FANOUT_WIDTH + 2,
             af_fanout_spec(FANOUT_WIDTH),
             lambda: lg_fanout_graph(FANOUT_WIDTH),
             {"value": "", "results": []},
             lambda r: r["value"] == "x" and len(r["results"]) == FANOUT_WIDTH,
+        ),
+        (
+            f"loop-{LOOP_ITERATIONS}",
+            2 * LOOP_ITERATIONS + 1,
+            LOOP_ITERATIONS,
+            af_loop_spec(LOOP_ITERATIONS),
+            lambda: lg_loop_graph(LOOP_ITERATIONS),
+            {"count": 0},
+            lambda r: r["count"] == LOOP_ITERATIONS,
         ),
     ]
     print("per node, agentflows: a transform node '=\"x\"' (jq over the run scope, output")
@@ -387,20 +447,44 @@ def main() -> None:
     slow: list[tuple[str, Runner]] = []
 
     async def measure_all() -> None:
-        for name, nodes, spec, make_graph, initial, check in cases:
-            af = af_runner(spec, nodes)
+        for name, af_nodes, lg_nodes, spec, make_graph, initial, check in cases:
+            af = af_runner(spec, af_nodes)
             engines = {
                 "agentflows": af,
                 "langgraph+saver": lg_runner(make_graph(), initial, check, saver=True),
                 "langgraph": lg_runner(make_graph(), initial, check, saver=False),
             }
             times = await measure(engines, options.reps, budget, warmup)
-            stats = {e: (*per_node_us(t, nodes), len(t)) for e, t in times.items()}
+            executed = {"agentflows": af_nodes}
+            stats = {
+                e: (*per_node_us(t, executed.get(e, lg_nodes)), len(t)) for e, t in times.items()
+            }
             ratio = stats["agentflows"][0] / stats["langgraph+saver"][0]
             rows.append((name, stats, ratio))
             if ratio > 1.0 or options.profile:
                 slow.append((name, af))
+        # loop vs chain, per node, measured interleaved (the rows above come minutes apart,
+        # under whatever load the machine had then)
+        paired = {
+            "agentflows loop": af_runner(af_loop_spec(LOOP_ITERATIONS), 2 * LOOP_ITERATIONS + 1),
+            "agentflows chain": af_runner(af_chain_spec(LOOP_ITERATIONS), LOOP_ITERATIONS),
+            "langgraph+saver loop": lg_runner(
+                lg_loop_graph(LOOP_ITERATIONS),
+                {"count": 0},
+                lambda r: r["count"] == LOOP_ITERATIONS,
+                saver=True,
+            ),
+            "langgraph+saver chain": lg_runner(
+                lg_chain_graph(LOOP_ITERATIONS), {"value": ""}, lambda r: r["value"] == "x", True
+            ),
+        }
+        times = await measure(paired, options.reps, budget, warmup)
+        executed = {"agentflows loop": 2 * LOOP_ITERATIONS + 1}
+        loop_vs_chain.update(
+            {e: per_node_us(t, executed.get(e, LOOP_ITERATIONS))[0] for e, t in times.items()}
+        )
 
+    loop_vs_chain: dict[str, float] = {}
     asyncio.run(measure_all())
     time_to_first_node(cli_command())  # not counted: writes the bytecode caches, as pip does
     startup = [time_to_first_node(cli_command()) for _ in range(startup_runs)]
@@ -421,6 +505,24 @@ def main() -> None:
             f"{cell(stats['langgraph']):>23}{ratio:>8.2f}   {reps}"
         )
     print("ratio = agentflows / langgraph with checkpointer, medians (target <= 1.0)")
+    af_loop, af_chain = loop_vs_chain["agentflows loop"], loop_vs_chain["agentflows chain"]
+    lg_loop, lg_chain = (
+        loop_vs_chain["langgraph+saver loop"],
+        loop_vs_chain["langgraph+saver chain"],
+    )
+    af_per_iteration = af_loop * (2 * LOOP_ITERATIONS + 1) / LOOP_ITERATIONS
+    print(
+        f"loop-{LOOP_ITERATIONS} per node / chain-{LOOP_ITERATIONS} per node, measured"
+        f" interleaved (medians; target ~1.0): agentflows {af_loop / af_chain:.2f}"
+        f" ({af_loop:.1f} / {af_chain:.1f} µs), langgraph+saver {lg_loop / lg_chain:.2f}"
+        f" ({lg_loop:.1f} / {lg_chain:.1f} µs); loop ratio agentflows / langgraph+saver"
+        f" {af_loop / lg_loop:.2f} per node, {af_per_iteration / lg_loop:.2f} per iteration"
+    )
+    print(
+        f"  nodes executed in loop-{LOOP_ITERATIONS}: agentflows {2 * LOOP_ITERATIONS + 1} (the"
+        f" node, the branch that sends it back, the exit), langgraph {LOOP_ITERATIONS} (its"
+        " conditional edge is no node)"
+    )
     verdict = "ok" if startup_s <= STARTUP_TARGET_S else "OVER TARGET"
     print(
         f"cli start -> first node: {startup_s:.2f} s (target <= {STARTUP_TARGET_S} s, {verdict};"

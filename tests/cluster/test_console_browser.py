@@ -467,3 +467,53 @@ def test_a_local_runs_page_draws_its_graph_and_follows_the_run_without_reload(
         shown(page, '[data-field="run-phase"]', "Succeeded")
         assert node_phase(page, "done") == "Succeeded"
         page.get("about:blank")  # the page's event stream ends before the console stops
+
+
+LOCAL_LOOP = {
+    "apiVersion": "agentflows.io/v1alpha1",
+    "kind": "Flow",
+    "metadata": {"name": "local-loop"},
+    "spec": {
+        "nodes": [
+            {"id": "draft", "transform": "={n: 1}"},
+            {"id": "review", "approval": {"message": "draft {{ .nodes.revise.json.n // 1 }}?"}},
+            {"id": "decide", "branch": {"value": "=.nodes.review.json.decision",
+                                        "cases": {"approve": "done"}, "default": "revise"}},
+            {"id": "revise", "transform": "={n: ((.nodes.revise.json.n // 1) + 1)}"},
+            {"id": "done", "transform": "=.nodes.revise.json.n"},
+        ],
+        "edges": [
+            {"from": "draft", "to": "review"},
+            {"from": "review", "to": "decide"},
+            {"from": "revise", "to": "review"},
+        ],
+    },
+}  # fmt: skip
+
+
+def test_a_local_loop_s_run_page_lists_the_iterations_and_follows_the_waiting_one_live(
+    tmp_path: Path, browser: Callable[[str, tuple[str, ...]], WebDriver]
+) -> None:
+    (tmp_path / "loop.yaml").write_text(yaml.safe_dump(LOCAL_LOOP))
+    state = tmp_path / "runs"
+
+    def agentflows(*args: str, code: int) -> None:
+        done = subprocess.run(
+            [sys.executable, "-m", "agentflows.cli.main", *args, "--state-dir", str(state), "-q"],
+            capture_output=True, text=True, cwd=tmp_path, timeout=120, check=False,
+        )  # fmt: skip
+        assert done.returncode == code, done.stderr
+
+    agentflows("run", "loop.yaml", "--name", "loop-l", code=3)
+    agentflows("resume", "loop-l", "--decision", "reject", "--comment", "again", code=3)
+    row = 'table[data-iterations="review"] tr[data-node="{}"] [data-field="phase"]'
+    with serving_console(state / "no-kubeconfig", "--local", "--state-dir", str(state)) as url:
+        page = browser("me", ())
+        page.get(f"{url}/local/loop-l")
+        table = page.find_element(By.CSS_SELECTOR, 'table[data-iterations="review"]')
+        rows = [r.text.split()[:3] for r in table.find_elements(By.CSS_SELECTOR, "tbody tr")]
+        assert rows == [["1", "review", "Succeeded"], ["2", "review#2", "Waiting"]]
+        agentflows("resume", "loop-l", "--request", "review#2", "--decision", "approve", code=0)
+        shown(page, row.format("review#2"), "Succeeded")
+        shown(page, '[data-field="run-phase"]', "Succeeded")
+        page.get("about:blank")  # the page's event stream ends before the console stops

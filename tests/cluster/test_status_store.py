@@ -25,7 +25,7 @@ from tests.cluster.kube_fixtures import (  # noqa: F401  (fixtures)
     unique,
 )
 from tests.unit.engine.helpers import CountingHost, flow_spec
-from tests.unit.engine.store_contract import StoreContract
+from tests.unit.engine.store_contract import LONG_LOOP, StoreContract
 
 pytestmark = pytest.mark.cluster
 
@@ -113,6 +113,31 @@ async def test_ten_mib_output_round_trips_while_the_flowrun_stays_small(
     ref = obj["status"]["nodes"]["big"]["outputRef"]
     assert ref.startswith(f"configmap:{st.name}-out-")
     assert await status_store.read_output(kube, kube_namespace, ref) == big
+
+
+async def test_a_loop_of_1000_iterations_of_8_kb_outputs_leaves_the_flowrun_small(
+    kube: kube_client.Client,  # noqa: F811
+    kube_namespace: str,  # noqa: F811
+) -> None:
+    """Each output (about 8 KB, under the offload threshold) stays inline: unfolded, 8 MB."""
+    st = await _new_run(kube, kube_namespace)
+    spec = flow_spec(
+        LONG_LOOP.replace("{id: draft, tool: {python: {script: x}}}",
+                          '{id: draft, transform: "=\\"x\\" * 4000"}')
+    )  # fmt: skip
+    outcome = await run.run_flow(
+        graph.compile_flow(spec, graph.StaticResolver()),
+        run_name=st.name, input_value=None, store_=st, caps=CountingHost(),
+        resolver=graph.StaticResolver(),
+    )  # fmt: skip
+    assert outcome.phase == flowrun_api.RunPhase.SUCCEEDED, outcome.message
+    obj = await get_flowrun(kube, kube_namespace, st.name)
+    size = len(json.dumps(obj))
+    records = obj["status"]["nodes"]
+    print(f"FlowRun after a 1,000-iteration loop of 8 KB outputs: {size} bytes, "
+          f"{len(records)} node records")  # fmt: skip
+    assert size < MAX_FLOWRUN_BYTES
+    assert len(records) == 3 * (1 + flowrun_api.ITERATIONS_KEPT) + 3 + 1
 
 
 async def test_offloaded_configmaps_are_owned_by_the_flowrun_and_within_limits(

@@ -59,7 +59,7 @@ class ToolCall:
 
 @dataclasses.dataclass
 class Reply:
-    """One scripted response: text, tool calls, or an HTTP error; optionally delayed."""
+    """One scripted response: text, tool calls, or an HTTP error; optionally delayed or held."""
 
     content: str | None = None
     tool_calls: list[ToolCall] = dataclasses.field(default_factory=list)
@@ -72,6 +72,9 @@ class Reply:
     pieces: list[str] | None = None
     #: When streamed: drop the connection after this many content chunks (no ``[DONE]``).
     break_after: int | None = None
+    #: Answer only once this is set (at most 300 s): a test keeps the request in flight, to
+    #: kill its caller mid-call.
+    hold: threading.Event | None = None
 
     @classmethod
     def text(cls, content: str, **kwargs: Any) -> Reply:
@@ -181,6 +184,8 @@ class ScriptedModelServer:
             return 500, _error_body("the scripted model server has no reply left for this request")
         if reply.delay:
             time.sleep(reply.delay)
+        if reply.hold is not None:
+            reply.hold.wait(300)
         if reply.status != 200:
             return reply.status, _error_body(reply.error_message)
         message: dict[str, Any] = {"role": "assistant", "content": reply.content}

@@ -12,7 +12,7 @@ pytest.importorskip("langgraph")
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_quick_engine_benchmark_prints_both_graphs_and_the_startup_line() -> None:
+def test_quick_engine_benchmark_prints_every_graph_the_loop_ratio_and_the_startup_line() -> None:
     result = subprocess.run(
         [sys.executable, "bench/engine.py", "--quick"],
         cwd=REPO,
@@ -26,6 +26,8 @@ def test_quick_engine_benchmark_prints_both_graphs_and_the_startup_line() -> Non
     rows = result.stdout.splitlines()
     assert any(line.startswith("chain-100 ") for line in rows), result.stdout
     assert any(line.startswith("fanout-1-32-1 ") for line in rows), result.stdout
+    assert any(line.startswith("loop-100 ") for line in rows), result.stdout
+    assert any(line.startswith("loop-100 per node / chain-100 per node, measured") for line in rows)
     assert any(line.startswith("cli start -> first node: ") for line in rows), result.stdout
 
 

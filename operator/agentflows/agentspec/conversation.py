@@ -419,18 +419,22 @@ class Conversation:
         return said
 
     def _kind_of(self, key: str) -> str | None:
-        """The Agent Spec component type of the node recorded at ``key`` (None: a map item)."""
+        """The Agent Spec component type of the node recorded at ``key`` (None: a map item).
+
+        Each segment of the key names a node of its flow, with a loop iteration (``ask#2``)
+        that :func:`~agentflows.api.flowrun.node_of_key` strips.
+        """
         flow = self.imported.flow
         *outer, last = key.split("/")
         for segment in outer:
-            node = _node(self.imported, flow, segment.split("[")[0])
+            node = _node(self.imported, flow, flowrun_api.node_of_key(segment)[0])
             call = node.flow if node and node.flow else node.map.flow if node and node.map else None
             if call is None:
                 return None
             flow = call.name
         if "[" in last:
             return None
-        return self.imported.kinds.get(flow, {}).get(last)
+        return self.imported.kinds.get(flow, {}).get(flowrun_api.node_of_key(last)[0])
 
 
 def _node(imported: importer.Imported, flow: str, node_id: str) -> flow_api.Node | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import json
 import re
+from collections.abc import Iterable
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, StringConstraints
@@ -48,6 +49,14 @@ class RunPhase(enum.StrEnum):
 #: The values of the phases a run never leaves (for wire dicts: ``phase in TERMINAL_PHASES``).
 TERMINAL_PHASES = frozenset(p.value for p in RunPhase if p.terminal)
 
+#: A loop keeps the records of its first iteration and of its latest ITERATIONS_KEPT ones in
+#: ``status.nodes``; the iterations between are folded, one record per node of the loop at
+#: ``<id>#<first>-<last>`` (:func:`folded_range`), so a long loop leaves the FlowRun small.
+ITERATIONS_KEPT = 10
+
+#: The end of a folded record's key: ``#<first>-<last>``.
+_FOLDED = re.compile(r"#(\d+)-(\d+)$")
+
 
 def node_of_key(key: str) -> tuple[str, int]:
     """The top-level node of a ``status.nodes`` key and the loop iteration it records.
@@ -55,15 +64,55 @@ def node_of_key(key: str) -> tuple[str, int]:
     Keys are the engine's (:meth:`agentflows.engine.state.Frame.key`): ``id``, ``id#2`` for
     iteration 2 of a node in a loop, ``id[3]`` for a map item, ``id#2/inner`` inside a sub-flow
     (node ids hold none of ``#[/``): ``review#2`` is ``("review", 2)``, ``plan`` ``("plan", 1)``.
+    A folded record gives its first iteration (``review#2-990``: ``("review", 2)``).
     """
     head = key.split("/", 1)[0].split("[", 1)[0]
     node_id, _, iteration = head.partition("#")
-    return node_id, int(iteration) if iteration.isdigit() else 1
+    return node_id, int(iteration.split("-", 1)[0]) if iteration[:1].isdigit() else 1
 
 
 def key_order(key: str) -> list[str | int]:
     """Sorts status keys by node, then iteration and item by number: ``review#2`` before ``#10``."""
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", key)]
+
+
+def folded_range(key: str) -> tuple[str, int, int] | None:
+    """``(node key, first, last)`` of a folded record's key (``review#2-990``), else None."""
+    found = _FOLDED.search(key)
+    if found is None or found.start() == 0:
+        return None
+    return key[: found.start()], int(found[1]), int(found[2])
+
+
+def fold_holding(keys: Iterable[str], key: str) -> str | None:
+    """The folded record among ``keys`` that holds iteration record ``key`` (``review#5``)."""
+    base, _, iteration = key.rpartition("#")
+    if not base or not iteration.isdigit():
+        return None
+    for candidate in keys:
+        found = folded_range(candidate)
+        if found is not None and found[0] == base and found[1] <= int(iteration) <= found[2]:
+            return candidate
+    return None
+
+
+def latest_iteration(keys: Iterable[str], base: str) -> int:
+    """The latest iteration recorded of node key ``base`` among ``keys`` (1: none past the first).
+
+    ``base`` is a node's key without an iteration (``review``, ``call/inner``); its iterations
+    are ``base#<n>`` and the folded records ``base#<first>-<last>``.
+    """
+    latest = 1
+    for key in keys:
+        if not key.startswith(base + "#"):
+            continue
+        rest = key[len(base) + 1 :]
+        found = folded_range(key)
+        if rest.isdigit():
+            latest = max(latest, int(rest))
+        elif found is not None and found[0] == base:
+            latest = max(latest, found[2])
+    return latest
 
 
 #: Most bytes of JSON a run's ``spec.input`` may hold (compact JSON, as counted by

@@ -31,13 +31,20 @@ from agentflows.api.flowrun import (
     NodePhase,
     NodeStatus,
     RequestKind,
+    fold_holding,
 )
 
 
 def node_waits(nodes: Mapping[str, NodeStatus], request: HumanRequest) -> bool:
-    """Whether the request's node still waits (a request written before its node: yes)."""
+    """Whether the request's node still waits (a request written before its node: yes).
+
+    The node of an older loop iteration may be folded (``review#5`` into ``review#2-990``):
+    it finished, so it does not wait.
+    """
     node = nodes.get(request.node)
-    return node is None or node.phase is NodePhase.WAITING
+    if node is None:
+        return fold_holding(nodes, request.node) is None
+    return node.phase is NodePhase.WAITING
 
 
 def pending_in(

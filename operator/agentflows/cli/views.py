@@ -166,6 +166,9 @@ def _node_line(key: str, record: dict[str, Any], wide: bool) -> str:
     finished = times.parse_time(record.get("finishedAt"))
     if started is not None and finished is not None:
         took = f" {(finished - started).total_seconds():.2f}s"
+    folded = flowrun_api.folded_range(key)
+    if folded is not None:
+        took = f"  {folded[2] - folded[1] + 1} iterations folded into one record"
     line = f"  {record.get('phase', '?'):<9} {key}{took}"
     if wide:
         line += f"  attempts {record.get('attempts', 0)}  usage {_usage_text(record.get('usage'))}"

@@ -19,6 +19,11 @@ from agentflows.engine import loops
 
 #: What a node's input section says it shows (a node record keeps no evaluated input).
 INPUT_NOTE = "no evaluated input is recorded: these are the outputs of the nodes it reads"
+#: What a folded record's section says it is (engine/loops.py folds a long loop's iterations).
+FOLDED_NOTE = (
+    "these iterations are folded into one record: their attempts and usage summed, the output "
+    "of the latest that succeeded; the others' outputs are not kept"
+)
 
 
 def _usage(usage: Any) -> str:
@@ -83,9 +88,51 @@ def node_order(run: dict[str, Any], flow_spec: dict[str, Any] | None) -> list[st
 
 
 def definition_id(key: str) -> str:
-    """The node id a record key is an iteration of (``review#2``: ``review``), else the key."""
+    """The node id a record key is an iteration of (``review#2``, ``review#2-990``: ``review``).
+
+    Any other key (a map item, a sub-flow step) is its own.
+    """
     base, iteration = flowrun_api.node_of_key(key)
-    return base if key == f"{base}#{iteration}" else key
+    folded = flowrun_api.folded_range(key)
+    return base if key == f"{base}#{iteration}" or (folded and folded[0] == base) else key
+
+
+def iteration_keys(records: dict[str, Any], node_id: str) -> list[str]:
+    """A node's records of its loop iterations in turn: ``review``, ``review#2-990``, ...
+
+    None for a node that has only one record (it is not in a loop, or in its first iteration).
+    """
+    keys = [k for k in records if k != node_id and definition_id(k) == node_id]
+    if not keys:
+        return []
+    return [node_id, *sorted(keys, key=flowrun_api.key_order)]
+
+
+def _iterations(records: dict[str, Any], node_id: str) -> markup.Html:
+    """A table of a node's iterations: number, record, phase, time taken, usage.
+
+    Each row carries ``data-node`` so that the live updates keep its phase and time current.
+    """
+    rows = []
+    for key in iteration_keys(records, node_id):
+        record = records.get(key) or {}
+        folded = flowrun_api.folded_range(key)
+        number = f"{folded[1]} to {folded[2]}" if folded else str(flowrun_api.node_of_key(key)[1])
+        phase = markup.tag("span", markup.phase(record.get("phase")), data_field="phase")
+        if folded:
+            counts = ((record.get("detail") or {}).get("folded")) or {}
+            told = ", ".join(f"{n} {what}" for what, n in sorted(counts.items()))
+            phase = markup.join([phase, " ", markup.tag("span", f"folded: {told}", class_="muted")])
+        # a fold spans many iterations: no one iteration's time (and no live update of it)
+        took = (
+            ""
+            if folded
+            else markup.tag("span", runs_view.node_duration(record), data_field="duration")
+        )
+        cells = [number, key, phase, took, _usage(record.get("usage"))]
+        rows.append(markup.row_of(cells, data_node=key))
+    header = ("Iteration", "Record", "Phase", "Took", "Usage")
+    return markup.table(header, rows, class_="iterations", data_iterations=node_id)
 
 
 def graph(run: dict[str, Any], flow_spec: dict[str, Any] | None) -> markup.Html:
@@ -141,10 +188,16 @@ def upstream(flow_spec: dict[str, Any] | None) -> dict[str, list[tuple[str, bool
 
 
 def _source_key(records: dict[str, Any], source: str, iteration: int) -> str:
-    """The record of ``source`` that an iteration read: its latest one up to that iteration."""
+    """The record of ``source`` that an iteration read: its latest one up to that iteration.
+
+    An iteration folded away is read from its fold, which keeps the latest output it held.
+    """
     for n in range(iteration, 1, -1):
         if f"{source}#{n}" in records:
             return f"{source}#{n}"
+        fold = flowrun_api.fold_holding(records, f"{source}#{n}")
+        if fold is not None:
+            return fold
     return source
 
 
@@ -201,7 +254,11 @@ def nodes(run: dict[str, Any], flow_spec: dict[str, Any] | None, output_href: An
         )
         node_id = definition_id(node)
         facts = [("Definition", markup.json_block(definitions.get(node_id)))]
-        if node_id in definitions:
+        if node == node_id and iteration_keys(records, node_id):
+            facts.append(("Iterations", _iterations(records, node_id)))
+        if flowrun_api.folded_range(node) is not None:
+            facts.append(("Folded", markup.tag("p", FOLDED_NOTE, class_="muted")))
+        elif node_id in definitions:
             reads = None if sources is None else sources.get(node_id, [])
             facts.append(("Input", _inputs(run, node, record, reads)))
         if record.get("error"):

@@ -367,7 +367,9 @@ class Metrics:
             node_type = kinds.get(base, "unknown")
             begin = times.parse_time(node.started_at)
             end = times.parse_time(node.finished_at)
-            if begin is not None and end is not None:
+            # a folded record spans many iterations: not one execution's duration
+            folded = flowrun_api.folded_range(node_id) is not None
+            if begin is not None and end is not None and not folded:
                 self.node_duration.labels(namespace, flow, node_type, node.phase.value).observe(
                     max(0.0, (end - begin).total_seconds())
                 )

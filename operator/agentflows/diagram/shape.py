@@ -195,9 +195,7 @@ class _Builder:
 
     def latest(self, status_key: str) -> tuple[str, int]:
         """The key of a node's latest iteration (``id#<n>``, the engine's) and its number."""
-        n = 1
-        while f"{status_key}#{n + 1}" in self.status:
-            n += 1
+        n = flowrun_api.latest_iteration(self.status, status_key)
         return (f"{status_key}#{n}" if n > 1 else status_key), n
 
     def flow(

@@ -17,5 +17,7 @@ Invariants:
 - a node's result reaches the store before any of its dependants starts;
 - a paused node (Waiting) resumes only when its request carries a decision;
 - a node's record is written only by :mod:`agentflows.engine.lifecycle`, so plain nodes, map
-  items and sub-flow nodes count usage, limits and attempts the same way.
+  items and sub-flow nodes count usage, limits and attempts the same way; the one exception is
+  a fold of a loop's older iterations (:func:`agentflows.engine.loops.fold`), which replaces
+  finished records by one that keeps their usage and attempts.
 """

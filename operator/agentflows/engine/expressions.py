@@ -79,6 +79,9 @@ class ExpressionBusy(ExpressionError):
 
 _NODE_REF = re.compile(r'\.nodes(?:\.([A-Za-z_][A-Za-z0-9_]*)|\[\s*"([^"\\]+)"\s*\])')
 _NODES_WORD = re.compile(r"\bnodes\b")
+_ITERATIONS_WORD = re.compile(r"\biterations\b")
+#: In a program's needs: it reads ``.iterations`` (a loop's earlier outputs); no node id is this.
+ITERATIONS = "#iterations"
 #: A "." that reads the scope root itself (". as $x", ".[]", ".."), not a field of it.
 _ROOT_ACCESS = re.compile(r'(?<![\w\])}"?])\.(?![A-Za-z_])')
 
@@ -88,14 +91,16 @@ def referenced_nodes(source: str) -> frozenset[str] | None:
 
     jq parses its input on every evaluation, so handing it only ``.run``, ``.item(s)`` and the
     nodes a program names keeps a long flow's per-node cost flat. Anything this simple check
-    cannot prove (the root itself, ``.nodes`` as a whole) gets the whole scope.
+    cannot prove (the root itself, ``.nodes`` as a whole) gets the whole scope. A program that
+    says ``iterations`` anywhere also gets the loops' earlier outputs (:data:`ITERATIONS`).
     """
     if _ROOT_ACCESS.search(source):
         return None
     refs = _NODE_REF.findall(source)
     if len(refs) != len(_NODES_WORD.findall(source)):
         return None
-    return frozenset(a or b for a, b in refs)
+    iterations = {ITERATIONS} if _ITERATIONS_WORD.search(source) else set()
+    return frozenset({a or b for a, b in refs} | iterations)
 
 
 @dataclasses.dataclass(frozen=True)

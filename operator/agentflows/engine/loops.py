@@ -12,12 +12,26 @@ Rules (:func:`problems`):
   a loop may loop itself);
 - the head's ``maxIterations`` (else ``spec.limits.maxIterations``) bounds how many times the
   body runs; one more re-entry fails the run with reason LoopIterationLimitExceeded.
+
+Records (:func:`fold`): iteration ``n`` of a body node is recorded at ``<id>#<n>``. The store
+keeps the first iteration and the latest :data:`~agentflows.api.flowrun.ITERATIONS_KEPT`; the
+ones between are folded into one record per body node, ``<id>#2-<last>``: its phase
+(Succeeded when any of them succeeded, else Skipped), the output of the latest that succeeded
+(what ``.nodes.<id>`` then was), the first start and the last finish, the sum of the attempts
+and usage of every record folded (map items and sub-flow steps of those iterations included,
+so usage totals and ``limits.maxNodeExecutions`` still count them), and in ``detail.folded``
+how many iterations succeeded and were skipped. ``.iterations.<id>`` lists the iterations kept.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
+
+from agentflows.api import common
+from agentflows.api import flowrun as flowrun_api
+
+Phase = flowrun_api.NodePhase
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,3 +154,91 @@ def problems(
                 )
             owner.setdefault(node, loop.head)
     return found
+
+
+def _records_by_node(
+    records: Mapping[str, flowrun_api.NodeStatus], prefix: str, body: frozenset[str]
+) -> tuple[dict[str, str], dict[str, list[tuple[int, str]]]]:
+    """For each node of a loop's body: its fold's key, and its other keys by iteration (>= 2).
+
+    A node's records of iteration n are ``<id>#<n>``, its map items ``<id>#<n>[i]`` and its
+    sub-flow steps ``<id>#<n>/...``; one pass over the records (this runs every iteration).
+    """
+    folds: dict[str, str] = {}
+    by_iteration: dict[str, list[tuple[int, str]]] = {node_id: [] for node_id in body}
+    for key in records:
+        if not key.startswith(prefix):
+            continue
+        node_id, mark, rest = key[len(prefix) :].partition("#")
+        if not mark or node_id not in body:
+            continue
+        digits = len(rest) - len(rest.lstrip("0123456789"))
+        after = rest[digits:]
+        if digits == 0:
+            continue
+        if after[:1] == "-" and after[1:].isdigit():
+            folds[node_id] = key
+        elif after[:1] in ("", "[", "/"):
+            by_iteration[node_id].append((int(rest[:digits]), key))
+    return folds, by_iteration
+
+
+def fold(
+    records: Mapping[str, flowrun_api.NodeStatus], prefix: str, loop: Loop, iteration: int
+) -> tuple[dict[str, flowrun_api.NodeStatus], list[str], range]:
+    """Fold the loop's iterations from 2 to ``iteration - ITERATIONS_KEPT`` (see module doc).
+
+    Returns the folded records by key, the keys they replace (an earlier fold's among them)
+    and the iterations newly folded; nothing when every such iteration is folded already.
+    """
+    last = iteration - flowrun_api.ITERATIONS_KEPT
+    if last < 2:
+        return {}, [], range(0)
+    folds, by_iteration = _records_by_node(records, prefix, loop.body)
+    folded: dict[str, flowrun_api.NodeStatus] = {}
+    removed: list[str] = []
+    start = last + 1
+    for node_id in sorted(loop.body):
+        base = prefix + node_id
+        earlier = folds.get(node_id)
+        span = flowrun_api.folded_range(earlier) if earlier else None
+        begin = span[2] + 1 if span else 2
+        keys = [k for n, k in by_iteration[node_id] if begin <= n <= last]
+        if not keys:
+            continue
+        start = min(start, begin)
+        own = [records[k] for n in range(begin, last + 1) if (k := f"{base}#{n}") in records]
+        previous = records[earlier] if earlier else None
+        folded[f"{base}#2-{last}"] = _folded(previous, own, [records[k] for k in keys])
+        removed += [*([earlier] if earlier else []), *keys]
+    return folded, removed, range(start, last + 1)
+
+
+def _folded(
+    previous: flowrun_api.NodeStatus | None,
+    own: list[flowrun_api.NodeStatus],
+    every: list[flowrun_api.NodeStatus],
+) -> flowrun_api.NodeStatus:
+    """One record standing for a node's folded iterations (``own``, in order) and ``previous``."""
+    counts = dict((previous.detail or {}).get("folded") or {}) if previous else {}
+    for record in own:
+        name = "succeeded" if record.phase == Phase.SUCCEEDED else "skipped"
+        counts[name] = counts.get(name, 0) + 1
+    succeeded = [r for r in own if r.phase == Phase.SUCCEEDED]
+    output = succeeded[-1].output if succeeded else previous.output if previous else None
+    records = [*([previous] if previous else []), *every]
+    usage = None
+    for record in records:
+        if record.usage is not None:
+            usage = (usage or common.Usage()).add(record.usage)
+    starts = [r.started_at for r in records if r.started_at]
+    ends = [r.finished_at for r in records if r.finished_at]
+    return flowrun_api.NodeStatus(
+        phase=Phase.SUCCEEDED if counts.get("succeeded") else Phase.SKIPPED,
+        started_at=min(starts) if starts else None,
+        finished_at=max(ends) if ends else None,
+        attempts=sum(r.attempts for r in records),
+        output=output,
+        usage=usage,
+        detail={"folded": counts},
+    )

@@ -509,8 +509,10 @@ async def _tool(
     pending = _pending_request(frame, previous)
     if pending is not None:
         return state.Waiting(pending, _saved_state(previous))
-    # the node id: the last part of its key, without a loop iteration ("#2")
-    task = _tool_task(frame, call, args, ctx.node_key.rsplit("/", 1)[-1].split("#")[0])
+    # the node id: the last part of its key, without a loop iteration ("#2") or map item
+    task = _tool_task(
+        frame, call, args, flowrun_api.node_of_key(ctx.node_key.rsplit("/", 1)[-1])[0]
+    )
     result = await frame.run.caps.call_tool(task, ctx)
     return await _from_capability(frame, ctx.node_key, result, pausable)
 

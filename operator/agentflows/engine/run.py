@@ -59,7 +59,8 @@ class _Schedule:
     The graph without back edges is a DAG. A node outside a loop that follows a node of the
     loop waits until the loop has exited. When every node of a loop's body has settled, the
     loop either exits (no back edge taken) or starts its next iteration: the body is unsettled
-    again and its nodes' records go to keys ``<id>#<iteration>``.
+    again and its nodes' records go to keys ``<id>#<iteration>``. A loop that started an
+    iteration is in :attr:`entered` until its older iterations are folded (:func:`_fold`).
     """
 
     def __init__(self, frame: state.Frame) -> None:
@@ -69,6 +70,8 @@ class _Schedule:
         self.exited: set[str] = set()
         self.ready: list[str] = []
         self.started: set[str] = set()
+        #: Heads of loops to fold: each loop once on resume, then each one that re-enters.
+        self.entered: set[str] = set(frame.compiled.loops)
         for loop in frame.compiled.loops.values():
             frame.iterations[loop.head] = self._stored_iteration(loop)
             self._load_history(loop)
@@ -89,19 +92,21 @@ class _Schedule:
 
     def _stored_iteration(self, loop: loops.Loop) -> int:
         records = self.frame.run.checkpoint.nodes
-        n = 1
-        while any(self.frame.key(b, n + 1) in records for b in loop.body):
-            n += 1
-        return n
+        return max(flowrun_api.latest_iteration(records, self.frame.key(b, 1)) for b in loop.body)
 
     def _load_history(self, loop: loops.Loop) -> None:
-        """Earlier iterations' outputs, for ``.iterations.<id>``."""
+        """Earlier iterations' outputs, for ``.iterations.<id>``; a fold's for ``.nodes.<id>``."""
         records = self.frame.run.checkpoint.nodes
         for n in range(1, self.frame.iterations[loop.head]):
             for node_id in sorted(loop.body):
-                record = records.get(self.frame.key(node_id, n))
+                key = self.frame.key(node_id, n)
+                record = records.get(key)
                 if record is not None and record.phase == Phase.SUCCEEDED:
                     self.frame.scope.add(node_id, record.output, n)
+                elif record is None and n == 2:
+                    fold = flowrun_api.fold_holding(records, key)
+                    if fold is not None and records[fold].phase == Phase.SUCCEEDED:
+                        self.frame.scope.add(node_id, records[fold].output)
 
     def _done_for(self, pred: str, node_id: str) -> bool:
         loop = self.nodes[pred].loop
@@ -144,7 +149,23 @@ class _Schedule:
             )
         self.frame.iterations[head] = iteration + 1
         self.settled -= loop.body
+        self.entered.add(head)
         return [head]
+
+
+async def _fold(frame: state.Frame, schedule: _Schedule) -> None:
+    """Fold the older iterations of each loop that entered one (see :func:`loops.fold`)."""
+    for head in sorted(schedule.entered):
+        loop = frame.compiled.loops[head]
+        records = frame.run.checkpoint.nodes
+        folded, removed, iterations = loops.fold(
+            records, frame.prefix, loop, frame.iterations[head]
+        )
+        if removed:
+            await frame.run.fold_nodes(folded, removed)
+            for node_id in loop.body:
+                frame.scope.forget(node_id, iterations)
+    schedule.entered.clear()
 
 
 async def execute_frame(frame: state.Frame) -> Any:
@@ -160,6 +181,7 @@ async def execute_frame(frame: state.Frame) -> Any:
     waiting = False
     try:
         while ready or running:
+            await _fold(frame, schedule)
             while ready:
                 node_id = ready.pop(0)
                 node = graph_nodes[node_id]

@@ -23,6 +23,10 @@ class ScopeBuilder:
         self._outputs: dict[str, Any] = {}
         self._parts: dict[str, str] = {}
         self._iterations: dict[str, dict[int, Any]] = {}
+        #: ``.iterations`` as values, and as JSON text once a program read them, until an
+        #: iteration is added or dropped.
+        self._iterations_cache: dict[str, list[Any]] | None = None
+        self._iterations_json: str | None = None
 
     def add(self, node_id: str, output: Any, iteration: int | None = None) -> None:
         """Make a node's output visible at ``.nodes.<id>``.
@@ -36,6 +40,30 @@ class ScopeBuilder:
         )
         if iteration is not None:
             self._iterations.setdefault(node_id, {})[iteration] = output
+            self._iterations_cache = self._iterations_json = None
+
+    def forget(self, node_id: str, iterations: range) -> None:
+        """Drop ``iterations`` of a node from ``.iterations.<id>`` (they were folded)."""
+        kept = self._iterations.get(node_id, {})
+        for n in iterations:
+            kept.pop(n, None)
+        self._iterations_cache = self._iterations_json = None
+
+    def _iterations_now(self) -> dict[str, list[Any]]:
+        if self._iterations_cache is None:
+            self._iterations_cache = {
+                node_id: [by_number[n] for n in sorted(by_number)]
+                for node_id, by_number in self._iterations.items()
+            }
+        return self._iterations_cache
+
+    def _iterations_text(self) -> str:
+        """``,"iterations":{...}`` for a rendered scope ("" outside loops)."""
+        if self._iterations_json is None:
+            values = self._iterations_now()
+            text = json.dumps(values, ensure_ascii=False, default=str) if values else ""
+            self._iterations_json = ',"iterations":' + text if text else ""
+        return self._iterations_json
 
     @property
     def outputs(self) -> dict[str, Any]:
@@ -49,20 +77,19 @@ class ScopeBuilder:
             for key, value in extra.items()
         )
         parts = self._parts
-        iterations = {
-            node_id: [by_number[n] for n in sorted(by_number)]
-            for node_id, by_number in self._iterations.items()
-        }
+        iterations = self._iterations_now()
         if iterations:
             extra = {"iterations": iterations, **extra}
-            tail = ',"iterations":' + json.dumps(iterations, ensure_ascii=False, default=str) + tail
 
         def render(needs: frozenset[str] | None) -> str:
             if needs is None:
                 chosen = ",".join(parts.values())
             else:
                 chosen = ",".join(parts[n] for n in needs if n in parts)
-            return '{"run":' + self._run_json + ',"nodes":{' + chosen + "}" + tail + "}"
+            # a program that never says "iterations" is not handed them (jq parses its input)
+            reads = needs is None or expressions.ITERATIONS in needs
+            earlier = self._iterations_text() if reads else ""
+            return '{"run":' + self._run_json + ',"nodes":{' + chosen + "}" + earlier + tail + "}"
 
         values = {"run": self.run_values, "nodes": self._outputs, **extra}
         return expressions.Scope(values, render, deadline=self.deadline)

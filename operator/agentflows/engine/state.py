@@ -161,6 +161,15 @@ class Run:
         self.checkpoint.nodes[key] = status
         await self.checkpoints.save_node(key, status)
 
+    async def fold_nodes(
+        self, folded: dict[str, flowrun_api.NodeStatus], removed: list[str]
+    ) -> None:
+        """Persist a fold of finished records (one store write) and apply it to the checkpoint."""
+        await self.checkpoints.fold_nodes(folded, removed)
+        for key in removed:
+            self.checkpoint.nodes.pop(key, None)
+        self.checkpoint.nodes.update(folded)
+
     async def save_request(self, request_id: str, request: flowrun_api.HumanRequest) -> None:
         """Persist a new request."""
         self.checkpoint.requests[request_id] = request

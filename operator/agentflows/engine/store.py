@@ -19,6 +19,7 @@ import dataclasses
 import json
 import os
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -127,6 +128,16 @@ class CheckpointStore(Protocol):
         """Record a node's state; a finished node's record is final."""
         ...
 
+    async def fold_nodes(
+        self, folded: dict[str, flowrun_api.NodeStatus], removed: Sequence[str]
+    ) -> None:
+        """Remove the finished records ``removed`` and write ``folded`` in their place, at once.
+
+        One write: a store stopped at any moment holds either every change or none. The engine
+        folds a loop's older iterations (:data:`~agentflows.api.flowrun.ITERATIONS_KEPT`).
+        """
+        ...
+
     async def save_request(self, request_id: str, request: flowrun_api.HumanRequest) -> None:
         """Record a new human request (the decision fields stay the human's)."""
         ...
@@ -165,6 +176,13 @@ class MemoryStore:
         self._count("node")
         self.checkpoint.nodes[key] = status
 
+    async def fold_nodes(
+        self, folded: dict[str, flowrun_api.NodeStatus], removed: Sequence[str]
+    ) -> None:
+        """Drop the records ``removed`` and keep the ``folded`` ones."""
+        self._count("fold")
+        _fold(self.checkpoint, folded, removed)
+
     async def save_request(self, request_id: str, request: flowrun_api.HumanRequest) -> None:
         """Keep a new request without overwriting a decision already made."""
         self._count("request")
@@ -181,6 +199,14 @@ class MemoryStore:
         """Write a human's decision (what ``kubectl patch`` does for the status store)."""
         request = self.checkpoint.requests[request_id]
         self.checkpoint.requests[request_id] = with_decision(request, fields)
+
+
+def _fold(
+    checkpoint: Checkpoint, folded: dict[str, flowrun_api.NodeStatus], removed: Sequence[str]
+) -> None:
+    for key in removed:
+        checkpoint.nodes.pop(key, None)
+    checkpoint.nodes.update(folded)
 
 
 def with_decision(
@@ -320,6 +346,13 @@ class FileStore:
         """Append a node record."""
         await self._append({"node": key, "status": status.to_wire()})
 
+    async def fold_nodes(
+        self, folded: dict[str, flowrun_api.NodeStatus], removed: Sequence[str]
+    ) -> None:
+        """Append the fold as one journal line, so a replay applies all of it or none."""
+        records = {k: v.to_wire() for k, v in folded.items()}
+        await self._append({"fold": records, "removed": list(removed)})
+
     async def save_request(self, request_id: str, request: flowrun_api.HumanRequest) -> None:
         """Append a new request (a decision already in the state is kept on replay)."""
         await self._append({"request": request_id, "value": request.to_wire()})
@@ -344,6 +377,9 @@ def _replay(checkpoint: Checkpoint, entry: dict[str, Any]) -> None:
         checkpoint.run = RunRecord(**entry["run"])
     elif "node" in entry:
         checkpoint.nodes[entry["node"]] = flowrun_api.NodeStatus.model_validate(entry["status"])
+    elif "fold" in entry:
+        folded = {k: flowrun_api.NodeStatus.model_validate(v) for k, v in entry["fold"].items()}
+        _fold(checkpoint, folded, entry["removed"])
     elif "request" in entry:
         request = flowrun_api.HumanRequest.model_validate(entry["value"])
         request_id = entry["request"]

@@ -266,8 +266,8 @@ class StatusStore:
         await self.client.merge_patch(self._status_path, {"status": {"nodes": {}}})
         self._has_nodes = self._started = True
 
-    async def save_node(self, key: str, status: flowrun_api.NodeStatus) -> None:
-        """Replace the node's record: a Running one with the next write, any other one now."""
+    async def _node_wire(self, key: str, status: flowrun_api.NodeStatus) -> dict[str, Any]:
+        """A node record as the status holds it: large values offloaded, the error cut."""
         wire = status.to_wire()
         wire.pop("outputRef", None)
         if status.output is not None:
@@ -279,6 +279,11 @@ class StatusStore:
             wire["detail"] = await self._bounded_value(f"{key}:detail", status.detail)
         if status.error is not None:
             wire["error"] = _truncate(status.error)
+        return wire
+
+    async def save_node(self, key: str, status: flowrun_api.NodeStatus) -> None:
+        """Replace the node's record: a Running one with the next write, any other one now."""
+        wire = await self._node_wire(key, status)
         op = {"op": "add", "path": _pointer("nodes", key), "value": wire}
         if status.phase == flowrun_api.NodePhase.RUNNING:
             self._wait([op])
@@ -287,6 +292,22 @@ class StatusStore:
         if current is not None and current["value"] == key:
             del self._waiting[_pointer("currentNode")]  # it ended before it was named
         await self._commit([op])
+
+    async def fold_nodes(
+        self, folded: dict[str, flowrun_api.NodeStatus], removed: Sequence[str]
+    ) -> None:
+        """Remove ``removed`` and add ``folded`` in one JSON patch, which applies whole or not.
+
+        The ConfigMaps of outputs the removed records had offloaded stay until the FlowRun is
+        deleted: a runner may not delete ConfigMaps.
+        """
+        ops: list[dict[str, Any]] = [
+            {"op": "remove", "path": _pointer("nodes", key)} for key in removed
+        ]
+        for key, status in folded.items():
+            wire = await self._node_wire(key, status)
+            ops.append({"op": "add", "path": _pointer("nodes", key), "value": wire})
+        await self._commit(ops)
 
     async def save_request(self, request_id: str, request: flowrun_api.HumanRequest) -> None:
         """Write the question fields of a request; a human's decision fields stay untouched."""

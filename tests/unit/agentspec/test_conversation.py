@@ -294,3 +294,26 @@ def test_an_agent_node_without_human_in_the_loop_cannot_ask_the_user(
     model_server.script(Reply.text("Order A7 has shipped."))
     assert conv.execute_sync().kind == Kind.FINISHED
     assert _offered(model_server.requests[0]) == ["order_status"]
+
+
+def test_messages_of_a_loop_include_every_iteration_s_question_answer_and_message(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    conv = _load("guess_loop.yaml", tmp_path, model_server)
+    for guess in ("7", "13"):
+        assert conv.execute_sync().kind == Kind.USER_INPUT
+        conv.append_user_message(guess)
+    assert conv.execute_sync().kind == Kind.USER_INPUT
+    conv.append_user_message("42")
+    status = conv.execute_sync()
+    assert (status.kind, status.outputs) == (Kind.FINISHED, {"guess": "42"})
+    assert [(m.role, m.content) for m in conv.messages] == [
+        ("assistant", "Guess the number."),
+        ("user", "7"),
+        ("assistant", "7 is wrong."),
+        ("assistant", "Guess the number."),
+        ("user", "13"),
+        ("assistant", "13 is wrong."),
+        ("assistant", "Guess the number."),
+        ("user", "42"),
+    ]

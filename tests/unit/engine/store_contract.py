@@ -9,6 +9,7 @@ state, as a new runner would get) and ``decide`` is ``backend.decide(store, requ
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -104,15 +105,7 @@ class StoreContract:
     ) -> None:
         spec = chain(6)
         host = CountingHost()
-        task: asyncio.Task[Any] | None = None
-
-        def stop(event: state.RunEvent) -> None:
-            if event.kind == "succeeded" and event.key == f"n{stop_after - 1}" and task is not None:
-                task.cancel()
-
-        task = asyncio.ensure_future(run_once(spec, backend.new_store(), host, observer=stop))
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        await _killed_after(f"n{stop_after - 1}", spec, backend, host)
         assert sum(host.calls.values()) == stop_after
         outcome = await run_once(spec, backend.new_store(), host)
         assert outcome.phase == flowrun_api.RunPhase.SUCCEEDED
@@ -144,15 +137,7 @@ nodes:
 
         spec = flow_spec(LOOP)
         host = CountingHost()
-        task: asyncio.Task[Any] | None = None
-
-        def stop(event: state.RunEvent) -> None:
-            if event.kind == "succeeded" and event.key == "draft#3" and task is not None:
-                task.cancel()
-
-        task = asyncio.ensure_future(run_once(spec, backend.new_store(), host, observer=stop))
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        await _killed_after("draft#3", spec, backend, host)
         assert host.calls == {"draft": 1, "draft#2": 1, "draft#3": 1}
         outcome = await run_once(spec, backend.new_store(), host)
         assert outcome.phase == flowrun_api.RunPhase.SUCCEEDED, outcome.message
@@ -175,6 +160,103 @@ nodes:
         )
         assert host.calls == {"draft": 1, "draft#2": 1}
 
+    async def test_a_loop_of_1000_iterations_stays_small_and_resumes_after_a_kill_in_500(
+        self, backend: Any
+    ) -> None:
+        from .helpers import flow_spec
+
+        spec = flow_spec(LONG_LOOP)
+        host = CountingHost()
+        await _killed_after("draft#500", spec, backend, host)
+        assert len(host.calls) == 500
+        stopped = await backend.new_store().load()
+        assert _iterations_kept(stopped, "draft") == [1, *range(491, 501)]
+        outcome = await run_once(spec, backend.new_store(), host)
+        assert outcome.phase == flowrun_api.RunPhase.SUCCEEDED, outcome.message
+        assert outcome.output == {"count": 1000, "kept": 1 + KEPT}
+        assert len(host.calls) == 1000 and set(host.calls.values()) == {1}
+        loaded = await backend.new_store().load()
+        assert _iterations_kept(loaded, "draft") == [1, *range(991, 1001)]
+        assert sorted(k for k in loaded.nodes if "-" in k) == [
+            "check#2-990",
+            "count#2-990",
+            "draft#2-990",
+        ]
+        folded = loaded.nodes["draft#2-990"]
+        assert (folded.phase, folded.attempts, folded.detail) == (
+            Phase.SUCCEEDED,
+            989,
+            {"folded": {"succeeded": 989}},
+        )
+        assert loaded.nodes["count#2-990"].output["json"] == 990
+        assert len(loaded.nodes) == 3 * (1 + KEPT) + 3 + 1  # kept, folded, and done
+        assert len(json.dumps(loaded.to_json())) < 16_384
+
+    async def test_a_loop_that_reaches_its_bound_fails_with_its_reason_and_stays_small(
+        self, backend: Any
+    ) -> None:
+        from .helpers import flow_spec
+
+        spec = flow_spec(LONG_LOOP.replace('"1000": done', '"never": done'))
+        host = CountingHost()
+        outcome = await run_once(spec, backend.new_store(), host)
+        assert outcome.phase == flowrun_api.RunPhase.FAILED
+        assert outcome.reason == flowrun_api.RunReason.LOOP_ITERATION_LIMIT_EXCEEDED
+        assert outcome.message == (
+            "loop count -> draft -> check -> count would start iteration 1001, over the "
+            'maxIterations=1000 of node "count"'
+        )
+        assert len(host.calls) == 1000
+        loaded = await backend.new_store().load()
+        assert len(loaded.nodes) == 3 * (1 + KEPT) + 3
+        assert sum(r.attempts for r in loaded.nodes.values()) == 3 * 1000
+
+    async def test_node_executions_of_folded_iterations_still_count_after_a_resume(
+        self, backend: Any
+    ) -> None:
+        from .helpers import flow_spec
+
+        spec = flow_spec(LONG_LOOP.replace("1000}", "1000, maxNodeExecutions: 240}"))
+        host = CountingHost()
+        await _killed_after("draft#50", spec, backend, host)
+        outcome = await run_once(spec, backend.new_store(), host)
+        assert outcome.phase == flowrun_api.RunPhase.FAILED
+        assert outcome.reason == flowrun_api.RunReason.NODE_EXECUTION_LIMIT_EXCEEDED
+        # three executions an iteration: the 241st is count#81
+        assert len(host.calls) == 80 and set(host.calls.values()) == {1}
+
+
+KEPT = flowrun_api.ITERATIONS_KEPT
+
+
+async def _killed_after(key: str, spec: Any, backend: Any, host: CountingHost) -> None:
+    """Run until node ``key`` has succeeded, then stop the run there, as a killed runner."""
+    task: asyncio.Task[Any] | None = None
+
+    def stop(event: state.RunEvent) -> None:
+        if event.kind == "succeeded" and event.key == key and task is not None:
+            task.cancel()
+
+    task = asyncio.ensure_future(run_once(spec, backend.new_store(), host, observer=stop))
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+def _iterations_kept(checkpoint: store.Checkpoint, node_id: str) -> list[int]:
+    found = [flowrun_api.node_of_key(k) for k in checkpoint.nodes if "-" not in k]
+    return sorted(n for base, n in found if base == node_id)
+
+
+#: Counts its iterations (``.nodes.count`` is the previous one's count) and exits after 1,000.
+LONG_LOOP = """
+limits: {maxIterations: 1000}
+nodes:
+  - {id: count, transform: "=(.nodes.count.json // 0) + 1"}
+  - {id: draft, tool: {python: {script: x}}}
+  - id: check
+    branch: {value: "=.nodes.count.json", cases: {"1000": done}, default: count}
+  - {id: done, transform: "={count: .nodes.count.json, kept: (.iterations.draft | length)}"}
+"""
 
 #: Drafts until the fourth iteration; ``.iterations.draft`` lists every iteration's output.
 LOOP = """

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from agentflows.api import flowrun as flowrun_api
-from agentflows.engine import store
+from agentflows.engine import expressions, scope, store
 
 from .helpers import CountingHost, flow_spec, run_once
 
@@ -75,3 +76,33 @@ async def test_an_edit_in_iteration_2_routes_and_records_like_a_decision_of_iter
     assert checkpoint.nodes["review#2"].output["json"]["edits"] == {"title": "mine"}
     assert checkpoint.nodes["decide#2"].output["json"]["next"] == "done"
     assert host.calls == {"draft": 1, "draft#2": 1}
+
+
+MAPPED = """
+nodes:
+  - id: each
+    map: {items: "=[1, 2]", tool: {python: {script: x}, args: {n: "=.item"}}}
+  - id: check
+    branch: {value: "=.iterations.each | length", cases: {"2": done}, default: each}
+  - {id: done, transform: "=[.iterations.each[].json[].tool]"}
+"""
+
+
+async def test_a_map_item_s_tool_is_named_after_its_node_in_every_iteration() -> None:
+    host = CountingHost()
+    outcome = await run_once(flow_spec(MAPPED), store.MemoryStore(), host)
+    assert outcome.phase == flowrun_api.RunPhase.SUCCEEDED, outcome.message
+    assert sorted(host.calls) == ["each#2[0]", "each#2[1]", "each[0]", "each[1]"]
+    assert outcome.output == ["each"] * 4
+
+
+def test_only_programs_that_say_iterations_are_handed_a_loops_earlier_outputs() -> None:
+    builder = scope.ScopeBuilder({"name": "r"})
+    for n in (1, 2):
+        builder.add("draft", {"json": n}, n)
+    built = builder.scope()
+    plain = expressions.referenced_nodes(".nodes.draft.json + 1")
+    looped = expressions.referenced_nodes(".iterations.draft | length")
+    assert '"iterations"' not in built.json_for(plain)
+    assert json.loads(built.json_for(looped))["iterations"] == {"draft": [{"json": 1}, {"json": 2}]}
+    assert json.loads(built.json_for(None))["iterations"]["draft"][-1] == {"json": 2}
