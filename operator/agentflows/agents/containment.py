@@ -8,10 +8,11 @@ author wrote, inside the runner, so it gets four things:
   ``HOME``, locale, time zone, CA bundle locations, the in-cluster API address) plus what the
   tool itself declares. Provider keys, ``KUBECONFIG``, proxies (whose URLs may carry passwords)
   and the ``AGENTFLOWS_SECRET_*`` variables never reach it.
-- **resource limits** (:class:`Limits`), set with ``setrlimit`` in the child before the
-  command starts: memory, CPU time, size of files written, processes, no core dumps. Memory is
-  limited with ``RLIMIT_DATA`` (every private writable mapping, heap and anonymous ``mmap``
-  alike, on Linux 4.7+) rather than ``RLIMIT_AS``: runtimes such as Node and Go reserve
+- **resource limits** (:class:`Limits`), set with ``setrlimit`` in the child before the command
+  starts (and, in a pod, the container's memory limit, whose OOM kills :func:`oom_killed` tells
+  apart from other deaths): memory, CPU time, size of files written, processes, no core dumps.
+  Memory is limited with ``RLIMIT_DATA`` (every private writable mapping, heap and anonymous
+  ``mmap`` alike, on Linux 4.7+) rather than ``RLIMIT_AS``: runtimes such as Node and Go reserve
   gigabytes of address space they never touch, and would not start under an address-space limit.
 - **a launcher that confines the whole process tree** (:mod:`agentflows.agents.tool_launcher`,
   run by :func:`command`, whose docstring has the details): a PID namespace whose init is ours
@@ -40,6 +41,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import pathlib
 import signal
 import sys
 from collections.abc import Mapping, Sequence
@@ -66,6 +68,9 @@ BASIC_ENV = frozenset(
 #: Locale variables (``LC_ALL``, ``LC_CTYPE`` ...) pass too.
 _LOCALE_PREFIX = "LC_"
 MIB = 1024 * 1024
+_CGROUP_ROOT = pathlib.Path("/sys/fs/cgroup")
+#: cgroup v1 writes "no limit" as a number this large (a page-rounded LONG_MAX).
+_NO_MEMORY_LIMIT = 2**62
 #: ``prctl`` option (linux/prctl.h).
 _PR_SET_DUMPABLE = 4
 
@@ -140,6 +145,81 @@ def exit_reason(returncode: int | None, limits: Limits) -> str | None:
     if signum == signal.SIGXFSZ:
         return f"wrote a file larger than {limits.file_bytes // MIB} MiB"
     return None
+
+
+def _memory_cgroup_dirs() -> list[pathlib.Path]:
+    """Where this process's memory cgroup may be seen: its path under the mount, then the mount.
+
+    A container sees its own cgroup at the mount itself (runc bind-mounts it there on cgroup v1;
+    a cgroup namespace makes it the root on v2), while ``/proc/self/cgroup`` names the host's path.
+    """
+    try:
+        lines = pathlib.Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        hierarchy, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if "memory" in controllers.split(","):
+            mount = _CGROUP_ROOT / "memory"
+            return [mount / path.lstrip("/"), mount]
+        if hierarchy == "0" and not controllers and (_CGROUP_ROOT / "memory.events").exists():
+            return [_CGROUP_ROOT / path.lstrip("/"), _CGROUP_ROOT]
+    return []
+
+
+def _memory_cgroup_value(names: Sequence[str], key: str | None = None) -> str | None:
+    """The first of the files ``names`` in this process's memory cgroup (its ``key`` line)."""
+    for directory in _memory_cgroup_dirs():
+        for name in names:
+            try:
+                text = (directory / name).read_text()
+            except OSError:
+                continue
+            if key is None:
+                return text.strip()
+            for line in text.splitlines():
+                field, _, value = line.partition(" ")
+                if field == key:
+                    return value.strip()
+    return None
+
+
+def oom_kills() -> int | None:
+    """How many processes the kernel's OOM killer ended in this process's memory cgroup.
+
+    ``oom_kill`` of ``memory.events`` (cgroup v2) or ``memory.oom_control`` (v1); None where
+    neither is readable (a tool's caller then cannot tell an OOM kill from another SIGKILL).
+    """
+    value = _memory_cgroup_value(("memory.events", "memory.oom_control"), "oom_kill")
+    return int(value) if value is not None and value.isdigit() else None
+
+
+def _memory_limit_bytes() -> int | None:
+    value = _memory_cgroup_value(("memory.max", "memory.limit_in_bytes"))
+    if value is None or not value.isdigit() or int(value) >= _NO_MEMORY_LIMIT:
+        return None
+    return int(value)
+
+
+def oom_killed(returncode: int | None, oom_kills_before: int | None) -> str | None:
+    """Say the kernel's OOM killer ended a process, when it did.
+
+    The process exited by SIGKILL (the launcher exits 128 + 9 for it) and :func:`oom_kills`
+    rose since ``oom_kills_before``, counted when it started. In a pod that is the container's
+    memory limit at work: the kernel kills the largest process of the container, the tool,
+    and the runner lives on to record it.
+    """
+    if returncode is None or oom_kills_before is None:
+        return None
+    if (-returncode if returncode < 0 else returncode - 128) != signal.SIGKILL:
+        return None
+    after = oom_kills()
+    if after is None or after <= oom_kills_before:
+        return None
+    limit = _memory_limit_bytes()
+    where = f"the memory limit of its container, {limit // MIB} MiB" if limit else "its cgroup"
+    return f"ran out of memory: killed by the kernel's OOM killer at {where}"
 
 
 def stop(pid: int) -> None:

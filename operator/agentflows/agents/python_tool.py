@@ -15,8 +15,9 @@ timeout kills that tree, grandchildren that left the session included; output be
 Killing never waits for the pipes' end longer than :data:`_REAP_SECONDS`.
 
 A nonzero exit is an error for the model with the end of stderr, saying which limit was hit when
-one was. The result and the error pass through the run's redactor, so a script that prints a
-secret value it found somewhere shows ``[redacted]``.
+one was (the container's memory limit too: an OOM kill says "ran out of memory"). The result and
+the error pass through the run's redactor, so a script that prints a secret value it found
+somewhere shows ``[redacted]``.
 """
 
 from __future__ import annotations
@@ -86,6 +87,7 @@ class PythonToolRunner:
         argv = containment.command(
             [sys.executable, os.path.join(workdir, SCRIPT_NAME)], self._limits, scratch=workdir
         )
+        oom_kills = containment.oom_kills()
         creating = asyncio.ensure_future(
             asyncio.create_subprocess_exec(
                 *argv,
@@ -124,12 +126,16 @@ class PythonToolRunner:
         except BaseException:
             await _kill(process)
             raise
-        return self._outcome(process.returncode, stdout, stderr)
+        return self._outcome(process.returncode, stdout, stderr, oom_kills)
 
-    def _outcome(self, returncode: int | None, stdout: bytes, stderr: bytes) -> tools.ToolOutcome:
+    def _outcome(
+        self, returncode: int | None, stdout: bytes, stderr: bytes, oom_kills: int | None
+    ) -> tools.ToolOutcome:
         if returncode != 0:
             tail = stderr.decode("utf-8", errors="replace").strip()[-MAX_STDERR_CHARS:]
-            reason = containment.exit_reason(returncode, self._limits)
+            reason = containment.exit_reason(returncode, self._limits) or containment.oom_killed(
+                returncode, oom_kills
+            )
             if reason is None and tail.rpartition("\n")[2].startswith("MemoryError"):
                 reason = (
                     f"ran out of memory (limit {self._limits.memory_bytes // containment.MIB} MiB)"
