@@ -325,10 +325,14 @@ def test_snapshot_collects_every_agent_and_flow_reachable_from_the_flow() -> Non
                 {"id": "s", "flow": {"name": "sub"}},
             ]
         },
-        "per-item": {"nodes": [{"id": "x", "map": {"items": "=[]", "agent": {"name": "mapper"}}}]},
+        "per-item": {
+            "nodes": [
+                {"id": "x", "map": {"items": "=[]", "agent": {"name": "mapper", "prompt": "p"}}}
+            ]
+        },
         "sub": {"nodes": [{"id": "y", "transform": "=1"}]},
         "from-agent": {"nodes": [{"id": "z", "agent": {"name": "writer", "prompt": "p"}}]},
-        "unreached": {"nodes": []},
+        "unreached": {"nodes": [{"id": "u", "transform": "=1"}]},
     }
     model = {"model": {"name": "openai/test"}}
     agents = {
