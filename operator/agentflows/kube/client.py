@@ -242,8 +242,25 @@ class Client:
         if resource_version:
             query["resourceVersion"] = resource_version
             query["allowWatchBookmarks"] = "true"
+        # events are lines of JSON of any length (a FlowRun may be a megabyte)
+        async for line in self._lines(path, query, read_seconds=timeout_seconds + 30):
+            if line.strip():
+                yield json.loads(line)
+
+    async def follow_lines(self, path: str, **params: Any) -> AsyncIterator[str]:
+        """Yield the lines of an answer that goes on (a pod's log with ``follow=true``).
+
+        No read timeout: a followed log may be silent for as long as its container thinks.
+        """
+        async for line in self._lines(path, params, read_seconds=None):
+            yield line.decode(errors="replace")
+
+    async def _lines(
+        self, path: str, query: dict[str, Any], *, read_seconds: float | None
+    ) -> AsyncIterator[bytes]:
+        """The lines of a streamed GET as they arrive, until the server ends the answer."""
         headers = await self._headers(None)
-        timeout = aiohttp.ClientTimeout(total=None, sock_read=timeout_seconds + 30)
+        timeout = aiohttp.ClientTimeout(total=None, sock_read=read_seconds)
         try:
             async with self._http().get(
                 path, params=_query(query), headers=headers, timeout=timeout
@@ -251,13 +268,13 @@ class Client:
                 if response.status >= 400:
                     raise _error_of(response.status, response.reason or "", await response.read())
                 pending = b""
-                # events are lines of JSON of any length (a FlowRun may be a megabyte)
                 async for chunk in response.content.iter_any():
                     pending += chunk
                     while b"\n" in pending:
                         line, pending = pending.split(b"\n", 1)
-                        if line.strip():
-                            yield json.loads(line)
+                        yield line
+                if pending:
+                    yield pending
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise unreachable(self.config.server, exc) from exc
 
