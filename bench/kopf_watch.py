@@ -541,8 +541,8 @@ def run_kopf(server: str, held: int) -> dict[str, Any]:
 
     from agentflows.api import agent as agent_api
     from agentflows.api import flow as flow_api
+    from agentflows.api import wellknown
     from agentflows.controller import cache, workqueue
-    from agentflows.kube import objects
 
     logging.getLogger("kopf").setLevel(logging.WARNING)
     registry = kopf.OperatorRegistry()
@@ -566,7 +566,7 @@ def run_kopf(server: str, held: int) -> dict[str, Any]:
     async def runs_by_flow(spec: kopf.Spec, namespace: str, name: str, **_: Any) -> Any:
         return {(namespace, spec.get("flow")): name}
 
-    pod_filter = {objects.MANAGED_BY: objects.MANAGER, objects.RUN: kopf.PRESENT}
+    pod_filter = {wellknown.MANAGED_BY: wellknown.MANAGER, wellknown.RUN: kopf.PRESENT}
 
     @kopf.index("", "v1", "pods", labels=pod_filter, registry=registry)
     async def runner_pods(body: kopf.Body, namespace: str, name: str, **_: Any) -> Any:
