@@ -80,8 +80,10 @@ async def execute(
             except asyncio.CancelledError:
                 # The run is being stopped (its runner got SIGTERM, Ctrl-C): the record, still
                 # Running, says so; the stopping runner writes it before it exits, and the next
-                # attempt runs the node again.
-                await run.save_node(key, _with_attempt_error(record, INTERRUPTED))
+                # attempt runs the node again. It adds to the latest saved record, which holds
+                # the progress the node kept (an agent turn's handoff), not to the one it began.
+                latest = run.checkpoint.nodes.get(key, record)
+                await run.save_node(key, _with_attempt_error(latest, INTERRUPTED))
                 raise
             except NODE_ERRORS as exc:
                 span.fail(str(exc))
