@@ -70,7 +70,9 @@ class PythonToolRunner:
 
     async def run(self, args: Any) -> tools.ToolOutcome:
         """Run the script with ``args`` on stdin: its result, or an error for the model."""
-        workdir = await asyncio.to_thread(self._prepare)
+        # Made before the first await: a call cancelled there (Ctrl-C, a runner's SIGTERM)
+        # would leave a directory made in a thread behind. A few bytes to a new file, once.
+        workdir = self._prepare()
         try:
             return await self._run_in(workdir, args)
         finally:

@@ -122,3 +122,24 @@ async def test_timeout_also_kills_what_the_script_started(
     # the call did not wait for the pipe to close
     await gone(marker)
     assert not slept.exists()
+
+
+async def test_a_call_cancelled_at_any_step_leaves_no_scratch_directory_and_no_process(
+    ctx: capabilities.NodeContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ctrl-C (or a SIGTERM of the runner) cancels the call wherever it is; the first steps
+    # were where a directory was made in a thread and the cancelled await forgot it.
+    scratch_root = tmp_path / "scratch"
+    scratch_root.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(scratch_root))
+    marker = f"held-{uuid.uuid4().hex}"
+    script = f"import time\ntime.sleep(30)  # {marker}\n"
+    for steps in range(12):
+        call_task = asyncio.ensure_future(call(ctx, script))
+        for _ in range(steps):
+            await asyncio.sleep(0)
+        call_task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call_task
+        assert list(scratch_root.iterdir()) == [], f"cancelled after {steps} steps"
+    await gone(marker)
