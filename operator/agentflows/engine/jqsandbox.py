@@ -236,24 +236,21 @@ def check(source: str, seconds: float) -> None:
 
 
 def _request(mode: int, source: str, text: str, seconds: float) -> list[Any]:
-    try:
-        worker = _POOL.acquire(time.monotonic() + seconds)
-    except TimeoutError:
-        raise Busy(f"expression waited {_seconds(seconds)} s for a free evaluator") from None
-    # The program's own time starts once it has a worker: time spent waiting for one (other
-    # programs held them all) is reported as Busy, never blamed on this program.
-    try:
-        return _exchange(worker, mode, source, text, seconds, time.monotonic() + seconds)
-    except _Gone:
-        pass  # it died while idle (killed from outside): one fresh worker gets the request
-    try:
-        worker = _POOL.acquire(time.monotonic() + seconds)
-    except TimeoutError:
-        raise Busy(f"expression waited {_seconds(seconds)} s for a free evaluator") from None
-    try:
-        return _exchange(worker, mode, source, text, seconds, time.monotonic() + seconds)
-    except _Gone:
-        raise Exceeded(_memory_message()) from None
+    # A worker that died while idle (killed from outside) gets one fresh worker for the
+    # request; one that dies on it twice was killed by the request (its memory limit).
+    for tries_left in (1, 0):
+        try:
+            worker = _POOL.acquire(time.monotonic() + seconds)
+        except TimeoutError:
+            raise Busy(f"expression waited {_seconds(seconds)} s for a free evaluator") from None
+        # The program's own time starts once it has a worker: time spent waiting for one
+        # (other programs held them all) is reported as Busy, never blamed on this program.
+        try:
+            return _exchange(worker, mode, source, text, seconds, time.monotonic() + seconds)
+        except _Gone:
+            if not tries_left:
+                raise Exceeded(_memory_message()) from None
+    raise AssertionError("unreachable")
 
 
 class _Gone(Exception):
