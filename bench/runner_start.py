@@ -57,7 +57,9 @@ sys.path.insert(0, str(REPO))
 
 from tests.support import api_counts, model_server  # noqa: E402
 
+from agentflows.api import runner as runner_spec  # noqa: E402
 from agentflows.kube import client as kube  # noqa: E402
+from agentflows.kube import snapshot as snapshot_mod  # noqa: E402
 
 ACCOUNT = "agentflows-runner"
 MODEL = "openai/scripted-model"
@@ -114,11 +116,12 @@ def flow(url: str) -> dict[str, Any]:
     }
 
 
-async def create_run(api: kube.Client, namespace: str, spec: dict[str, Any]) -> str:
+async def create_run(api: kube.Client, namespace: str, spec: dict[str, Any], volumes: Path) -> str:
     """A FlowRun with its snapshot and attempt 1, as the operator leaves it for the pod.
 
-    The operator writes ``attempt``, ``pod`` and ``startTime`` before it creates the pod
-    (controller/runstate.py, ``reserve_attempt``).
+    The operator writes ``attempt``, ``pod``, ``startTime`` and ``snapshotDigest`` before it
+    creates the pod (controller/runstate.py, ``reserve_attempt``); the kubelet puts the snapshot
+    in the pod's ``run-configmaps`` volume, written here under ``volumes``.
     """
     name = f"bench-{uuid.uuid4().hex[:8]}"
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -138,16 +141,21 @@ async def create_run(api: kube.Client, namespace: str, spec: dict[str, Any]) -> 
         "uid": obj["metadata"]["uid"],
     }
     snapshot = {"flow": "f", "flows": {"f": spec}, "agents": {}}
+    text = json.dumps(snapshot)
     await api.create(
         kube.path_of("configmaps", namespace),
         {
             "metadata": {"name": f"{name}-snapshot", "ownerReferences": [owner]},
-            "data": {"snapshot.json": json.dumps(snapshot)},
+            "data": {"snapshot.json": text},
         },
     )
+    mounted = volumes / f"{name}-snapshot" / "snapshot.json"
+    mounted.parent.mkdir(parents=True)
+    mounted.write_text(text)
+    status = {"attempt": 1, "pod": f"{name}-1", "phase": "Running", "startTime": now}
+    status["snapshotDigest"] = snapshot_mod.digest_of(text)
     await api.merge_patch(
-        kube.path_of("flowruns", namespace, name, sub="status"),
-        {"status": {"attempt": 1, "pod": f"{name}-1", "phase": "Running", "startTime": now}},
+        kube.path_of("flowruns", namespace, name, sub="status"), {"status": status}
     )
     return name
 
@@ -219,7 +227,9 @@ async def runner_round(
     env: dict[str, str],
 ) -> tuple[float, float, int]:
     """One runner process on a fresh run: (ms to the first model request, ms in all, KiB)."""
-    name = await create_run(api, namespace, flow(server.url))
+    name = await create_run(
+        api, namespace, flow(server.url), Path(env[runner_spec.CONFIGMAPS_ROOT_ENV])
+    )
     server.script(model_server.Reply.text("hi"))
     seen = len(server.requests)
     started, kib = await asyncio.to_thread(
@@ -246,6 +256,7 @@ async def bench(admin: Path, rounds: int, agentflows: str) -> None:
         "LITELLM_LOCAL_MODEL_COST_MAP": "True",
         "KUBECONFIG": str(runner_config),
         "AGENTFLOWS_ATTEMPT": "1",
+        runner_spec.CONFIGMAPS_ROOT_ENV: str(work / "configmaps"),
     }
     # Timed as the image runs it: pip compiled its bytecode at install; never recompile each run.
     env.pop("PYTHONDONTWRITEBYTECODE", None)

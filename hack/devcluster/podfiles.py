@@ -98,13 +98,14 @@ class PodFiles:
         self.root = self.directory / "root"
         self.kubeconfig: Path | None = None
         self.environments: dict[str, dict[str, str]] = {}
-        self._objects: dict[tuple[str, str], dict[str, str] | None] = {}
+        self._objects: dict[tuple[str, str], dict[str, str | bytes] | None] = {}
 
     # ----- API objects -------------------------------------------------------------------------
 
-    def _data(self, kind: str, name: str) -> dict[str, str] | None:
+    def _data(self, kind: str, name: str) -> dict[str, str | bytes] | None:
         """Return a ConfigMap's or Secret's decoded data, or None when it does not exist."""
         if (kind, name) not in self._objects:
+            data: dict[str, str | bytes] | None
             try:
                 if kind == "secret":
                     secret = self.cluster.core.read_namespaced_secret(name, self.namespace)
@@ -115,6 +116,8 @@ class PodFiles:
                 else:
                     config_map = self.cluster.core.read_namespaced_config_map(name, self.namespace)
                     data = dict(config_map.data or {})
+                    binary = config_map.binary_data or {}
+                    data.update({k: base64.b64decode(v) for k, v in binary.items()})
             except client.ApiException as error:
                 if error.status != 404:
                     raise
@@ -122,7 +125,7 @@ class PodFiles:
             self._objects[(kind, name)] = data
         return self._objects[(kind, name)]
 
-    def _required(self, kind: str, name: str, optional: bool | None) -> dict[str, str]:
+    def _required(self, kind: str, name: str, optional: bool | None) -> dict[str, str | bytes]:
         data = self._data(kind, name)
         if data is None:
             if optional:
@@ -151,14 +154,27 @@ class PodFiles:
         )
         return str(request.status.token)
 
-    def _write_items(self, target: Path, data: dict[str, str], items: list[Any] | None) -> None:
+    def _write_items(
+        self,
+        target: Path,
+        data: dict[str, str | bytes],
+        items: list[Any] | None,
+        optional: bool | None = None,
+    ) -> None:
+        """Write ``items`` (else every key) of ``data``; skip a missing key if optional."""
         pairs = [(item.key, item.path) for item in items] if items else [(k, k) for k in data]
         for key, relative in pairs:
             if key not in data:
+                if optional:
+                    continue
                 raise PodSetupError(f'key "{key}" not found')
             path = target / relative
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(data[key])
+            value = data[key]
+            if isinstance(value, bytes):
+                path.write_bytes(value)
+            else:
+                path.write_text(value)
 
     def _write_downward(self, target: Path, items: list[Any] | None) -> None:
         for item in items or []:
@@ -172,7 +188,7 @@ class PodFiles:
         if volume.config_map is not None:
             source = volume.config_map
             data = self._required("configmap", source.name, source.optional)
-            self._write_items(target, data, source.items)
+            self._write_items(target, data, source.items, source.optional)
         elif volume.secret is not None:
             source = volume.secret
             data = self._required("secret", source.secret_name, source.optional)
@@ -185,10 +201,9 @@ class PodFiles:
                     path = target / source.service_account_token.path
                     path.write_text(self._token())
                 elif source.config_map is not None:
-                    data = self._required(
-                        "configmap", source.config_map.name, source.config_map.optional
-                    )
-                    self._write_items(target, data, source.config_map.items)
+                    optional = source.config_map.optional
+                    data = self._required("configmap", source.config_map.name, optional)
+                    self._write_items(target, data, source.config_map.items, optional)
                 elif source.secret is not None:
                     data = self._required("secret", source.secret.name, source.secret.optional)
                     self._write_items(target, data, source.secret.items)
@@ -295,7 +310,8 @@ class PodFiles:
             if ref.optional:
                 return None
             raise PodSetupError(f'key "{ref.key}" not found in "{ref.name}"')
-        return data[ref.key]
+        value = data[ref.key]
+        return value.decode(errors="replace") if isinstance(value, bytes) else value
 
     def _environment(self, container: client.V1Container) -> dict[str, str]:
         """Return ``container``'s process environment: the pod's variables over a base set."""
@@ -308,6 +324,8 @@ class PodFiles:
                 # Where a real pod mounts runner.files; a Flow may not set this (its prefix is
                 # the operator's), so the process kubelet points the runner at its copy.
                 "AGENTFLOWS_FILES_ROOT": str(self.root / "var/run/agentflows/files"),
+                # and where it mounts the run's ConfigMaps (agentflows.kube.mounted)
+                "AGENTFLOWS_CONFIGMAPS_ROOT": str(self.root / "var/run/agentflows/configmaps"),
                 "KUBERNETES_SERVICE_HOST": "127.0.0.1",
                 "KUBERNETES_SERVICE_PORT": self.cluster.server.rsplit(":", 1)[1],
             }
@@ -323,7 +341,8 @@ class PodFiles:
                 data = self._required("secret", ref.name, ref.optional)
             else:
                 continue
-            env.update({f"{source.prefix or ''}{k}": v for k, v in data.items()})
+            prefix = source.prefix or ""
+            env.update({f"{prefix}{k}": v for k, v in data.items() if isinstance(v, str)})
         for variable in container.env or []:
             if variable.value_from is not None:
                 value = self._value_from(variable.value_from)

@@ -7,16 +7,13 @@ scripted OpenAI-compatible server on loopback, which the runner process reaches 
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import sys
-from asyncio.subprocess import PIPE
 from typing import Any
 
 import pytest
 
 from agentflows.kube import client as kube_client
+from tests.cluster import runner_process
 from tests.cluster.harness import Cluster
 from tests.cluster.kube_fixtures import (  # noqa: F401  (fixtures)
     crds,
@@ -46,42 +43,16 @@ def _agent(server: ScriptedModelServer) -> dict[str, Any]:
 
 async def _create(api: kube_client.Client, namespace: str, snapshot: dict[str, Any]) -> str:
     name = unique("review")
-    obj = await create_flowrun(api, namespace, name, flow="ship")
-    owner = {
-        "apiVersion": "agentflows.io/v1alpha1",
-        "kind": "FlowRun",
-        "name": name,
-        "uid": obj["metadata"]["uid"],
-    }
-    await api.create(
-        kube_client.path_of("configmaps", namespace),
-        {
-            "metadata": {"name": f"{name}-snapshot", "ownerReferences": [owner]},
-            "data": {"snapshot.json": json.dumps(snapshot)},
-        },
-    )
-    await patch_status(api, namespace, name, {"attempt": 1})
+    await runner_process.prepare(api, namespace, name, snapshot)
     return name
 
 
-async def _runner(cluster: Cluster, namespace: str, name: str) -> tuple[int, str]:
+async def _runner(
+    cluster: Cluster, api: kube_client.Client, namespace: str, name: str
+) -> tuple[int, str]:
     """Run the runner to its end: exit status and stderr."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "agentflows.cli.main",
-        "runner",
-        "--namespace",
-        namespace,
-        "--flowrun",
-        name,
-        env={**os.environ, "KUBECONFIG": str(cluster.kubeconfig())},
-        stdout=PIPE,
-        stderr=PIPE,
-    )
-    _, stderr = await asyncio.wait_for(process.communicate(), 300)
-    assert process.returncode is not None
-    return process.returncode, stderr.decode()
+    done = await runner_process.run(cluster, api, namespace, name)
+    return done.returncode, done.stderr
 
 
 async def test_review_pauses_the_run_and_a_new_runner_continues_the_same_turn_after_an_edit(
@@ -109,7 +80,7 @@ async def test_review_pauses_the_run_and_a_new_runner_continues_the_same_turn_af
         )
     )
 
-    code, stderr = await _runner(control_plane, kube_namespace, name)
+    code, stderr = await _runner(control_plane, kube, kube_namespace, name)
     assert code == 3, stderr
     status = (await get_flowrun(kube, kube_namespace, name))["status"]
     request = status["requests"]["ship"]
@@ -135,7 +106,7 @@ async def test_review_pauses_the_run_and_a_new_runner_continues_the_same_turn_af
     await patch_status(kube, kube_namespace, name, {"attempt": 2})
     model_server.script(Reply.text("Deployed v1 instead of v2."))
 
-    code, stderr = await _runner(control_plane, kube_namespace, name)
+    code, stderr = await _runner(control_plane, kube, kube_namespace, name)
     assert code == 0, stderr
     status = (await get_flowrun(kube, kube_namespace, name))["status"]
     assert status["result"]["phase"] == "Succeeded"

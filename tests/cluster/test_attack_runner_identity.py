@@ -123,13 +123,15 @@ def minted_kubeconfig(cluster: Cluster, namespace: str, path: Path) -> Path:
 
 
 def call_as(kubeconfig: Path, method: str, path: str, body: Any) -> kube_client.ApiError | None:
-    """One write with ``kubeconfig``'s token; the API server's refusal, if it refused."""
+    """One request with ``kubeconfig``'s token; the API server's refusal, if it refused."""
 
     async def send() -> kube_client.ApiError | None:
         async with kube_client.Client.from_env(str(kubeconfig), retry_seconds=0) as api:
             try:
                 if method == "merge":
                     await api.merge_patch(path, body)
+                elif method == "get":
+                    await api.get(path)
                 else:
                     await api.create(path, body)
             except kube_client.ApiError as exc:
@@ -321,6 +323,61 @@ def test_a_runner_pod_cannot_write_operator_keys_nor_configmaps_the_operator_own
     assert call_as(pod_token, "create", configmaps, offloaded) is None
     (tool_dir / "release").touch()
     assert runs.wait_phase("spend-1", "Succeeded", "Failed")["phase"] == "Succeeded"
+
+
+# ----- item 24: the runner's reach -------------------------------------------------------------
+
+
+def test_a_runner_pod_token_reads_no_configmap_of_the_namespace_not_even_its_runs_own(
+    control_plane: Cluster, runs: FlowRuns, tool_dir: Path
+) -> None:
+    # RBAC's get cannot be confined by admission: the runner gets no get, and its pod is given
+    # the ConfigMaps its run reads as a volume instead
+    control_plane.core().create_namespaced_config_map(
+        runs.namespace, {"metadata": {"name": "team-settings"}, "data": {"db": "password"}}
+    )
+    runs.apply(slow_flow("peek", tool_dir), flowrun("peek-1", "peek"))
+    wait_for((tool_dir / "peek.started").exists, 120, "the tool runs")
+    pod_token = runs.pod_kubeconfig("peek-1-1")
+    for name in ("team-settings", "peek-1-snapshot"):
+        path = kube_client.path_of("configmaps", runs.namespace, name)
+        refused = call_as(pod_token, "get", path, None)
+        assert refused is not None and refused.status == 403, (name, refused)
+    listed = call_as(pod_token, "get", kube_client.path_of("configmaps", runs.namespace), None)
+    assert listed is not None and listed.status == 403, listed
+    (tool_dir / "release").touch()
+    assert runs.wait_phase("peek-1", "Succeeded", "Failed")["phase"] == "Succeeded"
+
+
+def test_an_output_offloaded_by_one_attempt_reaches_the_next_through_its_pods_volume(
+    control_plane: Cluster, runs: FlowRuns
+) -> None:
+    big = {"id": "big", "transform": '={blob: ("x" * 20000), tail: "end"}'}
+    gate = {"id": "gate", "approval": {"message": "Use it?"}}
+    use = {
+        "id": "use",
+        "transform": "={size: (.nodes.big.json.blob | length), tail: .nodes.big.json.tail}",
+    }
+    runs.apply(
+        flow("carry", [big, gate, use], output="=.nodes.use.json"), flowrun("carry-1", "carry")
+    )
+    status = runs.wait_phase("carry-1", "Waiting")
+    ref = status["nodes"]["big"]["outputRef"]
+    assert ref.startswith("configmap:carry-1-out-"), status["nodes"]["big"]
+    control_plane.kubectl(
+        "patch", "flowrun", "carry-1", "-n", runs.namespace, "--subresource=status",
+        "--type=merge", "-p",
+        json.dumps({"status": {"requests": {"gate": {"decision": "approve", "decidedBy": "admin"}}}}),
+    )  # fmt: skip
+    status = runs.wait_phase("carry-1", "Succeeded", "Failed")
+    assert status["phase"] == "Succeeded", status.get("message")
+    assert status["output"] == {"size": 20000, "tail": "end"}
+    second = control_plane.core().read_namespaced_pod(status["pod"], runs.namespace)
+    [volume] = [v for v in second.spec.volumes if v.name == "run-configmaps"]
+    mounted_names = {source.config_map.name for source in volume.projected.sources}
+    prefix, parts = ref.split(":")[1], int(ref.split(":")[2])
+    assert {f"{prefix}-{i}" for i in range(parts)} <= mounted_names
+    assert "carry-1-snapshot" in mounted_names
 
 
 def snapshot_of(flow_name: str, value: str) -> str:

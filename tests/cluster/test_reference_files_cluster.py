@@ -1,24 +1,21 @@
 """Reference files from a ConfigMap on a real control plane, read by ``agentflows runner``.
 
 The FlowRun and its snapshot ConfigMap are created by hand (as the operator would), and the
-runner runs as a process with the admin kubeconfig; the model is the scripted server on
+runner runs as a process with the admin kubeconfig and its ConfigMaps volume filled from the
+volume the operator would mount (tests/cluster/runner_process.py); the model is the scripted server on
 loopback. The test looks at what the model received and at the digest recorded in status.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import hashlib
-import json
-import os
-import sys
-from asyncio.subprocess import PIPE
 from typing import Any
 
 import pytest
 
 from agentflows.kube import client as kube_client
+from tests.cluster import runner_process
 from tests.cluster.harness import Cluster
 from tests.cluster.kube_fixtures import (  # noqa: F401  (fixtures)
     crds,
@@ -38,41 +35,15 @@ HANDBOOK = "Escalate to the on-call engineer after 15 minutes."
 
 async def _create(api: kube_client.Client, namespace: str, snapshot: dict[str, Any]) -> str:
     name = unique("files")
-    obj = await create_flowrun(api, namespace, name, flow="answer")
-    owner = {
-        "apiVersion": "agentflows.io/v1alpha1",
-        "kind": "FlowRun",
-        "name": name,
-        "uid": obj["metadata"]["uid"],
-    }
-    await api.create(
-        kube_client.path_of("configmaps", namespace),
-        {
-            "metadata": {"name": f"{name}-snapshot", "ownerReferences": [owner]},
-            "data": {"snapshot.json": json.dumps(snapshot)},
-        },
-    )
-    await patch_status(api, namespace, name, {"attempt": 1})
+    await runner_process.prepare(api, namespace, name, snapshot)
     return name
 
 
-async def _runner(cluster: Cluster, namespace: str, name: str) -> tuple[int, str]:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "agentflows.cli.main",
-        "runner",
-        "--namespace",
-        namespace,
-        "--flowrun",
-        name,
-        env={**os.environ, "KUBECONFIG": str(cluster.kubeconfig())},
-        stdout=PIPE,
-        stderr=PIPE,
-    )
-    _, stderr = await asyncio.wait_for(process.communicate(), 300)
-    assert process.returncode is not None
-    return process.returncode, stderr.decode()
+async def _runner(
+    cluster: Cluster, api: kube_client.Client, namespace: str, name: str
+) -> tuple[int, str]:
+    done = await runner_process.run(cluster, api, namespace, name)
+    return done.returncode, done.stderr
 
 
 async def test_configmap_files_reach_the_model_and_their_digest_is_in_status(
@@ -106,7 +77,7 @@ async def test_configmap_files_reach_the_model_and_their_digest_is_in_status(
     name = await _create(kube, kube_namespace, snapshot)
     model_server.script(Reply.text("after 15 minutes"))
 
-    code, stderr = await _runner(control_plane, kube_namespace, name)
+    code, stderr = await _runner(control_plane, kube, kube_namespace, name)
 
     assert code == 0, stderr
     assert model_server.requests[0].messages[1] == {
@@ -126,11 +97,11 @@ async def test_configmap_files_reach_the_model_and_their_digest_is_in_status(
 
     agent["files"] = [{"configMapKeyRef": {"name": "handbook", "key": "missing.md"}}]
     failing = await _create(kube, kube_namespace, snapshot)
-    code, stderr = await _runner(control_plane, kube_namespace, failing)
+    code, stderr = await _runner(control_plane, kube, kube_namespace, failing)
 
     assert code != 0
     status = (await get_flowrun(kube, kube_namespace, failing))["status"]
     assert status["nodes"]["ask"]["error"] == (
-        "configmap handbook has no key 'missing.md' (has: logo.bin, oncall.md)"
+        "configmap handbook has no key 'missing.md', or does not exist"
     )
     assert len(model_server.requests) == 1, "no model call for a turn whose file is missing"

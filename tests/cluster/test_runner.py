@@ -1,20 +1,16 @@
 """``agentflows runner`` as a process against a real API server, fed as the operator feeds it.
 
 Each test creates a FlowRun (no Flow object: the runner reads only the snapshot), the snapshot
-ConfigMap and ``status.attempt`` by hand, runs ``agentflows runner`` with the admin kubeconfig,
+ConfigMap, its digest and ``status.attempt`` by hand, runs ``agentflows runner`` with the admin
+kubeconfig and its ConfigMaps volume filled as a kubelet would (tests/cluster/runner_process.py),
 and looks at the exit status, the FlowRun's status and what the python tools wrote to a file.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import json
-import os
 import signal
-import sys
 import textwrap
-from asyncio.subprocess import PIPE
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +18,7 @@ import pytest
 
 from agentflows.kube import client as kube_client
 from agentflows.kube import snapshot as snapshot_mod
+from tests.cluster import runner_process
 from tests.cluster.harness import Cluster, wait_for
 from tests.cluster.kube_fixtures import (  # noqa: F401  (fixtures)
     crds,
@@ -65,15 +62,6 @@ def _marks(log: Path) -> list[str]:
     return log.read_text().splitlines() if log.exists() else []
 
 
-@dataclasses.dataclass
-class Finished:
-    """How a runner process ended."""
-
-    returncode: int
-    stdout: str
-    stderr: str
-
-
 class Runs:
     """Creates FlowRuns with snapshots and runs ``agentflows runner`` on them."""
 
@@ -85,61 +73,21 @@ class Runs:
     async def create(self, flow: dict[str, Any], input_value: Any = None) -> str:
         """A FlowRun of ``flow`` with a hand-written snapshot ConfigMap, at attempt 1."""
         name = unique("run")
-        obj = await create_flowrun(
-            self.api, self.namespace, name, flow="f", input_value=input_value
-        )
         snapshot = {"flow": "f", "flows": {"f": flow}, "agents": {}}
-        await self.api.create(
-            kube_client.path_of("configmaps", self.namespace),
-            {
-                "metadata": {
-                    "name": f"{name}-snapshot",
-                    "ownerReferences": [
-                        {
-                            "apiVersion": "agentflows.io/v1alpha1",
-                            "kind": "FlowRun",
-                            "name": name,
-                            "uid": obj["metadata"]["uid"],
-                        }
-                    ],
-                },
-                "data": {"snapshot.json": json.dumps(snapshot)},
-            },
-        )
-        await self.attempt(name, 1)
+        await runner_process.prepare(self.api, self.namespace, name, snapshot, None, input_value)
         return name
 
     async def attempt(self, name: str, attempt: int) -> None:
         """Start an attempt, as the operator does before it creates the pod."""
         await patch_status(self.api, self.namespace, name, {"attempt": attempt})
 
-    def command(self, name: str) -> list[str]:
-        return [
-            sys.executable,
-            "-m",
-            "agentflows.cli.main",
-            "runner",
-            "--namespace",
-            self.namespace,
-            "--flowrun",
-            name,
-        ]
-
-    def env(self) -> dict[str, str]:
-        return {**os.environ, "KUBECONFIG": str(self.cluster.kubeconfig())}
-
     async def start(self, name: str) -> asyncio.subprocess.Process:
         """Start the runner."""
-        return await asyncio.create_subprocess_exec(
-            *self.command(name), env=self.env(), stdout=PIPE, stderr=PIPE
-        )
+        return await runner_process.start(self.cluster, self.api, self.namespace, name)
 
-    async def run(self, name: str) -> Finished:
+    async def run(self, name: str) -> runner_process.Finished:
         """Run the runner to its end."""
-        process = await self.start(name)
-        stdout, stderr = await asyncio.wait_for(process.communicate(), 300)
-        assert process.returncode is not None
-        return Finished(process.returncode, stdout.decode(), stderr.decode())
+        return await runner_process.run(self.cluster, self.api, self.namespace, name)
 
     async def status(self, name: str) -> dict[str, Any]:
         status: dict[str, Any] = (await get_flowrun(self.api, self.namespace, name))["status"]
@@ -307,6 +255,9 @@ async def test_snapshot_written_by_the_operator_helpers_runs_and_is_written_once
     assert again["metadata"]["uid"] == first["metadata"]["uid"]
     read = await snapshot_mod.read_snapshot(runs.api, runs.namespace, name)
     assert read.flows == snap["flows"]
+    # as admission does: the digest the runner checks the mounted snapshot against
+    digest = snapshot_mod.digest_of(first["data"][snapshot_mod.SNAPSHOT_KEY])
+    await patch_status(runs.api, runs.namespace, name, {"snapshotDigest": digest})
     await runs.attempt(name, 1)
     done = await runs.run(name)
     assert done.returncode == 0, done.stderr

@@ -1,7 +1,8 @@
 """The runner's API requests per run, counted by the real API server (issue 13: at most 4).
 
-The FlowRun is prepared as the operator leaves it for a pod (snapshot ConfigMap; ``attempt``,
-``pod`` and ``startTime`` in status; ``AGENTFLOWS_ATTEMPT`` in the environment), and the real
+The FlowRun is prepared as the operator leaves it for a pod (snapshot ConfigMap and its digest,
+mounted as the pod's volume would be; ``attempt``, ``pod`` and ``startTime`` in status;
+``AGENTFLOWS_ATTEMPT`` in the environment), and the real
 ``agentflows runner`` console script runs with a token of the runner's ServiceAccount
 (config/rbac/runner bound in the test namespace). A FlowSchema matching only that account makes
 the API server count its requests (tests/support/api_counts.py), so nothing our client says
@@ -11,7 +12,6 @@ about itself is trusted and other clients of the shared control plane do not dis
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import sys
 from collections.abc import AsyncIterator
@@ -20,7 +20,11 @@ from typing import Any
 
 import pytest
 
+from agentflows.api import runner as runner_api
+from agentflows.api import times
 from agentflows.kube import client as kube_client
+from agentflows.kube import status_store
+from tests.cluster import runner_process
 from tests.cluster.harness import REPO, Cluster
 from tests.cluster.kube_fixtures import crds, kube, kube_namespace, unique
 from tests.support import api_counts
@@ -89,38 +93,13 @@ async def held_pod(api: kube_client.Client, namespace: str, name: str) -> None:
 async def prepare(api: kube_client.Client, namespace: str, flow: dict[str, Any]) -> str:
     """A FlowRun of ``flow`` with its snapshot, at attempt 1, as the operator leaves it."""
     name = unique("req")
-    obj = await api.create(
-        kube_client.path_of("flowruns", namespace),
-        {
-            "apiVersion": "agentflows.io/v1alpha1",
-            "kind": "FlowRun",
-            "metadata": {"name": name},
-            "spec": {"flow": "f"},
-        },
-    )
-    owner = {
-        "apiVersion": "agentflows.io/v1alpha1",
-        "kind": "FlowRun",
-        "name": name,
-        "uid": obj["metadata"]["uid"],
-    }
+    status = {"pod": f"{name}-1", "phase": "Pending", "startTime": times.api_time()}
     snapshot = {"flow": "f", "flows": {"f": flow}, "agents": {}}
-    await api.create(
-        kube_client.path_of("configmaps", namespace),
-        {
-            "metadata": {"name": f"{name}-snapshot", "ownerReferences": [owner]},
-            "data": {"snapshot.json": json.dumps(snapshot)},
-        },
-    )
-    status = {"attempt": 1, "pod": f"{name}-1", "phase": "Pending"}
-    status["startTime"] = obj["metadata"]["creationTimestamp"]
-    await api.merge_patch(
-        kube_client.path_of("flowruns", namespace, name, sub="status"), {"status": status}
-    )
+    await runner_process.prepare(api, namespace, name, snapshot, status)
     return name
 
 
-async def test_a_one_node_run_costs_the_runner_at_most_four_api_requests(
+async def test_a_one_node_run_costs_the_runner_at_most_three_api_requests_and_no_configmap_read(
     control_plane: Cluster,
     counted: tuple[Path, str],
     kube: kube_client.Client,
@@ -141,7 +120,14 @@ async def test_a_one_node_run_costs_the_runner_at_most_four_api_requests(
         control_plane.kubeconfig(), kube_namespace, ACCOUNT, config.parent / "pod.kubeconfig",
         pod=f"{name}-1",
     )  # fmt: skip
-    env = {**os.environ, "KUBECONFIG": str(config), "AGENTFLOWS_ATTEMPT": "1"}
+    # the pod's volume of the run's ConfigMaps, filled (as admin) before counting starts
+    volume = await runner_process.fill_volume(control_plane, kube, kube_namespace, name)
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(config),
+        "AGENTFLOWS_ATTEMPT": "1",
+        runner_api.CONFIGMAPS_ROOT_ENV: str(volume),
+    }
     agentflows = str(Path(sys.executable).parent / "agentflows")
     before = await api_counts.requests_of(kube, schema)
     process = await asyncio.create_subprocess_exec(
@@ -169,5 +155,11 @@ async def test_a_one_node_run_costs_the_runner_at_most_four_api_requests(
     assert status["nodes"]["ask"]["phase"] == "Succeeded"
     assert status["nodes"]["ask"]["output"]["text"] == "hi"
     print(f"runner API requests for a one-node run: {made}")
-    # read the FlowRun, read the snapshot, write the node's record, write the outcome
-    assert made <= 4
+    # read the FlowRun, write the node's record, write the outcome: the snapshot is a file of
+    # the pod's (the runner's account may not read a ConfigMap). A node that ran longer than
+    # the store's delay (a loaded machine) has its Running record written too.
+    record = status["nodes"]["ask"]
+    ran = times.elapsed(record["startedAt"], record["finishedAt"])
+    assert ran is not None
+    running_write = 1 if ran >= status_store.RUNNING_DELAY else 0
+    assert made <= 3 + running_write, stderr.decode()  # (a retry the client made is logged there)

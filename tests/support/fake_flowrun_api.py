@@ -1,6 +1,8 @@
 """One FlowRun and its ConfigMaps on a loopback HTTP server, for unit tests of the runner's writes.
 
-Serves what a runner asks of the API server: GET of the FlowRun and of ConfigMaps, PATCH of
+Serves what a runner asks of the API server: GET of the FlowRun (and of ConfigMaps, which a
+runner may not do: it reads the run's ConfigMaps from its pod's volume, which :attr:`mounted`
+stands in for, filled by :meth:`snapshot` and :meth:`mount` as the kubelet fills it), PATCH of
 ``flowruns/status`` as JSON patch (``add``, ``remove``, ``replace``, ``test``; a missing parent
 is a 422, as on the real server) or merge patch, and ConfigMap creates. Every request is
 recorded with its body, so a test can count and read the runner's writes. ``refuse`` queues
@@ -14,14 +16,17 @@ import contextlib
 import copy
 import dataclasses
 import json
+import tempfile
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
 from agentflows.kube import client as kube
-from agentflows.kube import kubeconfig
+from agentflows.kube import kubeconfig, mounted
+from agentflows.kube import snapshot as snapshot_mod
 
 
 @dataclasses.dataclass
@@ -59,6 +64,9 @@ class FakeFlowRunApi:
         self.configmaps: dict[str, dict[str, Any]] = {}
         self.requests: list[Recorded] = []
         self.refusals: list[int] = []
+        self._mount_dir = tempfile.TemporaryDirectory(prefix="fake-configmaps-")
+        #: The pod's volume of the run's ConfigMaps (pass it to ``run_attempt``).
+        self.mounted = mounted.Mounted(Path(self._mount_dir.name))
 
     @contextlib.asynccontextmanager
     async def client(self) -> AsyncIterator[kube.Client]:
@@ -80,10 +88,21 @@ class FakeFlowRunApi:
         """Store the run's snapshot ConfigMap with ``flow`` as Flow ``f``, owned by the run."""
         data = {"flow": "f", "flows": {"f": flow}, "agents": {}}
         owner = {"kind": "FlowRun", "name": self.name, "uid": self.flowrun["metadata"]["uid"]}
+        text = json.dumps(data)
         self.configmaps[f"{self.name}-snapshot"] = {
             "metadata": {"name": f"{self.name}-snapshot", "ownerReferences": [owner]},
-            "data": {"snapshot.json": json.dumps(data)},
+            "data": {"snapshot.json": text},
         }
+        self.flowrun.setdefault("status", {})["snapshotDigest"] = snapshot_mod.digest_of(text)
+        self.mount()
+
+    def mount(self) -> None:
+        """Write every ConfigMap's keys to :attr:`mounted`, as a new pod's kubelet would."""
+        for name, config_map in self.configmaps.items():
+            for key, value in (config_map.get("data") or {}).items():
+                path = self.mounted.root / name / key
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(value)
 
     def refuse(self, *statuses: int) -> None:
         """Answer the next status patches with these HTTP statuses."""

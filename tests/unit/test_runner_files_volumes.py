@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from agentflows.api import flow as flow_api
 from agentflows.cli import main as cli
 from agentflows.controller import pods, settings
+from agentflows.kube import mounted
 
 RUN = {
     "apiVersion": "agentflows.io/v1alpha1",
@@ -51,13 +52,14 @@ def test_files_volumes_are_mounted_read_only_under_the_files_root() -> None:
 
     pod = pods.runner_pod(RUN, 1, "answer", {"answer": flow}, {}, settings.OperatorConfig())
 
-    assert pod["spec"]["volumes"] == [
+    # (the run's ConfigMaps volume has its own tests: test_runner_configmaps_volume.py)
+    assert [v for v in pod["spec"]["volumes"] if v["name"] != mounted.VOLUME] == [
         {"name": "tmp", "emptyDir": {}},
         {"name": "files-handbook", "configMap": {"name": "handbook"}},
         {"name": "files-docs", "persistentVolumeClaim": {"claimName": "docs", "readOnly": True}},
     ]
     [container] = pod["spec"]["containers"]
-    assert container["volumeMounts"] == [
+    assert [m for m in container["volumeMounts"] if m["name"] != mounted.VOLUME] == [
         {"name": "tmp", "mountPath": "/tmp"},
         {
             "name": "files-handbook",

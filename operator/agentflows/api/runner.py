@@ -19,6 +19,12 @@ from agentflows.api import common
 #: Where the runner pod's files volumes are mounted, each in a directory named after it; the
 #: runner reads agents' ``path`` files here unless ``AGENTFLOWS_FILES_ROOT`` says otherwise.
 RUNNER_FILES_ROOT = "/var/run/agentflows/files"
+#: Where the operator mounts the ConfigMaps a run reads (its snapshot, the ``configMapKeyRef``
+#: files its Agents and Flows name, the outputs earlier attempts offloaded), each key at
+#: ``<name>/<key>``: the runner's identity may not ``get`` a ConfigMap, so it reads no other.
+#: ``AGENTFLOWS_CONFIGMAPS_ROOT`` (the operator's prefix: a Flow cannot set it) moves it.
+RUNNER_CONFIGMAPS_ROOT = "/var/run/agentflows/configmaps"
+CONFIGMAPS_ROOT_ENV = "AGENTFLOWS_CONFIGMAPS_ROOT"
 #: Most files volumes on one runner pod.
 MAX_FILES_VOLUMES = 16
 #: A files volume's name, prefixed with ``files-``, is a pod volume name (a 63-character label).

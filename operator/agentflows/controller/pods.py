@@ -4,7 +4,9 @@ Called by :mod:`agentflows.controller.flowruns` for each attempt. The pod runs
 ``agentflows runner --namespace NS --flowrun NAME`` with a restricted security context, owned by
 the FlowRun, ``restartPolicy: Never`` (retries are the operator's attempts, each a new pod).
 Secrets reach it only as env ``secretKeyRef``s named by
-:func:`agentflows.agents.secrets.secret_env_name`; the operator never reads a value.
+:func:`agentflows.agents.secrets.secret_env_name`; the operator never reads a value. The
+ConfigMaps it reads (its snapshot, reference files, offloaded outputs) are one projected volume
+(:func:`config_map_volume`): the runner's identity may not read a ConfigMap itself.
 """
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ from agentflows import tracing
 from agentflows.agents import secrets
 from agentflows.api import agent as agent_api
 from agentflows.api import budget as budget_api
-from agentflows.api import common, wellknown
+from agentflows.api import common, references, wellknown
 from agentflows.api import flow as flow_api
 from agentflows.api import runner as runner_api
 from agentflows.controller import resolve, settings
-from agentflows.kube import objects, podsecurity
+from agentflows.kube import mounted, objects, podsecurity, status_store
+from agentflows.kube import snapshot as kube_snapshot
 
 CONTAINER = "runner"
 DEFAULT_RESOURCES: dict[str, dict[str, str]] = {
@@ -92,6 +95,32 @@ def files_volumes(spec: runner_api.RunnerSpec) -> tuple[list[dict[str, Any]], li
     return volumes, mounts
 
 
+def config_map_volume(
+    run: dict[str, Any],
+    flows: dict[str, flow_api.FlowSpec],
+    agents: dict[str, agent_api.AgentSpec],
+) -> dict[str, Any]:
+    """The ConfigMaps the run reads, as one projected volume (:mod:`agentflows.kube.mounted`).
+
+    The snapshot is required; the keys ``files[].configMapKeyRef`` name and the parts of the
+    values ``status`` holds offloaded are optional (their absence is the node's or the run's
+    error, with the message the runner always gave).
+    """
+    named: list[references.Reference] = []
+    for flow_spec in flows.values():
+        named += references.flow_references(flow_spec)
+    for agent_spec in agents.values():
+        named += references.agent_references(agent_spec)
+    files = [
+        (ref.name, ref.key)
+        for ref in named
+        if ref.kind == references.CONFIG_MAP and ref.for_runner and ref.key
+    ]
+    offloaded = status_store.offloaded_parts(run.get("status") or {})
+    snapshot = (objects.snapshot_name(run["metadata"]["name"]), kube_snapshot.SNAPSHOT_KEY)
+    return mounted.volume([snapshot], [*files, *offloaded])
+
+
 def runner_pod(
     run: dict[str, Any],
     attempt: int,
@@ -142,7 +171,7 @@ def runner_pod(
         "env": env,
         "resources": {k: v for k, v in resources.items() if v},
         "securityContext": podsecurity.container_security_context(),
-        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}, *mounts],
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}, mounted.mount(), *mounts],
     }
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
@@ -151,7 +180,11 @@ def runner_pod(
         "enableServiceLinks": False,
         "securityContext": podsecurity.pod_security_context(fs_group=True),
         "containers": [container],
-        "volumes": [{"name": "tmp", "emptyDir": {}}, *volumes],
+        "volumes": [
+            {"name": "tmp", "emptyDir": {}},
+            config_map_volume(run, flows, agents),
+            *volumes,
+        ],
     }
     if runner.node_selector:
         spec["nodeSelector"] = dict(runner.node_selector)

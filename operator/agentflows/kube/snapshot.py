@@ -31,7 +31,7 @@ from typing import Any
 from agentflows.api import calls
 from agentflows.engine import graph
 from agentflows.kube import client as kube_client
-from agentflows.kube import objects
+from agentflows.kube import mounted, objects
 
 #: The ConfigMap key holding the snapshot JSON.
 SNAPSHOT_KEY = "snapshot.json"
@@ -150,6 +150,29 @@ class RunSnapshot:
         return graph.StaticResolver.from_wire(self.agents, self.flows)
 
 
+def read_mounted_snapshot(configmaps: mounted.Mounted, flowrun: Mapping[str, Any]) -> RunSnapshot:
+    """The snapshot of ``flowrun`` from the pod's volume, checked against its digest.
+
+    The kubelet read the ConfigMap by name, so its owner is not seen here: what proves the
+    operator wrote it is ``status.snapshotDigest``, which the operator stores at admission and
+    no runner may write. Raises :class:`SnapshotError` when it is missing, malformed or other
+    content than the digest names.
+    """
+    meta = flowrun.get("metadata") or {}
+    namespace, run = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+    name = snapshot_name(run)
+    text = configmaps.text(name, SNAPSHOT_KEY)
+    if text is None:
+        raise SnapshotError(f"ConfigMap {namespace}/{name} is missing from the pod")
+    digest = (flowrun.get("status") or {}).get("snapshotDigest")
+    if not digest or digest_of(text) != digest:
+        raise SnapshotError(
+            f"ConfigMap {namespace}/{name} is not the snapshot the operator wrote for this run "
+            f"(content {digest or 'unknown: status.snapshotDigest is not set'}): it is not used"
+        )
+    return _parsed(text, namespace, run, {})
+
+
 async def read_snapshot(client: kube_client.Client, namespace: str, run: str) -> RunSnapshot:
     """Read ``<run>-snapshot``; raise :class:`SnapshotError` when it is missing or malformed."""
     path = kube_client.path_of("configmaps", namespace, snapshot_name(run))
@@ -159,9 +182,13 @@ async def read_snapshot(client: kube_client.Client, namespace: str, run: str) ->
         if exc.not_found:
             raise SnapshotError(f"ConfigMap {namespace}/{snapshot_name(run)} is missing") from exc
         raise
+    return _parsed((obj.get("data") or {}).get(SNAPSHOT_KEY), namespace, run, obj)
+
+
+def _parsed(text: Any, namespace: str, run: str, config_map: dict[str, Any]) -> RunSnapshot:
     try:
-        data = json.loads((obj.get("data") or {})[SNAPSHOT_KEY])
-        return RunSnapshot(str(data["flow"]), dict(data["flows"]), dict(data["agents"]), obj)
+        data = json.loads(text)
+        return RunSnapshot(str(data["flow"]), dict(data["flows"]), dict(data["agents"]), config_map)
     except (KeyError, TypeError, ValueError) as exc:
         raise SnapshotError(
             f'ConfigMap {namespace}/{snapshot_name(run)}: data["{SNAPSHOT_KEY}"] is not '

@@ -42,14 +42,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentflows.api import common, times, wellknown
 from agentflows.api import flowrun as flowrun_api
 from agentflows.engine import errors, store
 from agentflows.kube import client as kube_client
-from agentflows.kube import objects
+from agentflows.kube import mounted, objects
 
 #: Largest part of an offloaded value, in bytes of UTF-8 (a ConfigMap holds at most 1 MiB).
 PART_BYTES = 512 * 1024
@@ -124,6 +124,55 @@ def _parse_ref(ref: str) -> tuple[str, int]:
     return prefix, int(count)
 
 
+def _part_key(index: int) -> str:
+    return f"part-{index:04d}"
+
+
+def offloaded_parts(status: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Every ``(configmap, key)`` holding a part of a value ``status`` refers to as offloaded.
+
+    The references are where :class:`StatusStore` writes them: ``outputRef`` of the run and of
+    each node record, and the ``$offloaded`` marker of a record's ``detail`` and a request's
+    ``schema`` or ``proposal``. A malformed reference names no part (reading it is the error).
+    """
+    refs: list[Any] = [status.get("outputRef")]
+    for record in (status.get("nodes") or {}).values():
+        if isinstance(record, Mapping):
+            refs += [record.get("outputRef"), _marker(record.get("detail"))]
+    for request in (status.get("requests") or {}).values():
+        if isinstance(request, Mapping):
+            refs += [_marker(request.get(field)) for field in ("schema", "proposal")]
+    parts: list[tuple[str, str]] = []
+    for ref in refs:
+        if not isinstance(ref, str) or not ref:
+            continue
+        try:
+            prefix, count = _parse_ref(ref)
+        except OffloadError:
+            continue
+        parts += [(f"{prefix}-{index}", _part_key(index)) for index in range(count)]
+    return parts
+
+
+def _marker(value: Any) -> Any:
+    return (
+        value.get(OFFLOADED) if isinstance(value, Mapping) and set(value) == {OFFLOADED} else None
+    )
+
+
+def read_mounted_output(configmaps: mounted.Mounted, namespace: str, ref: str) -> Any:
+    """:func:`read_output` from the pod's volume of the run's ConfigMaps (the runner's way)."""
+    prefix, count = _parse_ref(ref)
+    texts: list[str] = []
+    for index in range(count):
+        text = configmaps.text(f"{prefix}-{index}", _part_key(index))
+        if text is None:
+            # the operator mounts every part status refers to: one not there is not stored
+            raise OffloadError(f"ConfigMap {namespace}/{prefix}-{index} is gone")
+        texts.append(text)
+    return json.loads("".join(texts))
+
+
 async def read_output(client: kube_client.Client, namespace: str, ref: str) -> Any:
     """Read back a value offloaded to ConfigMaps, given its ``configmap:<prefix>:<parts>``."""
     prefix, count = _parse_ref(ref)
@@ -139,7 +188,7 @@ async def read_output(client: kube_client.Client, namespace: str, ref: str) -> A
                 if exc.not_found:
                     raise OffloadError(f"ConfigMap {namespace}/{prefix}-{index} is gone") from exc
                 raise
-        return str((obj.get("data") or {}).get(f"part-{index:04d}", ""))
+        return str((obj.get("data") or {}).get(_part_key(index), ""))
 
     texts = await asyncio.gather(*(part(i) for i in range(count)))
     return json.loads("".join(texts))
@@ -165,8 +214,12 @@ class StatusStore:
         flowrun: dict[str, Any] | None = None,
         offload_threshold: int = 8192,
         running_delay: float = RUNNING_DELAY,
+        configmaps: mounted.Mounted | None = None,
     ) -> None:
         self.client = client
+        #: Where offloaded values are read back from: the pod's volume (the runner, which may
+        #: not read ConfigMaps through the API), else the API (a person's tools).
+        self.configmaps = configmaps
         self.namespace = namespace
         self.name = name
         self.attempt = attempt
@@ -228,7 +281,7 @@ class StatusStore:
         if result.get("phase") in _TERMINAL_RESULTS:
             output = status.get("output")
             if status.get("outputRef"):
-                output = await read_output(self.client, self.namespace, status["outputRef"])
+                output = await self._read(status["outputRef"])
             checkpoint.outcome = store.Outcome(
                 phase=flowrun_api.RunPhase(result["phase"]),
                 output=output,
@@ -241,13 +294,18 @@ class StatusStore:
 
     async def _restore(self, value: Any) -> Any:
         if isinstance(value, dict) and set(value) == {OFFLOADED}:
-            return await read_output(self.client, self.namespace, str(value[OFFLOADED]))
+            return await self._read(str(value[OFFLOADED]))
         return value
+
+    async def _read(self, ref: str) -> Any:
+        if self.configmaps is not None:
+            return read_mounted_output(self.configmaps, self.namespace, ref)
+        return await read_output(self.client, self.namespace, ref)
 
     async def _node_of(self, wire: dict[str, Any]) -> flowrun_api.NodeStatus:
         data = dict(wire)
         if data.get("outputRef"):
-            data["output"] = await read_output(self.client, self.namespace, data.pop("outputRef"))
+            data["output"] = await self._read(data.pop("outputRef"))
         data["detail"] = await self._restore(data.get("detail"))
         return flowrun_api.NodeStatus.model_validate(data)
 
@@ -474,7 +532,7 @@ class StatusStore:
                     "labels": labels,
                     "ownerReferences": [owner],
                 },
-                "data": {f"part-{index:04d}": part},
+                "data": {_part_key(index): part},
             }
             async with limit:
                 collection = kube_client.path_of("configmaps", self.namespace)

@@ -2,9 +2,11 @@
 
 Called by the ``runner`` command of :mod:`agentflows.cli.main` (the pod's command). One attempt:
 
-1. read the FlowRun and the snapshot ConfigMap ``<run>-snapshot`` written by the operator, at
-   the same time, once each; the attempt this pod belongs to is ``$AGENTFLOWS_ATTEMPT`` (set by
-   the operator in the pod; else the FlowRun's ``status.attempt``);
+1. read the FlowRun, and the snapshot ``<run>-snapshot`` written by the operator from the pod's
+   volume of the run's ConfigMaps (:mod:`agentflows.kube.mounted`: the runner's identity may not
+   read ConfigMaps), checked against ``status.snapshotDigest``; the attempt this pod belongs to
+   is ``$AGENTFLOWS_ATTEMPT`` (set by the operator in the pod; else the FlowRun's
+   ``status.attempt``);
 2. compile the snapshot's Flow; a bad Flow or snapshot ends the run: result Failed, reason
    FlowInvalid (or SnapshotMissing), exit 1;
 3. run the engine with the FlowRun-status store and the live capabilities (secrets come from
@@ -12,8 +14,8 @@ Called by the ``runner`` command of :mod:`agentflows.cli.main` (the pod's comman
 4. the store writes ``status.result`` with the outcome, without reading the FlowRun again;
    exit 0 (Succeeded), 1 (Failed) or 3 (Waiting).
 
-A one-node run against a FlowRun the operator prepared costs four API requests: the two reads,
-the node's final record and the outcome (its Running record waits, see
+A one-node run against a FlowRun the operator prepared costs three API requests: the read of
+the FlowRun, the node's final record and the outcome (its Running record waits, see
 :mod:`agentflows.kube.status_store`, and is never sent for a node that ends within a second).
 
 SIGTERM (pod deletion, cancel) cancels the run: nodes in flight stay Running in the status (the
@@ -39,7 +41,6 @@ the progress lines (:mod:`agentflows.runner.stream_log`); never into the FlowRun
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import logging
 import os
@@ -59,7 +60,7 @@ from agentflows.api import times, wellknown
 from agentflows.engine import errors, graph, state, store
 from agentflows.engine import run as run_mod
 from agentflows.kube import client as kube_client
-from agentflows.kube import session_store, status_store
+from agentflows.kube import mounted, session_store, status_store
 from agentflows.kube import snapshot as snapshot_mod
 from agentflows.runner import stream_log
 
@@ -153,31 +154,27 @@ async def run_attempt(
     name: str,
     attempt: int | None = None,
     ceilings: tuple[state.Cap, ...] = (),
+    configmaps: mounted.Mounted | None = None,
 ) -> int:
     """Run attempt ``attempt`` of FlowRun ``namespace/name`` and return the exit status.
 
     ``attempt`` is what the operator told the pod (None: the FlowRun's ``status.attempt``);
-    ``ceilings`` what the namespace's Budgets allow the run (:func:`told_budget`).
-    The FlowRun and the snapshot are read once, side by side; the outcome is written without
-    reading the FlowRun again.
+    ``ceilings`` what the namespace's Budgets allow the run (:func:`told_budget`);
+    ``configmaps`` the pod's volume of the run's ConfigMaps (None: where the operator mounts it).
+    The FlowRun is read once (the snapshot is a file of the pod's); the outcome is written
+    without reading the FlowRun again.
     """
-    reading = asyncio.ensure_future(snapshot_mod.read_snapshot(client, namespace, name))
-    try:
-        flowrun = await client.get(kube_client.path_of("flowruns", namespace, name))
-    except BaseException:
-        reading.cancel()
-        await asyncio.gather(reading, return_exceptions=True)  # its error is not ours to log
-        raise
+    flowrun = await client.get(kube_client.path_of("flowruns", namespace, name))
     spec = flowrun.get("spec") or {}
     if attempt is None:
         attempt = int((flowrun.get("status") or {}).get("attempt") or 0)
+    configmaps = configmaps or mounted.Mounted.from_environ()
     checkpoints = status_store.StatusStore(
-        client, namespace, name, attempt=attempt, flowrun=flowrun
+        client, namespace, name, attempt=attempt, flowrun=flowrun, configmaps=configmaps
     )
     print(f"{times.timestamp()} run {namespace}/{name} attempt {attempt}", flush=True)
     try:
-        snap = await reading
-        snap.check(flowrun)
+        snap = snapshot_mod.read_mounted_snapshot(configmaps, flowrun)
     except snapshot_mod.SnapshotError as exc:
         return await _fail(checkpoints, flowrun_api.RunReason.SNAPSHOT_MISSING, str(exc))
     try:
@@ -203,7 +200,7 @@ async def run_attempt(
                 caps=host.LiveCapabilities(
                     resolver,
                     session_store=session_store.SessionStore(client, namespace),
-                    file_access=_file_access(client, namespace),
+                    file_access=_file_access(configmaps),
                     listener=stream_log.LogListener(),
                 ),
                 resolver=resolver,
@@ -228,27 +225,21 @@ async def run_attempt(
     return _EXIT_OF_PHASE.get(outcome.phase, EXIT_FAILED)
 
 
-def _file_access(client: kube_client.Client, namespace: str) -> Any:
-    """Reference files in the pod: ConfigMaps of the run's namespace, paths under the files root.
+def _file_access(configmaps: mounted.Mounted) -> Any:
+    """Reference files in the pod: the run's ConfigMaps' keys, paths under the files root.
 
-    The root is AGENTFLOWS_FILES_ROOT, else the default where runner.files volumes are mounted.
-    A Flow cannot set it (the operator's prefix); the development cluster's process kubelet
-    does, to point at its copy of the mounts.
+    The keys are those the operator mounted for the run's ``configMapKeyRef`` files
+    (:mod:`agentflows.kube.mounted`); the root of paths is AGENTFLOWS_FILES_ROOT, else the
+    default where runner.files volumes are mounted. A Flow can set neither (the operator's
+    prefix); the development cluster's process kubelet does, to point at its copy of the mounts.
     """
     from agentflows.agents import files
 
     async def read(name: str, key: str) -> bytes:
-        try:
-            found = await client.get(kube_client.path_of("configmaps", namespace, name))
-        except kube_client.ApiError as exc:
-            raise files.FileError(f"configmap {name}: {exc}") from None
-        data, binary = found.get("data") or {}, found.get("binaryData") or {}
-        if key in data:
-            return str(data[key]).encode()
-        if key in binary:
-            return base64.b64decode(binary[key])
-        keys = ", ".join(sorted([*data, *binary])) or "none"
-        raise files.FileError(f"configmap {name} has no key {key!r} (has: {keys})")
+        found = configmaps.read(name, key)
+        if found is None:
+            raise files.FileError(f"configmap {name} has no key {key!r}, or does not exist")
+        return found
 
     root = os.environ.get(files.FILES_ROOT_ENV) or files.POD_FILES_ROOT
     return files.FileAccess(root=pathlib.Path(root), config_map=read)
