@@ -18,6 +18,8 @@ reply calling a tool that is not read-only pauses the turn for a human
 continues from it when called again with the decision. A reply calling ``handoff_conversation``
 ends the turn's part for this Agent once its calls have run: :func:`run_turn` returns a
 :class:`Handoff` and the host goes on with the recipient (:mod:`agentflows.agents.handoff`).
+A turn with an ``answer`` (values to submit) ends only on a successful ``submit_result`` call;
+its text replies pause for the user's reply or remind the model (:mod:`agentflows.agents.answer`).
 Before each model call the turn checks
 the run's remaining token and cost budget and compresses the conversation when it nears the
 context window (:mod:`agentflows.agents.compression`).

@@ -46,6 +46,8 @@ _BY_NAME = re.compile(
 _TEMPLATE = re.compile(r"\{\{ (.+?) \}\}")
 _START = re.compile(r"^=(?:(\{.*\}) \+ )?\(\.run\.input // \{\}\)$")
 _REDUCERS = {".": "append", "add": "sum", "(add / length)": "average", "max": "max", "min": "min"}
+#: The last prompt line of an AgentNode with outputs as import wrote it before agent.answer:
+#: Flows imported then still export with those outputs.
 _JSON_LINE = re.compile(r"^Answer with a JSON object with the keys: (.*)\.$")
 _INPUT_LINE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*): \{\{ (.+) \}\}$")
 #: An agent node's ``history`` as import writes it: the turns of the nodes before it that ran.
