@@ -149,6 +149,11 @@ class ScriptedModelServer:
         with self._lock:
             self._replies.extend(replies)
 
+    def drop_script(self) -> None:
+        """Drop the replies not consumed yet (a benchmark reuses the server across cases)."""
+        with self._lock:
+            self._replies.clear()
+
     @property
     def pending(self) -> int:
         """Scripted replies not consumed yet."""

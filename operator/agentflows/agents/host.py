@@ -166,6 +166,7 @@ class LiveCapabilities:
     ) -> capabilities.NodeResult | capabilities.Pause | turn.Handoff:
         """One Agent's part of a turn, with its tools (MCP servers closed when it ends)."""
         from agentflows.agents import (
+            answer,
             delegation,
             flow_nodes,
             handoff,
@@ -195,6 +196,7 @@ class LiveCapabilities:
                     *self.builtin_tools.get(task.agent_name, ()),
                 ]
             )
+            providers.append(answer.SubmitProvider(task.answer))
             registry = await tools.ToolRegistry.build(providers, ctx.autonomy)
             if task.node_tools and not task.skip_tools:
                 offered = flow_nodes.NodeToolProvider(task.node_tools, registry.names())

@@ -6,7 +6,8 @@ approvals — with plausible, repeatable outputs:
 
 - ``llm`` nodes with an ``outputSchema`` get a value synthesized from the schema
   (:func:`synthesize`); without one, a short sentence quoting the start of the prompt.
-- ``agent`` nodes answer JSON ``{"agent", "answer", "findings": [two findings]}``.
+- ``agent`` nodes answer JSON ``{"agent", "answer", "findings": [two findings]}``; one with an
+  ``answer`` (values to submit) submits a value synthesized from its schema.
 - ``tool`` nodes answer ``{"tool", "args", "mock": true}`` without running anything.
 
 Outputs depend only on the inputs, so two dry runs of one Flow print the same thing. Usage counts
@@ -135,7 +136,15 @@ class MockCapabilities:
     async def run_agent(
         self, task: capabilities.AgentTask, ctx: capabilities.NodeContext
     ) -> capabilities.NodeResult:
-        """Answer as the named agent would, in a fixed JSON shape."""
+        """Answer as the named agent would, in a fixed JSON shape (its answer's, if it has one)."""
+        if task.answer is not None:
+            values = synthesize(task.answer.schema_)
+            text = json.dumps(values, ensure_ascii=False)
+            return capabilities.NodeResult(
+                output=envelope.from_value(values),
+                usage=_usage("\n\n".join([task.agent.system_prompt, task.prompt]), text),
+                detail={"toolCalls": [], "llmCalls": 1, "mock": True},
+            )
         answer = {
             "agent": task.agent_name,
             "answer": f"Mock answer of {task.agent_name} to: {_quote(task.prompt)}",

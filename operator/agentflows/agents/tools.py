@@ -58,6 +58,8 @@ class ToolDef:
     #: Hands the conversation over to the Agent its ``agent`` argument names
     #: (:mod:`agentflows.agents.handoff`).
     handoff: bool = False
+    #: Submits the turn's answer: a successful call ends the turn (:mod:`agentflows.agents.answer`).
+    submit: bool = False
     #: Where the tool comes from (an MCP server), to tell two tools of one name apart.
     source: str = ""
 

@@ -18,6 +18,8 @@ reply calling a tool that is not read-only pauses the turn for a human
 continues from it when called again with the decision. A reply calling ``handoff_conversation``
 ends the turn's part for this Agent once its calls have run: :func:`run_turn` returns a
 :class:`Handoff` and the host goes on with the recipient (:mod:`agentflows.agents.handoff`).
+A turn with an ``answer`` (values to submit) ends only on a successful ``submit_result`` call;
+its text replies pause for the user's reply or remind the model (:mod:`agentflows.agents.answer`).
 Before each model call the turn checks
 the run's remaining token and cost budget and compresses the conversation when it nears the
 context window (:mod:`agentflows.agents.compression`).
@@ -49,6 +51,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentflows.agents import (
+    answer,
     approval,
     compression,
     files,
@@ -239,6 +242,11 @@ class TurnState:
     agent: str | None = None
     #: The waiting request is the confirmation of client calls, asked before the caller runs them.
     confirming: bool = False
+    #: The waiting request is the user's reply to a text reply of a turn with an answer.
+    asking: bool = False
+    #: The values a successful ``submit_result`` call of the last round gave (not saved: the
+    #: turn ends right after that round).
+    submitted: dict[str, Any] | None = None
 
     def to_json(self, log: TurnLog) -> dict[str, Any]:
         """Return the state (with the log's detail) as saved by the engine."""
@@ -250,6 +258,7 @@ class TurnState:
             "review": self.review,
             "baseTurns": self.base_turns,
             "confirming": self.confirming,
+            "asking": self.asking,
             "log": log.detail(),
         }
         return saved | ({"agent": self.agent} if self.agent is not None else {})
@@ -268,6 +277,7 @@ class TurnState:
                     base_turns=int(state.get("baseTurns", 0)),
                     agent=state.get("agent"),
                     confirming=bool(state.get("confirming", False)),
+                    asking=bool(state.get("asking", False)),
                 ),
                 TurnLog.from_detail(state.get("log")),
             )
@@ -354,7 +364,10 @@ async def _run_turn(
     spec = task.agent
     if ctx.resume is not None:
         state, log = TurnState.from_json(ctx.resume.state)
-        if state.review is not None:
+        if state.asking:
+            state.messages.append(answer.user_reply(ctx.resume.request, task.agent_name))
+            state.asking = False
+        elif state.review is not None:
             ended = await _after_review(state, log, registry, ctx, redactor)
             if ended is not None:
                 return ended
@@ -380,12 +393,19 @@ async def _run_turn(
         log = TurnLog(files=[file.record() for file in loaded])
     schemas = registry.schemas()
     while True:
+        if state.submitted is not None:  # the last round's submit_result call ends the turn
+            return await _submit(task, state, log, memory)
         _check_budget(ctx, log.usage)
         await _compress(spec, state, log, env, redactor)
         reply = await model_client.complete(
             spec.model, state.messages, env=env, redactor=redactor, tools=schemas, stream=stream
         )
         log.add_reply(reply, spec.model.name)
+        if not reply.tool_calls and task.answer is not None:
+            pause = _text_instead_of_answer(task, ctx, state, log, reply)
+            if pause is not None:
+                return pause
+            continue
         if not reply.tool_calls:
             saved = None
             if memory is not None:
@@ -415,6 +435,56 @@ async def _run_turn(
         target = await _run_round(state, log, registry, ctx, redactor, {})
         if target is not None:
             return Handoff(target, state.messages, log)
+
+
+def _text_instead_of_answer(
+    task: capabilities.AgentTask,
+    ctx: capabilities.NodeContext,
+    state: TurnState,
+    log: TurnLog,
+    reply: model_client.ModelReply,
+) -> capabilities.Pause | None:
+    """A text reply of a turn that must submit: ask the user, or remind the model (None).
+
+    See :mod:`agentflows.agents.answer`.
+    """
+    assert task.answer is not None
+    state.messages.append({"role": "assistant", "content": reply.content})
+    if task.answer.ask_user:
+        state.asking = True
+        return capabilities.Pause(
+            request=answer.user_request(ctx.node_key, task.agent_name, reply.content),
+            state=state.to_json(log),
+            usage=log.usage,
+            detail=log.detail(),
+        )
+    if state.rounds >= task.agent.max_tool_iterations:
+        raise capabilities.CapabilityError(
+            f"agent {task.agent_name}: the model answered with text instead of calling "
+            f"{answer.SUBMIT_TOOL} within maxToolIterations={task.agent.max_tool_iterations} "
+            "rounds, and no user is there to answer it (human_in_the_loop is false); raise "
+            "spec.maxToolIterations or instruct the agent to submit its result"
+        )
+    state.messages.append({"role": "user", "content": answer.REMINDER})
+    state.rounds += 1
+    return None
+
+
+async def _submit(
+    task: capabilities.AgentTask,
+    state: TurnState,
+    log: TurnLog,
+    memory: sessions.Memory | None,
+) -> capabilities.NodeResult:
+    """End the turn with the submitted values (saved to the memory, as a final answer is)."""
+    assert task.answer is not None and state.submitted is not None
+    values = answer.submitted(task.answer, state.submitted)
+    detail = log.detail() | ({"agent": state.agent} if state.agent else {})
+    if memory is not None:
+        detail["memory"] = await _save(task.agent, memory, state.messages, state, log)
+    return capabilities.NodeResult(
+        output=envelope.from_value(values), usage=log.usage, detail=detail
+    )
 
 
 async def _compress(
@@ -627,7 +697,8 @@ async def _run_round(
 ) -> str | None:
     """Run the pending calls concurrently and append their results in the model's order.
 
-    Return the Agent the first accepted handoff among them names, if any.
+    Return the Agent the first accepted handoff among them names, if any (none when a
+    ``submit_result`` call among them succeeded: the turn ends with it, ``state.submitted``).
     """
     results = await asyncio.gather(
         *(_call_tool(registry, call, ctx, redactor, decided.get(call.id)) for call in state.pending)
@@ -638,6 +709,8 @@ async def _run_round(
         definition = registry.get(call.name)
         if target is None and definition and definition.handoff and outcome.status == "success":
             target = str(json.loads(call.arguments)["agent"])
+        if definition and definition.submit and outcome.status == "success":
+            state.submitted = json.loads(call.arguments or "{}") or {}
         state.messages.append(
             {
                 "role": "tool",
@@ -648,7 +721,7 @@ async def _run_round(
         )
     state.rounds += 1
     state.pending, state.waiting = [], []
-    return target
+    return None if state.submitted is not None else target
 
 
 def _check_budget(ctx: capabilities.NodeContext, used: common.Usage) -> None:

@@ -183,6 +183,12 @@ class Conversation:
         return self.imported.root == "Agent"
 
     @property
+    def submits(self) -> bool:
+        """True for a root Agent that declares outputs: it finishes when it submits them."""
+        call = self.imported.flows[self.imported.flow].spec.nodes[0].agent
+        return self.is_agent and call is not None and call.answer is not None
+
+    @property
     def active_agent(self) -> str | None:
         """The Agent that answers the next user message (a Swarm's changes on a handoff)."""
         if not self.is_agent:
@@ -204,6 +210,8 @@ class Conversation:
         if pending is not None:
             self.status = self._waiting(pending[0], pending[1])
             return self.status
+        if self.submits and self.status is not None and self.status.kind == StatusKind.FINISHED:
+            return self.status
         if self.is_agent and not self._in_turn():
             if self._pending_message is None and (self._turns or self._turn):
                 self.status = Status(StatusKind.USER_INPUT, "Your message:")
@@ -215,7 +223,7 @@ class Conversation:
         outcome = await self._run()
         self._active = self._answering() or self._active
         self.status = self._status(outcome)
-        if self.is_agent and outcome.phase == flowrun_api.RunPhase.SUCCEEDED:
+        if self.is_agent and not self.submits and outcome.phase == flowrun_api.RunPhase.SUCCEEDED:
             assert self._pending_message is not None
             if self._pending_message:
                 self._turns += [Message("user", self._pending_message)]
@@ -394,6 +402,8 @@ class Conversation:
     @property
     def messages(self) -> list[Message]:
         """The conversation so far (see module docstring)."""
+        if self.submits:
+            return self._root_run_messages()
         if self.is_agent:
             return list(self._turns)
         said: list[Message] = []
@@ -414,9 +424,32 @@ class Conversation:
                 continue
             elif kind == "OutputMessageNode":
                 said.append(Message("assistant", _text(output.get("json"))))
-            elif kind == "AgentNode":
+            elif kind == "AgentNode" and not self._submitted_at(key):
                 said.append(Message("assistant", str(output.get("text") or "")))
         return said
+
+    def _root_run_messages(self) -> list[Message]:
+        """A submitting root Agent's one run: the first message, the agent's and the user's."""
+        node = self.imported.flows[self.imported.flow].spec.nodes[0].id
+        first = self._first_message()
+        opened = [Message("user", first)] if first else []
+        requests = self.store.checkpoint.requests.values()
+        return opened + [m for r in requests if r.node == node for m in _exchanges(r)]
+
+    def _first_message(self) -> str:
+        """The message a root Agent's run started with ("" when the agent spoke first)."""
+        run_record = self.store.checkpoint.run
+        value = run_record.input if run_record is not None else None
+        message = value.get("message") if isinstance(value, dict) else None
+        return message if isinstance(message, str) else ""
+
+    def _submitted_at(self, key: str) -> bool:
+        """True when the AgentNode recorded at ``key`` submits values (not a text message)."""
+        *outer, last = key.split("/")
+        if outer:
+            return False
+        node = _node(self.imported, self.imported.flow, flowrun_api.node_of_key(last)[0])
+        return node is not None and node.agent is not None and node.agent.answer is not None
 
     def _kind_of(self, key: str) -> str | None:
         """The Agent Spec component type of the node recorded at ``key`` (None: a map item).
@@ -449,7 +482,16 @@ def _question(calls: list[ToolRequest]) -> ToolRequest | None:
 
 
 def _exchanges(request: flowrun_api.HumanRequest) -> list[Message]:
-    """The questions an agent asked the user in ``request`` (``ask_user``), and the answers."""
+    """What an agent said to the user in ``request``, and the user's answers.
+
+    A text reply of an agent that must submit values waits as an ``input`` request; a question
+    asked with ``ask_user`` as a client tool call.
+    """
+    if request.kind == Kind.INPUT:
+        said = [Message("assistant", request.message)]
+        if request.decision == flowrun_api.Decision.RESPOND:
+            said.append(Message("user", _text(request.data)))
+        return said
     client = [c for c in _calls(request) if c.get("client")]
     said = []
     for call in client:

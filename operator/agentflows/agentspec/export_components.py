@@ -186,8 +186,13 @@ class Exporter:
         outputs: list[dict[str, Any]],
         path: str,
         in_node: bool = False,
+        answer: flow_api.AgentAnswer | None = None,
     ) -> dict[str, str]:
-        """A reference to the exported Agent ``name``; ``in_node``: an AgentNode runs it."""
+        """A reference to the exported Agent ``name``; ``in_node``: an AgentNode runs it.
+
+        With an ``answer`` the Agent's outputs are submitted, and ``askUser`` is its
+        ``human_in_the_loop``; without, in a node, it is whether it has ``ask_user``.
+        """
         cid = f"agent.{name}"
         if name in self.agents:
             return ref(cid)
@@ -216,7 +221,8 @@ class Exporter:
             "outputs": outputs,
             "tools": [], "toolboxes": [],
         }  # fmt: skip
-        if in_node and not components.asks_user(spec):
+        asks = answer.ask_user if answer is not None else components.asks_user(spec)
+        if (in_node or answer is not None) and not asks:
             component["human_in_the_loop"] = False
         for i, tool in enumerate(spec.tools):
             if tool.client is not None and tool.name == components.ASK_USER_TOOL:
@@ -284,7 +290,9 @@ def agent_document(ex: Exporter, flow_name: str, spec: flow_api.FlowSpec) -> dic
         )
     members = _swarm_members(ex.resolver, call.name)
     ex.swarm = any(_handoffs(ex.resolver.agent(m)) for m in members)
-    ref = ex.agent(call.name, [str(p["title"]) for p in inputs], [], "spec.nodes[0].agent")
+    outputs = properties(call.answer.schema_) if call.answer is not None else []
+    titles = [str(p["title"]) for p in inputs]
+    ref = ex.agent(call.name, titles, outputs, "spec.nodes[0].agent", answer=call.answer)
     root = _swarm(ex, flow_name, members) if ex.swarm else None
     if ex.problems:
         raise errors.SpecInvalid(ex.problems)

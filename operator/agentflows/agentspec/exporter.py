@@ -46,6 +46,8 @@ _BY_NAME = re.compile(
 _TEMPLATE = re.compile(r"\{\{ (.+?) \}\}")
 _START = re.compile(r"^=(?:(\{.*\}) \+ )?\(\.run\.input // \{\}\)$")
 _REDUCERS = {".": "append", "add": "sum", "(add / length)": "average", "max": "max", "min": "min"}
+#: The last prompt line of an AgentNode with outputs as import wrote it before agent.answer:
+#: Flows imported then still export with those outputs.
 _JSON_LINE = re.compile(r"^Answer with a JSON object with the keys: (.*)\.$")
 _INPUT_LINE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*): \{\{ (.+) \}\}$")
 #: An agent node's ``history`` as import writes it: the turns of the nodes before it that ran.
@@ -77,7 +79,9 @@ class _FlowWriter:
         #: An AgentNode with an A2AAgent: its node id -> its message/send tool node.
         self.remote = {n.id: r for n in spec.nodes if (r := jqshapes.a2a(n, self.nodes))}
         self.entries.update({c: j for j, c in self.remote.items()})
-        self.agent_calls: list[tuple[str, str, list[str], list[dict[str, Any]]]] = []
+        self.agent_calls: list[
+            tuple[str, str, list[str], list[dict[str, Any]], flow_api.AgentAnswer | None]
+        ] = []
 
     def parallel_node(self, join: flow_api.Node, base: dict[str, Any]) -> dict[str, Any]:
         """A ParallelFlowNode: its sub-flows, and inputs fed to whichever sub-flow reads them."""
@@ -376,7 +380,9 @@ class _FlowWriter:
                     "write it as lines 'name: {{ expr }}'",
                 )
                 break
-        self.agent_calls.append((node.id, call.name, inputs, outputs))
+        if call.answer is not None:
+            outputs = export_components.properties(call.answer.schema_)
+        self.agent_calls.append((node.id, call.name, inputs, outputs, call.answer))
         return {"component_type": "AgentNode", **base}
 
     def tool(
@@ -537,11 +543,13 @@ def _finish_outputs(writer: _FlowWriter) -> None:
         elif component["component_type"] in ("MapNode", "ParallelMapNode"):
             collects = sorted(r.split(":")[1:] for r in reads if r.startswith("collect:"))
             component["reducers"] = {k: reducer for k, reducer in collects}
-    for node_id, name, inputs, outputs in writer.agent_calls:
+    for node_id, name, inputs, outputs, answer in writer.agent_calls:
         if not outputs and "text" in writer.reads[node_id]:
             outputs = [{"title": "output", "type": "string"}]
         where = writer.path(node_id, "agent")
-        writer.out[node_id]["agent"] = writer.ex.agent(name, inputs, outputs, where, in_node=True)
+        writer.out[node_id]["agent"] = writer.ex.agent(
+            name, inputs, outputs, where, in_node=True, answer=answer
+        )
 
 
 def _control_edges(writer: _FlowWriter) -> list[dict[str, Any]]:

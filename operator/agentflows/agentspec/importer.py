@@ -5,9 +5,11 @@ How each component maps is the support matrix in docs/agentspec.md. The shape, i
 - Every Agent Spec node becomes one Flow node whose id is its name made an identifier; a
   StartNode becomes a transform that applies the input defaults, an EndNode a transform that
   collects the flow's outputs. Outputs are read as ``.nodes.<id>.json.<output>``, except the
-  text of an unstructured LlmNode or AgentNode (``.nodes.<id>.text``), the answer of an
-  InputMessageNode (``.nodes.<id>.json``) and the single output of a tool or ApiNode: its key
-  of an object result that has it, else the whole result (:func:`mapping.by_name`).
+  text of an unstructured LlmNode or an A2AAgent's AgentNode (``.nodes.<id>.text``), the
+  answer of an InputMessageNode (``.nodes.<id>.json``) and the single output of a tool or
+  ApiNode: its key of an object result that has it, else the whole result
+  (:func:`mapping.by_name`). An AgentNode's Agent that declares outputs submits them
+  (``agent.answer``, :func:`answer_of`), so they too are read from ``.json``.
 - Data edges become the expressions of the destination's inputs (several edges into one input,
   from paths that exclude each other, read whichever ran); without ``data_flow_connections`` an
   input is bound to the StartNode's output of the same name, else to the one node producing it.
@@ -17,7 +19,7 @@ How each component maps is the support matrix in docs/agentspec.md. The shape, i
 - A tool with ``requires_confirmation`` in a ToolNode gets an approval node before it; in an
   Agent it is a tool that is not ``readOnly``, and the flow runs under autonomy ``supervised``.
 - A top-level Agent becomes the Agent and a Flow of one agent node, prompted with input
-  ``message``.
+  ``message``; with outputs, the Flow's output is the object the agent submits.
 """
 
 from __future__ import annotations
@@ -144,7 +146,9 @@ class _Translator:
         message = {"title": "message", "type": "string", "description": "The user's message."}
         schema = mapping.object_schema([message, *inputs])
         call = flow_api.AgentCall(
-            name=agent_name, prompt="\n".join([*lines, "{{ .run.input.message }}"])
+            name=agent_name,
+            prompt="\n".join([*lines, "{{ .run.input.message }}"]),
+            answer=answer_of(agent.outputs, agent.human_in_the_loop),
         )
         if confirm is None:
             confirm = self.needs_confirmation(component)
@@ -152,7 +156,7 @@ class _Translator:
             description=(named or agent).description or "",
             input=schema,
             nodes=[flow_api.Node(id="agent", agent=call)],
-            output="=.nodes.agent.text",
+            output="=.nodes.agent.json" if call.answer else "=.nodes.agent.text",
             autonomy=_autonomy(confirm),
         )
         self.result.flows[name] = flow_api.Flow(metadata=common.ObjectMeta(name=name), spec=spec)
@@ -171,6 +175,17 @@ class _Translator:
         """True when a tool of the agent, or of a worker, asks to confirm each call."""
         found = components.needs_confirmation(checks.effective_agent(component))
         return found or any(self.needs_confirmation(w) for w in checks.workers_of(component))
+
+
+def answer_of(outputs: list[model.Property] | None, ask_user: bool) -> flow_api.AgentAnswer | None:
+    """The answer contract of an Agent that declares outputs (none without outputs).
+
+    Agent Spec's Agent fills its outputs before it terminates: the agent submits them with
+    ``submit_result`` (:mod:`agentflows.agents.answer`), even a single string, and a text reply
+    is a message to the user (``human_in_the_loop``) rather than the answer, as in WayFlow.
+    """
+    schema = mapping.object_schema(outputs or [])
+    return flow_api.AgentAnswer(schema_=schema, ask_user=ask_user) if schema else None
 
 
 def _autonomy(supervised: bool) -> flow_api.Autonomy:
@@ -253,9 +268,7 @@ class _FlowBuilder:
             return f"{ref}.text"
         if isinstance(node, model.LlmNode) and len(node.outputs or []) == 1:
             return mapping.by_name(ref, title)
-        if isinstance(node, model.AgentNode) and mapping.is_text_output(
-            node.outputs or checks.agent_io(node.agent)[1]
-        ):
+        if isinstance(node, model.AgentNode) and isinstance(node.agent, model.A2AAgent):
             return f"{ref}.text"
         if isinstance(node, model.InputMessageNode):
             return f"{ref}.json"
@@ -464,15 +477,16 @@ class _FlowBuilder:
             self.a2a(key, node, node.agent, bound)
             return
         name = self.tr.agent(node.agent, f"{self.where(key)}.agent")
-        if checks.effective_agent(node.agent).human_in_the_loop:
+        agent = checks.effective_agent(node.agent)
+        answer = answer_of(node.outputs or agent.outputs, agent.human_in_the_loop)
+        if agent.human_in_the_loop and answer is None:
+            # an agent that submits asks the user with its text replies; one that answers
+            # with text asks with a tool
             self.tr.asks_user(name)
         self.supervised |= self.tr.needs_confirmation(node.agent)
         lines = [f"{title}: {{{{ {expr} }}}}" for title, expr in bound.items()]
-        outputs = node.outputs or checks.effective_agent(node.agent).outputs
-        if not mapping.is_text_output(outputs):
-            keys = ", ".join(checks.titles(outputs))
-            lines.append(f"Answer with a JSON object with the keys: {keys}.")
-        self.add(key, agent=flow_api.AgentCall(name=name, prompt="\n".join(lines) or "Begin."))
+        call = flow_api.AgentCall(name=name, prompt="\n".join(lines) or "Begin.", answer=answer)
+        self.add(key, agent=call)
 
     def a2a(
         self, key: str, node: model.AgentNode, agent: model.A2AAgent, bound: dict[str, str]

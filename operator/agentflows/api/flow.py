@@ -62,6 +62,30 @@ class AgentTools(common.ApiModel):
     )
 
 
+class AgentAnswer(common.ApiModel):
+    """The answer an agent turn must give: values it submits with the ``submit_result`` tool.
+
+    Agent Spec's answer contract for an Agent that declares outputs: the turn ends only when
+    the model calls ``submit_result`` with arguments matching ``schema`` (a call that does not
+    match is an error result and the model goes on). A text reply is not the answer: with
+    ``askUser`` it is a message to the user, and the node waits for the user's reply (an
+    ``input`` request) and goes on with it; without, the model is told the user is not there
+    and asked again.
+    """
+
+    schema_: common.JsonValue = Field(
+        alias="schema",
+        description="JSON Schema (type object) of the values submitted; they are the node's "
+        "json output (a property's default fills a value the model leaves out).",
+    )
+    ask_user: bool = Field(
+        default=True,
+        description="A text reply waits for the user's answer (Agent Spec human_in_the_loop); "
+        "false: the model is reminded to submit and called again (bounded by the Agent's "
+        "maxToolIterations).",
+    )
+
+
 class AgentCall(common.ApiModel):
     """Run an Agent's turn with a prompt."""
 
@@ -99,6 +123,11 @@ class AgentCall(common.ApiModel):
         description="Expression giving turns [{role, content}] sent after the Agent's history "
         "and before the prompt (e.g. an imported Agent Spec flow's conversation so far: its "
         "messages and the user's answers).",
+    )
+    answer: AgentAnswer | None = Field(
+        default=None,
+        description="Values the agent must submit to finish (submit_result tool); without, its "
+        "last text reply is the answer.",
     )
 
 

@@ -121,6 +121,8 @@ class AgentTask:
     memory: agent_api.Memory | None = None
     #: Offer the turn no tools at all (``tools: {skip: true}`` on the node).
     skip_tools: bool = False
+    #: The values the turn must submit to finish (the node's ``agent.answer``), if any.
+    answer: flow_api.AgentAnswer | None = None
 
 
 @dataclasses.dataclass

@@ -145,6 +145,8 @@ def _node_templates(
         if node.agent.history is not None:
             where = f"{path}.agent.history"
             t["history"] = out.template(where, node.agent.history, expression=True)
+        if node.agent.answer is not None:
+            _check_answer(node.agent.answer, f"{path}.agent.answer", out)
     elif node.llm is not None:
         t["prompt"] = out.template(f"{path}.llm.prompt", node.llm.prompt)
         t["system"] = out.template(f"{path}.llm.system", node.llm.system)
@@ -206,6 +208,15 @@ def _check_schema(schema: Any, path: str, out: _Collector) -> None:
         return
     for where, message in schemas.problems(schema):
         out.add(f"{path}.{where}" if where else path, message)
+
+
+def _check_answer(answer: flow_api.AgentAnswer, path: str, out: _Collector) -> None:
+    """The submitted values are the node's json output, an object: the schema must say so."""
+    schema = answer.schema_
+    if not isinstance(schema, dict) or schema.get("type") != "object":
+        out.add(f"{path}.schema", 'must be a JSON Schema of an object ({"type": "object", ...})')
+        return
+    _check_schema(schema, f"{path}.schema", out)
 
 
 def _check_triggers(spec: flow_api.FlowSpec, out: _Collector) -> None:

@@ -380,6 +380,7 @@ async def _agent(
         skip_tools=call.tools is not None and call.tools.skip,
         node_tools=node.node_tools,
         files=call.files,
+        answer=call.answer,
     )
     if node.node_tools:
         ctx = dataclasses.replace(ctx, run_node=functools.partial(run_node_tool, frame))

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from agentflows.agents import answer
 from agentflows.agentspec import conversation
 from tests.support.model_server import Reply, ScriptedModelServer, ToolCall
 from tests.unit.agentspec.conftest import served
@@ -33,7 +34,7 @@ def test_a_flow_asks_the_user_calls_the_host_s_client_tool_and_finishes_with_its
     conv.append_user_message("A7")
     model_server.script(
         Reply.calls(ToolCall("order_status", {"order": "A7"}, id="c1")),
-        Reply.text("Order A7 has shipped."),
+        Reply.calls(ToolCall("submit_result", {"answer": "Order A7 has shipped."})),
     )
     status = conv.execute_sync()
     assert status.kind == Kind.TOOL_REQUEST
@@ -47,8 +48,7 @@ def test_a_flow_asks_the_user_calls_the_host_s_client_tool_and_finishes_with_its
         ("assistant", "What is your order number?"),
         ("user", "A7"),
         ("assistant", "Looking up order A7."),
-        ("assistant", "Order A7 has shipped."),
-        ("assistant", "Answer: Order A7 has shipped."),
+        ("assistant", "Answer: Order A7 has shipped."),  # the agent submitted, said nothing
     ]
 
 
@@ -60,7 +60,7 @@ def test_an_agent_node_sees_the_flow_s_conversation_so_far(
     conv = _load("support_chat.yaml", tmp_path, model_server)
     conv.execute_sync()
     conv.append_user_message("A7")
-    model_server.script(Reply.text("Order A7 has shipped."))
+    model_server.script(Reply.calls(ToolCall("submit_result", {"answer": "It has shipped."})))
     assert conv.execute_sync().kind == Kind.FINISHED
     assert sent(model_server, 0) == [
         ("system", "You answer questions about order <order>."),
@@ -257,29 +257,40 @@ def _offered(request: object) -> list[str]:
     return [t["function"]["name"] for t in getattr(request, "body", {}).get("tools") or []]
 
 
-def test_an_agent_node_asks_the_user_and_goes_on_with_the_answer(
+def test_an_agent_node_that_must_submit_shows_a_text_reply_to_the_user_and_goes_on(
     model_server: ScriptedModelServer, tmp_path: Path
 ) -> None:
+    # The node's agent declares an output: as in WayFlow 26.3.1, a text reply does not finish
+    # the node, it is shown to the user and the agent goes on with the user's next message.
     conv = _load("support_chat.yaml", tmp_path, model_server)
     conv.execute_sync()
     conv.append_user_message("A7")
-    model_server.script(Reply.calls(ToolCall("ask_user", {"question": "The blue jacket?"})))
+    model_server.script(Reply.text("The blue jacket?"))
     status = conv.execute_sync()
     assert (status.kind, status.message) == (Kind.USER_INPUT, "The blue jacket?")
     conv.append_user_message("Yes, the blue one.")
-    model_server.script(Reply.text("The blue jacket of order A7 has shipped."))
+    model_server.script(
+        Reply.calls(ToolCall("submit_result", {"answer": "The blue jacket has shipped."}))
+    )
     status = conv.execute_sync()
-    assert status.outputs == {"answer": "The blue jacket of order A7 has shipped."}
-    assert _offered(model_server.requests[0]) == ["order_status", "ask_user"]
-    assert model_server.requests[1].messages[-1]["content"] == "Yes, the blue one."
-    assert [(m.role, m.content) for m in conv.messages][2:5] == [
-        ("assistant", "Looking up order A7."),
+    assert (status.kind, status.outputs) == (
+        Kind.FINISHED,
+        {"answer": "The blue jacket has shipped."},
+    )
+    assert _offered(model_server.requests[0]) == ["order_status", "submit_result"]
+    assert sent(model_server, 1)[-2:] == [
         ("assistant", "The blue jacket?"),
         ("user", "Yes, the blue one."),
     ]
+    assert [(m.role, m.content) for m in conv.messages][2:] == [
+        ("assistant", "Looking up order A7."),
+        ("assistant", "The blue jacket?"),
+        ("user", "Yes, the blue one."),
+        ("assistant", "Answer: The blue jacket has shipped."),
+    ]
 
 
-def test_an_agent_node_without_human_in_the_loop_cannot_ask_the_user(
+def test_an_agent_node_without_human_in_the_loop_is_reminded_to_submit_instead_of_asking(
     model_server: ScriptedModelServer, tmp_path: Path
 ) -> None:
     path = served("support_chat.yaml", tmp_path, model_server)
@@ -291,9 +302,69 @@ def test_an_agent_node_without_human_in_the_loop_cannot_ask_the_user(
     conv = conversation.Conversation.from_file(path, {}, model_server.env)
     conv.execute_sync()
     conv.append_user_message("A7")
-    model_server.script(Reply.text("Order A7 has shipped."))
-    assert conv.execute_sync().kind == Kind.FINISHED
-    assert _offered(model_server.requests[0]) == ["order_status"]
+    model_server.script(
+        Reply.text("Which item?"),
+        Reply.calls(ToolCall("submit_result", {"answer": "Order A7 has shipped."})),
+    )
+    status = conv.execute_sync()
+    assert (status.kind, status.outputs) == (Kind.FINISHED, {"answer": "Order A7 has shipped."})
+    assert _offered(model_server.requests[0]) == ["order_status", "submit_result"]
+    assert sent(model_server, 1)[-2:] == [
+        ("assistant", "Which item?"),
+        ("user", answer.REMINDER),
+    ]
+
+
+def test_a_submission_that_does_not_match_the_outputs_is_refused_and_the_agent_goes_on(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    conv = _load("support_chat.yaml", tmp_path, model_server)
+    conv.execute_sync()
+    conv.append_user_message("A7")
+    model_server.script(
+        Reply.calls(ToolCall("submit_result", {"status": "shipped"})),
+        Reply.calls(ToolCall("submit_result", {"answer": "Shipped."})),
+    )
+    status = conv.execute_sync()
+    assert (status.kind, status.outputs) == (Kind.FINISHED, {"answer": "Shipped."})
+    refused = model_server.requests[1].messages[-1]
+    assert refused["role"] == "tool"
+    assert "arguments of submit_result do not match its schema" in refused["content"]
+    assert "'answer' is a required property" in refused["content"]
+
+
+def test_a_root_agent_with_outputs_converses_until_it_submits_them_then_finishes(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    # WayFlow 26.3.1: a root Agent that declares outputs answers text as a message (the
+    # conversation waits for the user) and finishes, with the outputs, when it submits them.
+    path = served("chat_agent.yaml", tmp_path, model_server)
+    path.write_text(path.read_text() + "outputs: [{title: date, type: string}]\n")
+    conv = conversation.Conversation.from_file(path, {}, model_server.env)
+    conv.append_user_message("I want a room.")
+    model_server.script(
+        Reply.text("For which date?"),
+        Reply.calls(ToolCall("submit_result", {"date": "May 3"})),
+    )
+    status = conv.execute_sync()
+    assert (status.kind, status.message) == (Kind.USER_INPUT, "For which date?")
+    conv.append_user_message("May 3, please.")
+    status = conv.execute_sync()
+    assert (status.kind, status.outputs) == (Kind.FINISHED, {"date": "May 3"})
+    assert conv.execute_sync() == status  # finished: nothing more runs
+    assert sent(model_server, 1) == [
+        ("system", "You are a hotel concierge."),
+        ("user", "I want a room."),
+        ("assistant", "For which date?"),
+        ("user", "May 3, please."),
+    ]
+    assert [(m.role, m.content) for m in conv.messages] == [
+        ("user", "I want a room."),
+        ("assistant", "For which date?"),
+        ("user", "May 3, please."),
+    ]
+    with pytest.raises(conversation.ConversationError):
+        conv.append_user_message("And a taxi?")
 
 
 def test_messages_of_a_loop_include_every_iteration_s_question_answer_and_message(

@@ -38,7 +38,8 @@ def test_input_message_agent_tool_and_confirmation_pause_and_resume(
     assert code == 3, err
     assert "Why do you want a refund for order A7?" in err
     model_server.script(
-        Reply.calls(ToolCall("lookup_order", {"order_id": "A7"})), Reply.text("approve")
+        Reply.calls(ToolCall("lookup_order", {"order_id": "A7"})),
+        Reply.calls(ToolCall("submit_result", {"decision": "approve"})),
     )
     code, _out, err = invoke("resume", "r1", *run, "--data", '"it arrived broken"')
     assert code == 3, err
@@ -61,7 +62,7 @@ def test_a_rejected_confirmation_fails_the_run_without_calling_the_tool(
     spec = served("order_desk.json", tmp_path, model_server)
     run = ("--state-dir", str(tmp_path / "runs"))
     invoke("run", str(spec), *run, "--name", "r2", "--input", "order_id=B1")
-    model_server.script(Reply.text("deny"))
+    model_server.script(Reply.calls(ToolCall("submit_result", {"decision": "deny"})))
     invoke("resume", "r2", *run, "--data", '"changed my mind"')
     code, out, err = invoke("resume", "r2", *run, "--decision", "reject")
     assert code == 1, err
@@ -315,22 +316,28 @@ def test_a_tool_node_calls_one_tool_of_an_mcp_server(
     assert invoke("import", str(tmp_path / "again.yaml"))[1] == first
 
 
-def test_an_agent_node_question_waits_and_resume_gives_the_answer(
+def test_an_agent_node_s_text_reply_waits_for_the_user_and_resume_gives_the_answer(
     model_server: ScriptedModelServer, tmp_path: Path
 ) -> None:
+    # The node's agent declares an output, so its text reply is a message to the user (an
+    # input request), as WayFlow 26.3.1 runs it; it finishes when it submits the output.
     spec = served("support_chat.yaml", tmp_path, model_server)
     run = ("--state-dir", str(tmp_path / "runs"))
     invoke("run", str(spec), *run, "--name", "q1")
-    model_server.script(Reply.calls(ToolCall("ask_user", {"question": "The blue jacket?"})))
+    model_server.script(Reply.text("The blue jacket?"))
     code, _out, err = invoke("resume", "q1", *run, "--data", '"A7"')
     assert code == 3, err
-    assert "The blue jacket?" in err
+    assert "waits for request 'helper' (input): The blue jacket?" in err
     model_server.script(
-        Reply.calls(ToolCall("order_status", {"order": "A7"})), Reply.text("It has shipped.")
+        Reply.calls(ToolCall("order_status", {"order": "A7"})),
+        Reply.calls(ToolCall("submit_result", {"answer": "It has shipped."})),
     )
     code, _out, err = invoke("resume", "q1", *run, "--data", '"Yes"')
     assert code == 3, err
-    assert model_server.requests[1].messages[-1]["content"] == "Yes"
+    assert model_server.requests[1].messages[-2:] == [
+        {"role": "assistant", "content": "The blue jacket?"},
+        {"role": "user", "content": "Yes"},
+    ]
     code, out, err = invoke("resume", "q1", *run, "--data", '"shipped"')
     assert code == 0, err
     assert output_of(out) == {"answer": "It has shipped."}

@@ -181,3 +181,27 @@ nodes:
     assert len(found) == 1 and found[0].startswith(
         "spec.nodes[0].llm.outputSchema.type: not a valid JSON Schema"
     )
+
+
+@pytest.mark.parametrize(
+    ("schema_text", "expected"),
+    [
+        ("{type: string}", "spec.nodes[0].agent.answer.schema: must be a JSON Schema of an object"),
+        (
+            "{type: object, properties: {city: {type: strnig}}}",
+            "spec.nodes[0].agent.answer.schema.properties.city.type: not a valid JSON Schema",
+        ),
+    ],
+)
+def test_an_agent_answer_that_is_not_an_object_schema_is_reported(
+    schema_text: str, expected: str
+) -> None:
+    found = problems(
+        f"""
+nodes:
+  - id: a
+    agent: {{name: helper, prompt: p, answer: {{schema: {schema_text}}}}}
+""",
+        "helper",
+    )
+    assert len(found) == 1 and found[0].startswith(expected), found
