@@ -133,7 +133,8 @@ def cold_start(server: ScriptedModelServer, reps: int) -> float:
             )
             while len(server.requests) == seen:
                 if process.poll() is not None:
-                    raise RuntimeError(f"agentflows run ended first: {process.stderr.read()!r}")
+                    error = process.stderr.read() if process.stderr else b""
+                    raise RuntimeError(f"agentflows run ended first: {error!r}")
                 time.sleep(0.001)
             times.append(time.perf_counter() - started)
             process.wait(60)

@@ -410,7 +410,17 @@ def main() -> None:
     startup_runs = 1 if options.quick else 5
 
     # (name, nodes agentflows executes, nodes LangGraph executes, spec, graph, input, check)
-    cases = [
+    cases: list[
+        tuple[
+            str,
+            int,
+            int,
+            Any,
+            Callable[[], StateGraph[Any]],
+            dict[str, Any],
+            Callable[[Any], bool],
+        ]
+    ] = [
         (
             f"chain-{CHAIN_LENGTH}",
             CHAIN_LENGTH,

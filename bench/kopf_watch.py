@@ -558,44 +558,47 @@ def run_kopf(server: str, held: int) -> dict[str, Any]:
 
     # The same conversions the operator's cache makes: what an index keeps is its function's value.
     @kopf.index(GROUP, VERSION, "flowruns", registry=registry)
-    async def runs(body: kopf.Body, namespace: str, name: str, **_: Any) -> Any:
+    async def runs(body: kopf.Body, namespace: str | None, name: str, **_: Any) -> Any:
         run = cache._parse_run(body)
         return {(namespace, name): run} if run is not None else None
 
     @kopf.index(GROUP, VERSION, "flowruns", registry=registry)
-    async def runs_by_flow(spec: kopf.Spec, namespace: str, name: str, **_: Any) -> Any:
+    async def runs_by_flow(spec: kopf.Spec, namespace: str | None, name: str, **_: Any) -> Any:
         return {(namespace, spec.get("flow")): name}
 
-    pod_filter = {wellknown.MANAGED_BY: wellknown.MANAGER, wellknown.RUN: kopf.PRESENT}
+    pod_filter: dict[str, Any] = {
+        wellknown.MANAGED_BY: wellknown.MANAGER,
+        wellknown.RUN: kopf.PRESENT,
+    }
 
     @kopf.index("", "v1", "pods", labels=pod_filter, registry=registry)
-    async def runner_pods(body: kopf.Body, namespace: str, name: str, **_: Any) -> Any:
+    async def runner_pods(body: kopf.Body, namespace: str | None, name: str, **_: Any) -> Any:
         pod = cache._parse_pod(body)
         return {(namespace, name): pod} if pod is not None else None
 
     @kopf.index(GROUP, VERSION, "agents", registry=registry)
-    async def agents(body: kopf.Body, namespace: str, name: str, **_: Any) -> Any:
+    async def agents(body: kopf.Body, namespace: str | None, name: str, **_: Any) -> Any:
         return {(namespace, name): cache._parse_spec(agent_api.AgentSpec, "Agent", body)}
 
     @kopf.index(GROUP, VERSION, "flows", registry=registry)
-    async def flows(body: kopf.Body, namespace: str, name: str, **_: Any) -> Any:
+    async def flows(body: kopf.Body, namespace: str | None, name: str, **_: Any) -> Any:
         return {(namespace, name): cache._parse_spec(flow_api.FlowSpec, "Flow", body)}
 
     @kopf.index(GROUP, VERSION, "budgets", registry=registry)
-    async def budgets(body: kopf.Body, namespace: str, name: str, **_: Any) -> Any:
+    async def budgets(body: kopf.Body, namespace: str | None, name: str, **_: Any) -> Any:
         return {(namespace, name): cache._parse_budget(body)}
 
     @kopf.on.event(GROUP, VERSION, "flowruns", registry=registry)
-    async def flowrun_event(name: str, namespace: str, **_: Any) -> None:
+    async def flowrun_event(name: str, namespace: str | None, **_: Any) -> None:
         probe_of["probe"].note("ready", probe_of["probe"].ready)
-        probe_of["probe"].enqueue(workqueue.FLOWRUN, namespace, name)
+        probe_of["probe"].enqueue(workqueue.FLOWRUN, namespace or "", name)
 
     @kopf.on.event("", "v1", "pods", labels=pod_filter, registry=registry)
-    async def pod_event(meta: kopf.Meta, namespace: str, **_: Any) -> None:
+    async def pod_event(meta: kopf.Meta, namespace: str | None, **_: Any) -> None:
         probe_of["probe"].note("ready", probe_of["probe"].ready)
         for owner in meta.get("ownerReferences") or []:
             if owner.get("kind") == "FlowRun":
-                probe_of["probe"].enqueue(workqueue.FLOWRUN, namespace, owner["name"])
+                probe_of["probe"].enqueue(workqueue.FLOWRUN, namespace or "", owner["name"])
 
     async def main() -> dict[str, Any]:
         async def start(probe: Probe) -> None:

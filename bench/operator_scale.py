@@ -43,6 +43,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import math
 import os
 import signal
@@ -274,7 +275,7 @@ async def hold_runs(bench: Bench, count: int, status: dict[str, Any]) -> float:
         await bench.api.create(bench.path("flowruns"), oc.flowrun(name, "held"))
         await bench.api.merge_patch(bench.path("flowruns", name, "status"), {"status": status})
 
-    await oc.bounded([lambda i=i: one(i) for i in range(count)], 32)
+    await oc.bounded([functools.partial(one, i) for i in range(count)], 32)
     return time.monotonic() - started
 
 
@@ -325,7 +326,9 @@ async def new_run_to_pod(bench: Bench, runs: int) -> list[float]:
     with bench.kubelet.held():
         for name in names:
             created = await bench.create_run(name, "one")
-            await oc.wait_until(lambda n=name: n in bench.observer.pod_added, 300, "pod")
+            await oc.wait_until(
+                functools.partial(bench.observer.pod_added.__contains__, name), 300, "pod"
+            )
             latencies.append(bench.observer.pod_added[name] - created)
     await bench.terminal(names, 600)
     return latencies

@@ -32,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -49,7 +49,8 @@ from agentflows.runner import stream_log  # noqa: E402
 WORDS = 600
 
 
-def _serve(reps: int, ready: multiprocessing.Queue, done: multiprocessing.Event) -> None:  # type: ignore[type-arg]
+def _serve(reps: int, ready: Any, done: Any) -> None:
+    """Serve the scripted answer from another process (``ready``/``done``: its Queue, Event)."""
     server = ScriptedModelServer().start()
     answer = " ".join(f"word{i}" for i in range(WORDS))
     server.script(*[Reply.text(answer) for _ in range(2 * reps + 2)])

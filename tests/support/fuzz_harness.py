@@ -317,7 +317,7 @@ def _read_answer(fd: int, pid: int, deadline: float, limit_kb: int) -> tuple[byt
     Polls the child's resident size every 50 ms, so a blow-up is stopped at the limit rather
     than at the address-space limit, and a hang's memory is known too.
     """
-    chunks = []
+    chunks: list[bytes] = []
     peak_kb = 0
     while True:
         left = deadline - time.monotonic()
