@@ -69,14 +69,9 @@ def test_review_loop_rejected_twice_and_killed_mid_iteration_reruns_no_finished_
         Reply.text("never delivered: its runner is killed first", hold=held),
         Reply.text(DRAFTS[2]),
     )
+    # the example as it ships: the default retry (maxAttempts 3). The run makes five runner
+    # attempts, three of them started by decisions; only the one killed counts against it.
     apply_example(control_plane, runs, model_server, "review-loop")
-    # Each decision starts a new runner attempt, and the operator counts those against
-    # spec.retry.maxAttempts (default 3) as it counts lost pods: after two decisions a lost pod
-    # would end the run (RetriesExhausted). Room for the five attempts this run makes.
-    control_plane.kubectl(
-        "-n", runs.namespace, "patch", "flow", "review-loop", "--type=merge",
-        "-p", '{"spec": {"retry": {"maxAttempts": 6, "backoffSeconds": 1}}}',
-    )  # fmt: skip
     grant_deciders(control_plane, runs.namespace)
     try:
         info = start(control_plane, runs, "review-loop", f"topic={TOPIC}")
@@ -105,6 +100,7 @@ def test_review_loop_rejected_twice_and_killed_mid_iteration_reruns_no_finished_
 
     third = wait_waiting(runs, name, "review#3")
     assert third["attempt"] == attempt + 1
+    assert third["attemptsLost"] == 1
     assert DRAFTS[2] in third["requests"]["review#3"]["message"]
     _decide(control_plane, runs, name, "review#3", decision="approve")
     status = runs.wait_phase(name, "Succeeded", "Failed")
@@ -133,6 +129,7 @@ def test_review_loop_rejected_twice_and_killed_mid_iteration_reruns_no_finished_
     assert nodes["revise"]["attempts"] == 1 and nodes["draft"]["attempts"] == 1
     assert nodes["revise#3"]["phase"] == "Skipped" and nodes["publish"]["phase"] == "Succeeded"
     assert sorted(status["requests"]) == ["review", "review#2", "review#3"]
+    assert (status["attempt"], status["attemptsLost"]) == (5, 1)
 
     shown = control_plane.kubectl("-n", runs.namespace, "get", "flowrun", name, "-o", "json")
     size = len(shown.stdout.encode())
@@ -140,6 +137,6 @@ def test_review_loop_rejected_twice_and_killed_mid_iteration_reruns_no_finished_
     print(
         f"review-loop on the cluster: {iterations} iterations, {len(prompts)} model calls "
         f"({len(set(prompts))} distinct prompts, 1 repeated after the kill), "
-        f"{status['attempt']} runner attempts, FlowRun {size} bytes (kubectl get -o json); "
+        f"{status['attempt']} runner attempts ({status['attemptsLost']} lost), FlowRun {size} bytes (kubectl get -o json); "
         f"records: {', '.join(sorted(nodes, key=flowrun_api.key_order))}"
     )

@@ -2,7 +2,9 @@
 
 Serves what a runner asks of the API server: GET of the FlowRun and of ConfigMaps, PATCH of
 ``flowruns/status`` as JSON patch (``add``, ``remove``, ``replace``, ``test``; a missing parent
-is a 422, as on the real server) or merge patch, and ConfigMap creates. Every request is
+is a 422, as on the real server) or merge patch, and ConfigMap creates; and what the operator
+asks when it follows the run's attempts: pod GETs (kept in ``pods``, a missing one is a 404),
+pod creates and Event posts (kept in ``pods`` and ``events``). Every request is
 recorded with its body, so a test can count and read the runner's writes. ``refuse`` queues
 statuses the next status patches are answered with instead (a 409 lost race, say). The real
 API server's behaviour is tested in tests/cluster/test_status_store.py and test_runner*.py.
@@ -57,6 +59,8 @@ class FakeFlowRunApi:
         if status is not None:
             self.flowrun["status"] = status
         self.configmaps: dict[str, dict[str, Any]] = {}
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.events: list[dict[str, Any]] = []
         self.requests: list[Recorded] = []
         self.refusals: list[int] = []
 
@@ -122,6 +126,16 @@ class FakeFlowRunApi:
         if path.startswith(configmaps + "/") and request.method == "GET":
             found = self.configmaps.get(path.rsplit("/", 1)[1])
             return web.json_response(found) if found else _error(404, "not found")
+        pods = kube.path_of("pods", self.namespace)
+        if path == pods and request.method == "POST":
+            self.pods[body["metadata"]["name"]] = body
+            return web.json_response(body, status=201)
+        if path.startswith(pods + "/") and request.method == "GET":
+            found = self.pods.get(path.rsplit("/", 1)[1])
+            return web.json_response(found) if found else _error(404, "not found")
+        if path == kube.path_of("events", self.namespace) and request.method == "POST":
+            self.events.append(body)
+            return web.json_response(body, status=201)
         return _error(405, f"the fake does not serve {request.method} {path}")
 
     def _patch(self, content_type: str, body: Any) -> web.Response:
