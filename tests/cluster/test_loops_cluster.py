@@ -6,7 +6,10 @@ shows: two rejections with comments, then an approval of the third draft. The ru
 deleted once while iteration 2's revision waits for its model reply (the server holds it), so
 the next attempt resumes inside iteration 2. The model server's request log is the proof: every
 model call of a finished iteration was made once, the interrupted one twice, and each
-rejection's comment is in the next revision's prompt.
+rejection's comment is in the next revision's prompt. The example runs at its default
+``retry.maxAttempts`` (3): the three attempts that decisions start are no retries, only the
+killed one counts (``status.attemptsLost``). ``agentflows graph RUN`` draws the run from the
+cluster with its back edge and each loop node's latest iteration.
 """
 
 from __future__ import annotations
@@ -21,9 +24,10 @@ from agentflows.api import flowrun as flowrun_api
 from tests.cluster.harness import Cluster, wait_for
 from tests.cluster.operator_fixtures import *  # noqa: F403
 from tests.cluster.operator_fixtures import FlowRuns
-from tests.cluster.test_examples_cluster import apply_example, grant_deciders, start
+from tests.cluster.test_examples_cluster import apply_example, cli, grant_deciders, start
 from tests.cluster.test_human_requests import decide_with_kubectl, wait_waiting
 from tests.support.fixtures import *  # noqa: F403
+from tests.support.mermaid import ParsedMermaid
 from tests.support.model_server import Reply, ScriptedModelServer
 
 pytestmark = pytest.mark.cluster
@@ -130,6 +134,16 @@ def test_review_loop_rejected_twice_and_killed_mid_iteration_reruns_no_finished_
     assert nodes["revise#3"]["phase"] == "Skipped" and nodes["publish"]["phase"] == "Succeeded"
     assert sorted(status["requests"]) == ["review", "review#2", "review#3"]
     assert (status["attempt"], status["attemptsLost"]) == (5, 1)
+
+    # the run's picture, drawn from the cluster: the back edge and each node's latest iteration
+    drawn = cli(control_plane, runs.namespace, "graph", name)
+    assert drawn.returncode == 0, drawn.stderr
+    picture = ParsedMermaid(drawn.stdout)
+    back = {(picture.labels[a][0], picture.labels[b][0]) for a, b in picture.back_edges}
+    assert back == {("revise", "review")}
+    for node in ("review", "decide", "revise"):
+        assert picture.labels[picture.key(node)][-1] == "iteration 3", picture.labels
+    assert picture.labels[picture.key("draft")][-1].startswith("Succeeded")
 
     shown = control_plane.kubectl("-n", runs.namespace, "get", "flowrun", name, "-o", "json")
     size = len(shown.stdout.encode())
