@@ -119,20 +119,14 @@ class FakeFlowRunApi:
             return web.json_response(self.flowrun)
         if path == f"{run_path}/status" and request.method == "PATCH":
             return self._patch(request.headers["content-type"], body)
-        configmaps = kube.path_of("configmaps", self.namespace)
-        if path == configmaps and request.method == "POST":
-            self.configmaps[body["metadata"]["name"]] = body
-            return web.json_response(body, status=201)
-        if path.startswith(configmaps + "/") and request.method == "GET":
-            found = self.configmaps.get(path.rsplit("/", 1)[1])
-            return web.json_response(found) if found else _error(404, "not found")
-        pods = kube.path_of("pods", self.namespace)
-        if path == pods and request.method == "POST":
-            self.pods[body["metadata"]["name"]] = body
-            return web.json_response(body, status=201)
-        if path.startswith(pods + "/") and request.method == "GET":
-            found = self.pods.get(path.rsplit("/", 1)[1])
-            return web.json_response(found) if found else _error(404, "not found")
+        for plural, held in (("configmaps", self.configmaps), ("pods", self.pods)):
+            collection = kube.path_of(plural, self.namespace)
+            if path == collection and request.method == "POST":
+                held[body["metadata"]["name"]] = body
+                return web.json_response(body, status=201)
+            if path.startswith(collection + "/") and request.method == "GET":
+                found = held.get(path.rsplit("/", 1)[1])
+                return web.json_response(found) if found else _error(404, "not found")
         if path == kube.path_of("events", self.namespace) and request.method == "POST":
             self.events.append(body)
             return web.json_response(body, status=201)
