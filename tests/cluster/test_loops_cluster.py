@@ -6,7 +6,10 @@ shows: two rejections with comments, then an approval of the third draft. The ru
 deleted once while iteration 2's revision waits for its model reply (the server holds it), so
 the next attempt resumes inside iteration 2. The model server's request log is the proof: every
 model call of a finished iteration was made once, the interrupted one twice, and each
-rejection's comment is in the next revision's prompt.
+rejection's comment is in the next revision's prompt. The example runs at its default
+``retry.maxAttempts`` (3): the three attempts that decisions start are no retries, only the
+killed one counts (``status.attemptsLost``). ``agentflows graph RUN`` draws the run from the
+cluster with its back edge and each loop node's latest iteration.
 """
 
 from __future__ import annotations
@@ -21,9 +24,10 @@ from agentflows.api import flowrun as flowrun_api
 from tests.cluster.harness import Cluster, wait_for
 from tests.cluster.operator_fixtures import *  # noqa: F403
 from tests.cluster.operator_fixtures import FlowRuns
-from tests.cluster.test_examples_cluster import apply_example, grant_deciders, start
+from tests.cluster.test_examples_cluster import apply_example, cli, grant_deciders, start
 from tests.cluster.test_human_requests import decide_with_kubectl, wait_waiting
 from tests.support.fixtures import *  # noqa: F403
+from tests.support.mermaid import ParsedMermaid
 from tests.support.model_server import Reply, ScriptedModelServer
 
 pytestmark = pytest.mark.cluster
@@ -69,14 +73,9 @@ def test_review_loop_rejected_twice_and_killed_mid_iteration_reruns_no_finished_
         Reply.text("never delivered: its runner is killed first", hold=held),
         Reply.text(DRAFTS[2]),
     )
+    # the example as it ships: the default retry (maxAttempts 3). The run makes five runner
+    # attempts, three of them started by decisions; only the one killed counts against it.
     apply_example(control_plane, runs, model_server, "review-loop")
-    # Each decision starts a new runner attempt, and the operator counts those against
-    # spec.retry.maxAttempts (default 3) as it counts lost pods: after two decisions a lost pod
-    # would end the run (RetriesExhausted). Room for the five attempts this run makes.
-    control_plane.kubectl(
-        "-n", runs.namespace, "patch", "flow", "review-loop", "--type=merge",
-        "-p", '{"spec": {"retry": {"maxAttempts": 6, "backoffSeconds": 1}}}',
-    )  # fmt: skip
     grant_deciders(control_plane, runs.namespace)
     try:
         info = start(control_plane, runs, "review-loop", f"topic={TOPIC}")
@@ -105,6 +104,7 @@ def test_review_loop_rejected_twice_and_killed_mid_iteration_reruns_no_finished_
 
     third = wait_waiting(runs, name, "review#3")
     assert third["attempt"] == attempt + 1
+    assert third["attemptsLost"] == 1
     assert DRAFTS[2] in third["requests"]["review#3"]["message"]
     _decide(control_plane, runs, name, "review#3", decision="approve")
     status = runs.wait_phase(name, "Succeeded", "Failed")
@@ -133,6 +133,17 @@ def test_review_loop_rejected_twice_and_killed_mid_iteration_reruns_no_finished_
     assert nodes["revise"]["attempts"] == 1 and nodes["draft"]["attempts"] == 1
     assert nodes["revise#3"]["phase"] == "Skipped" and nodes["publish"]["phase"] == "Succeeded"
     assert sorted(status["requests"]) == ["review", "review#2", "review#3"]
+    assert (status["attempt"], status["attemptsLost"]) == (5, 1)
+
+    # the run's picture, drawn from the cluster: the back edge and each node's latest iteration
+    drawn = cli(control_plane, runs.namespace, "graph", name)
+    assert drawn.returncode == 0, drawn.stderr
+    picture = ParsedMermaid(drawn.stdout)
+    back = {(picture.labels[a][0], picture.labels[b][0]) for a, b in picture.back_edges}
+    assert back == {("revise", "review")}
+    for node in ("review", "decide", "revise"):
+        assert picture.labels[picture.key(node)][-1] == "iteration 3", picture.labels
+    assert picture.labels[picture.key("draft")][-1].startswith("Succeeded")
 
     shown = control_plane.kubectl("-n", runs.namespace, "get", "flowrun", name, "-o", "json")
     size = len(shown.stdout.encode())
@@ -140,6 +151,6 @@ def test_review_loop_rejected_twice_and_killed_mid_iteration_reruns_no_finished_
     print(
         f"review-loop on the cluster: {iterations} iterations, {len(prompts)} model calls "
         f"({len(set(prompts))} distinct prompts, 1 repeated after the kill), "
-        f"{status['attempt']} runner attempts, FlowRun {size} bytes (kubectl get -o json); "
+        f"{status['attempt']} runner attempts ({status['attemptsLost']} lost), FlowRun {size} bytes (kubectl get -o json); "
         f"records: {', '.join(sorted(nodes, key=flowrun_api.key_order))}"
     )

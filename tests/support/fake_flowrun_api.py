@@ -4,7 +4,9 @@ Serves what a runner asks of the API server: GET of the FlowRun (and of ConfigMa
 runner may not do: it reads the run's ConfigMaps from its pod's volume, which :attr:`mounted`
 stands in for, filled by :meth:`snapshot` and :meth:`mount` as the kubelet fills it), PATCH of
 ``flowruns/status`` as JSON patch (``add``, ``remove``, ``replace``, ``test``; a missing parent
-is a 422, as on the real server) or merge patch, and ConfigMap creates. Every request is
+is a 422, as on the real server) or merge patch, and ConfigMap creates; and what the operator
+asks when it follows the run's attempts: pod GETs (kept in ``pods``, a missing one is a 404),
+pod creates and Event posts (kept in ``pods`` and ``events``). Every request is
 recorded with its body, so a test can count and read the runner's writes. ``refuse`` queues
 statuses the next status patches are answered with instead (a 409 lost race, say). The real
 API server's behaviour is tested in tests/cluster/test_status_store.py and test_runner*.py.
@@ -62,6 +64,8 @@ class FakeFlowRunApi:
         if status is not None:
             self.flowrun["status"] = status
         self.configmaps: dict[str, dict[str, Any]] = {}
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.events: list[dict[str, Any]] = []
         self.requests: list[Recorded] = []
         self.refusals: list[int] = []
         self._mount_dir = tempfile.TemporaryDirectory(prefix="fake-configmaps-")
@@ -134,13 +138,17 @@ class FakeFlowRunApi:
             return web.json_response(self.flowrun)
         if path == f"{run_path}/status" and request.method == "PATCH":
             return self._patch(request.headers["content-type"], body)
-        configmaps = kube.path_of("configmaps", self.namespace)
-        if path == configmaps and request.method == "POST":
-            self.configmaps[body["metadata"]["name"]] = body
+        for plural, held in (("configmaps", self.configmaps), ("pods", self.pods)):
+            collection = kube.path_of(plural, self.namespace)
+            if path == collection and request.method == "POST":
+                held[body["metadata"]["name"]] = body
+                return web.json_response(body, status=201)
+            if path.startswith(collection + "/") and request.method == "GET":
+                found = held.get(path.rsplit("/", 1)[1])
+                return web.json_response(found) if found else _error(404, "not found")
+        if path == kube.path_of("events", self.namespace) and request.method == "POST":
+            self.events.append(body)
             return web.json_response(body, status=201)
-        if path.startswith(configmaps + "/") and request.method == "GET":
-            found = self.configmaps.get(path.rsplit("/", 1)[1])
-            return web.json_response(found) if found else _error(404, "not found")
         return _error(405, f"the fake does not serve {request.method} {path}")
 
     def _patch(self, content_type: str, body: Any) -> web.Response:

@@ -580,9 +580,20 @@ class Autonomy(enum.StrEnum):
 class Retry(common.ApiModel):
     """How often a failed or lost runner pod is replaced; each attempt resumes."""
 
-    max_attempts: int = Field(default=3, ge=1, le=100, description="Runner attempts per run.")
+    max_attempts: int = Field(
+        default=3,
+        ge=1,
+        le=100,
+        description=(
+            "Runner attempts per run: the first one and one after each lost attempt "
+            "(status.attemptsLost); attempts started by a human's decision do not count."
+        ),
+    )
     backoff_seconds: float = Field(
-        default=5, ge=0, le=3600, description="Delay before the next attempt (doubles)."
+        default=5,
+        ge=0,
+        le=3600,
+        description="Delay before the attempt after a lost one (doubles per lost attempt).",
     )
 
 

@@ -369,6 +369,16 @@ class FlowRunStatus(common.ApiModel):
             "attempt up to it was lost, and is never created again."
         ),
     )
+    attempts_lost: int = Field(
+        default=0,
+        ge=0,
+        le=common.INT_MAX,
+        description=(
+            "Runner attempts lost (the pod gone, killed, or ended without a result); with the "
+            "first attempt they count against the Flow's retry.maxAttempts. An attempt that "
+            "ends because the run waits for a human, and the one its decision starts, do not."
+        ),
+    )
     current_node: str | None = Field(default=None, description="A node that is running now.")
     nodes: dict[str, NodeStatus] = Field(
         default_factory=dict, description="Node id -> its durable record."

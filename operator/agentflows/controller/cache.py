@@ -285,7 +285,9 @@ class Cache:
     @staticmethod
     def _scope(family: dict[str, informer.Informer[Any]], namespace: str) -> Any:
         """The informer holding ``namespace``'s objects of a kind, if it is watched."""
-        return family.get(namespace) or family.get("")
+        # not ``family.get(namespace) or ...``: an informer holding nothing yet is falsy (len 0)
+        scope = family.get(namespace)
+        return scope if scope is not None else family.get("")
 
     # ----- reads ---------------------------------------------------------------------------
 

@@ -14,9 +14,11 @@ it sees, and writes the operator's status keys once:
   Waiting run whose request got an accepted decision, or whose approval or input request
   passed its ``expiresAt`` (the engine applies ``onTimeout``) -> next attempt; else it looks
   again at the first ``expiresAt``;
-- the attempt's pod Pending / Running -> that phase; gone, or ended without a result -> lost:
-  the next attempt after ``retry.backoffSeconds`` (doubling per attempt) up to
-  ``retry.maxAttempts``, then Failed with reason RetriesExhausted.
+- the attempt's pod Pending / Running -> that phase; gone, or ended without a result -> lost
+  (counted in ``status.attemptsLost``): the next attempt after ``retry.backoffSeconds``
+  (doubling per lost attempt) while the first attempt and the lost ones stay within
+  ``retry.maxAttempts``, then Failed with reason RetriesExhausted. Attempts started by a
+  human's decision do not count.
 """
 
 from __future__ import annotations
@@ -205,10 +207,21 @@ async def _on_waiting(
 async def _lost(
     ctl: context.Controller, run: runstate.RunContext, snapshot: snapshots.Snapshot, why: str
 ) -> float | None:
-    """The current attempt ended without a result: retry after the backoff, or give up."""
+    """The current attempt ended without a result: retry after the backoff, or give up.
+
+    Only lost attempts count against ``retry.maxAttempts`` (with the first attempt), not the
+    attempt number: each human decision starts an attempt too, and a loop through an approval
+    makes one per iteration. The count, ``status.attemptsLost``, is written with the next
+    attempt's reservation or with the end, in the same patch, so a lost attempt counts once.
+    """
     retry: flow_api.Retry = snapshot.flow.retry
-    if run.attempt >= retry.max_attempts:
-        message = f"{why}; attempt {run.attempt} of {retry.max_attempts} was the last"
+    lost = run.status.attempts_lost + 1
+    if lost >= retry.max_attempts:
+        run.status.attempts_lost = lost
+        message = (
+            f"{why}; {lost} runner attempt(s) lost, retry.maxAttempts={retry.max_attempts} "
+            f"allows {retry.max_attempts - 1}"
+        )
         return await finishing.finish(
             ctl, run, RunPhase.FAILED, RunReason.RETRIES_EXHAUSTED, message
         )
@@ -217,10 +230,11 @@ async def _lost(
     if key not in ctl.lost_at:
         ctl.lost_at[key] = loop.time()
         run.event(events.WARNING, RunReason.ATTEMPT_LOST, f"attempt {run.attempt}: {why}")
-    backoff = float(retry.backoff_seconds) * 2.0 ** (run.attempt - 1)
+    backoff = float(retry.backoff_seconds) * 2.0 ** (lost - 1)
     left = backoff - (loop.time() - ctl.lost_at[key])
     if left > 0:
         run.set_message(RunReason.ATTEMPT_LOST, f"{why}; attempt {run.attempt + 1} in {left:.0f}s")
         return left
     del ctl.lost_at[key]
+    run.status.attempts_lost = lost
     return await attempts.start_next(ctl, run, snapshot, f"retrying after: {why}")

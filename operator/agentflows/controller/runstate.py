@@ -37,6 +37,7 @@ OPERATOR_FIELDS = (
     "attempt",
     "pod",
     "pod_created",
+    "attempts_lost",
     "message",
     "reason",
     "budget_charged",

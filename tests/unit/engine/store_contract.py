@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from agentflows.api import flowrun as flowrun_api
-from agentflows.engine import state, store
+from agentflows.engine import graph, state, store
 
 from .helpers import CountingHost, chain, run_once
 
@@ -159,6 +159,24 @@ nodes:
             'node "draft"'
         )
         assert host.calls == {"draft": 1, "draft#2": 1}
+
+    async def test_a_loop_without_an_exit_is_refused_naming_its_path_before_anything_runs(
+        self, backend: Any
+    ) -> None:
+        from .helpers import flow_spec
+
+        spec = flow_spec(LOOP.replace('cases: {"4": done}, default: draft', "default: draft"))
+        spec.nodes.pop()  # done: nothing leads there any more
+        host = CountingHost()
+        with pytest.raises(graph.FlowInvalid) as refused:
+            await run_once(spec, backend.new_store(), host)
+        assert [str(p) for p in refused.value.problems] == [
+            "spec.edges: loop draft -> check -> draft has no exit: a loop must pass through a "
+            "branch node with a case or default leading out of it"
+        ]
+        assert host.calls == {}
+        loaded = await backend.new_store().load()
+        assert loaded.nodes == {} and loaded.outcome is None
 
     async def test_a_loop_of_1000_iterations_stays_small_and_resumes_after_a_kill_in_500(
         self, backend: Any
