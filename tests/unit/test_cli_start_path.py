@@ -6,6 +6,11 @@ progress line (``… <node> (<kind>)``, the line the bench times) is written, th
 records ``sys.modules``. The other commands' modules load only when they run
 (:class:`agentflows.cli.group.Group`'s ``lazy``), the host's agent-turn modules only in an agent
 node, and litellm, kubernetes, the MCP SDK and the console never before a first node.
+
+What is imported is also not built or collected more than it must be: an API model's validator
+is built when the model is first used (``defer_build`` on ``ApiModel``), so a Flow without
+Agents builds no Agent model; and :mod:`agentflows.cli.entry` imports the command's modules
+with the garbage collector off, then freezes them and turns it back on for the command.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 import pytest
@@ -22,11 +28,31 @@ from agentflows.cli import main as cli
 
 ROOT = Path(__file__).resolve().parents[2]
 
-#: Runs the console script's main with stderr wrapped; argv[1] is where sys.modules goes.
+#: Runs the console script's main with stderr wrapped; argv[1] is where the facts go: the
+#: modules loaded and the API models built when the first node starts, whether the collector
+#: is on then, and how many collections ran while ``agentflows.cli.main`` was being imported.
 RECORDING = """
-import json, sys
+import gc, json, sys
 
 out = sys.argv.pop(1)
+collections_while_importing = 0
+
+
+def importing_the_command():
+    module = sys.modules.get("agentflows.cli.main")
+    return module is None or module.__spec__._initializing
+
+
+def count(phase, info):
+    global collections_while_importing
+    if phase == "start" and importing_the_command():
+        collections_while_importing += 1
+
+
+def subclasses(cls):
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from subclasses(sub)
 
 
 class FirstNode:
@@ -36,8 +62,21 @@ class FirstNode:
     def write(self, text):
         if not self.seen and "\\u2026" in text:
             self.seen = True
+            from agentflows.api import common
+
+            built = {
+                f"{c.__module__}.{c.__qualname__}"
+                for c in subclasses(common.ApiModel)
+                if c.__pydantic_complete__
+            }
+            facts = {
+                "modules": sorted(m for m, v in sys.modules.items() if v is not None),
+                "built": sorted(built),
+                "collector_on": gc.isenabled(),
+                "collections_while_importing": collections_while_importing,
+            }
             with open(out, "w") as f:
-                json.dump(sorted(m for m, v in sys.modules.items() if v is not None), f)
+                json.dump(facts, f)
         return self.stream.write(text)
 
     def __getattr__(self, name):
@@ -48,6 +87,7 @@ sys.stderr = FirstNode(sys.stderr)
 sys.argv[0] = "agentflows"
 from agentflows.cli import entry
 
+gc.callbacks.append(count)
 entry.main()
 """
 
@@ -83,6 +123,17 @@ AGENT_TURNS = (
     "agentflows.agents.turn",
 )
 
+#: API models whose validators hello.yaml (a Flow, no Agent, no session) never needs before its
+#: first node; each costs milliseconds of schema building when built.
+NOT_BUILT_FOR_A_FLOW_WITHOUT_AGENTS = (
+    "agentflows.api.agent.Agent",
+    "agentflows.api.agent.AgentSpec",
+    "agentflows.api.agentsession.AgentSession",
+    "agentflows.api.agentsession.AgentSessionSpec",
+    "agentflows.api.flowrun.FlowRun",
+    "agentflows.api.flowrun.FlowRunStatus",
+)
+
 #: A flow with neither an input schema nor a model: not even jsonschema is needed.
 NO_SCHEMA_FLOW = """
 apiVersion: agentflows.io/v1alpha1
@@ -94,9 +145,9 @@ spec:
 """
 
 
-def modules_at_first_node(tmp_path: Path, *args: str) -> set[str]:
-    """The modules loaded when ``agentflows run ARGS`` prints its first node-started line."""
-    out = tmp_path / "modules.json"
+def facts_at_first_node(tmp_path: Path, *args: str) -> dict[str, Any]:
+    """What RECORDING saw when ``agentflows run ARGS`` printed its first node-started line."""
+    out = tmp_path / "facts.json"
     state = tmp_path / "state"
     done = subprocess.run(
         [sys.executable, "-c", RECORDING, str(out), "run", *args, "--state-dir", str(state)],
@@ -108,7 +159,13 @@ def modules_at_first_node(tmp_path: Path, *args: str) -> set[str]:
     )
     assert done.returncode == 0, done.stderr
     assert out.exists(), f"no node-started line on stderr:\n{done.stderr}"
-    return set(json.loads(out.read_text()))
+    facts: dict[str, Any] = json.loads(out.read_text())
+    return facts
+
+
+def modules_at_first_node(tmp_path: Path, *args: str) -> set[str]:
+    """The modules loaded when ``agentflows run ARGS`` prints its first node-started line."""
+    return set(facts_at_first_node(tmp_path, *args)["modules"])
 
 
 def loaded_of(modules: set[str], names: tuple[str, ...]) -> list[str]:
@@ -147,6 +204,23 @@ def test_a_flow_without_schemas_loads_no_json_schema_validator_before_its_first_
     flow.write_text(NO_SCHEMA_FLOW)
     modules = modules_at_first_node(tmp_path, str(flow))
     assert loaded_of(modules, ("jsonschema", "referencing", "agentflows.agents.model")) == []
+
+
+def test_a_flow_without_agents_builds_no_agent_session_nor_flowrun_model_before_its_first_node(
+    tmp_path: Path,
+) -> None:
+    facts = facts_at_first_node(tmp_path, "examples/hello.yaml", "--input", "name=Ada")
+    built = set(facts["built"])
+    assert "agentflows.api.flow.Flow" in built  # the file's Flow was validated
+    assert loaded_of(built, NOT_BUILT_FOR_A_FLOW_WITHOUT_AGENTS) == []
+
+
+def test_the_command_modules_are_imported_without_garbage_collections_and_run_with_them(
+    tmp_path: Path,
+) -> None:
+    facts = facts_at_first_node(tmp_path, "examples/hello.yaml", "--input", "name=Ada")
+    assert facts["collections_while_importing"] == 0
+    assert facts["collector_on"] is True
 
 
 def test_every_command_loaded_when_it_runs_is_listed_and_found_by_its_name() -> None:

@@ -84,3 +84,37 @@ def test_the_runner_command_loads_none_of_the_heavy_modules_before_its_first_nod
         }
     )
     assert heavy == []
+
+
+#: Counts the garbage collections that run while ``agentflows.runner.main`` is not imported yet.
+COLLECTIONS = """
+import gc, sys
+collections = 0
+
+
+def count(phase, info):
+    global collections
+    module = sys.modules.get("agentflows.runner.main")
+    if phase == "start" and (module is None or module.__spec__._initializing):
+        collections += 1
+
+
+sys.argv = ["agentflows", "runner", "--help"]
+from agentflows.cli import entry
+
+gc.callbacks.append(count)
+try:
+    entry.main()
+except SystemExit:
+    pass
+from agentflows.runner import main
+print(collections, gc.isenabled())
+"""
+
+
+def test_the_runner_command_imports_what_it_runs_without_garbage_collections() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", COLLECTIONS], capture_output=True, text=True, check=True
+    )
+    # about a hundred collections before the collector was off while entry.main imports
+    assert done.stdout.splitlines()[-1] == "0 True"

@@ -95,6 +95,11 @@ class ApiModel(BaseModel):
     Floats are finite: JSON (and so the API server) has no infinity or NaN. Documents a user
     writes are validated in strict mode by :mod:`agentflows.api.documents`, as the API server
     checks types: ``"4"`` is not an integer there.
+
+    A model's validator is built when it is first used, not when its class is defined
+    (``defer_build``): importing the API costs no schema building, and a command builds only
+    what it validates. ``agentflows run`` of a Flow with no Agent never builds the Agent models,
+    nor the FlowRun's or a session's (issue 25: start -> first node).
     """
 
     model_config = ConfigDict(
@@ -103,6 +108,7 @@ class ApiModel(BaseModel):
         extra="forbid",
         serialize_by_alias=True,
         allow_inf_nan=False,
+        defer_build=True,
     )
 
     def to_wire(self) -> dict[str, Any]:
@@ -114,7 +120,11 @@ class ObjectMeta(BaseModel):
     """The subset of Kubernetes object metadata agentflows reads; other keys are kept."""
 
     model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="allow", serialize_by_alias=True
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="allow",
+        serialize_by_alias=True,
+        defer_build=True,  # as ApiModel's
     )
 
     name: str | None = Field(default=None, description="Name of the object.")

@@ -154,8 +154,15 @@ class Template:
         """True when evaluation needs no scope."""
         return self.shape == "literal"
 
-    def programs(self) -> Iterator[_Program]:
+    def programs(self) -> tuple[_Program, ...]:
         """Its distinct programs."""
+        return self._programs
+
+    @functools.cached_property
+    def _programs(self) -> tuple[_Program, ...]:
+        # Found once per template: evaluate_async asks for them at every evaluation (a
+        # frozen dataclass keeps a cached_property, which writes the instance's __dict__).
+        found: list[_Program] = []
         seen: set[int] = set()
         pending: list[Template] = [self]
         while pending:
@@ -164,10 +171,11 @@ class Template:
                 continue
             seen.add(id(template))
             if template.program is not None:
-                yield template.program
-            yield from (p for p in template.parts if isinstance(p, _Program))
+                found.append(template.program)
+            found.extend(p for p in template.parts if isinstance(p, _Program))
             pending.extend(child for _, child in template.children)
             pending.extend(template.items)
+        return tuple(found)
 
 
 def _clean(message: str) -> str:

@@ -37,8 +37,9 @@ Body = Callable[[flowrun_api.NodeStatus | None], Awaitable[state.Result]]
 #: Errors that fail a node (anything else is a bug, or a stop of the whole run).
 NODE_ERRORS = (capabilities.CapabilityError, state.NodeFailed, expressions.ExpressionError)
 _NO_USAGE = common.Usage()
-#: Kinds that run in microseconds: a re-run costs nothing, so their Running record is not saved.
-_CHEAP_KINDS = ("transform", "branch")
+#: Kinds that run in microseconds: a re-run costs nothing, so their Running record is not saved
+#: (and the run loop executes one that starts alone without a task of its own).
+CHEAP_KINDS = ("transform", "branch")
 #: The attempt error of a node whose run was stopped while it ran.
 INTERRUPTED = "interrupted: the run stopped while the node ran; the next attempt runs it again"
 
@@ -67,7 +68,7 @@ async def execute(
         run.count_execution()
         if tries > 1:
             record = record.model_copy(update={"attempts": record.attempts + 1})
-        if kind not in _CHEAP_KINDS:
+        if kind not in CHEAP_KINDS:
             await run.save_node(key, record)
         run.emit("started" if tries == 1 else "retrying", key, kind, record)
         with spans.span(f"node {key}", _span_attributes(run, key, kind, record)) as span:
@@ -184,4 +185,12 @@ def _carried_usage(previous: flowrun_api.NodeStatus | None) -> common.Usage:
 
 
 def _has_usage(usage: common.Usage) -> bool:
-    return usage != _NO_USAGE
+    # Every counter is >= 0, so "not all zero" is "not equal to Usage()"; read as fields, it
+    # costs a fraction of the model's __eq__, and it runs four times per node.
+    return usage is not _NO_USAGE and bool(
+        usage.prompt_tokens
+        or usage.completion_tokens
+        or usage.cost_usd
+        or usage.llm_calls
+        or usage.tool_calls
+    )

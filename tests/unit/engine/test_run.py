@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import itertools
+
 from agentflows.api import flowrun as flowrun_api
-from agentflows.engine import graph, store
+from agentflows.engine import graph, state, store
 
 from .helpers import CountingHost, ManualClock, agents, chain, flow_spec, run_once
 
@@ -13,6 +16,45 @@ RunPhase = flowrun_api.RunPhase
 async def test_chain_of_transforms_produces_the_last_value() -> None:
     outcome = await run_once(chain(5, kind="transform"), store.MemoryStore(), CountingHost())
     assert outcome.phase == RunPhase.SUCCEEDED and outcome.output == 4
+
+
+async def test_a_chain_of_transforms_runs_in_the_run_task_without_a_task_per_node() -> None:
+    tasks: list[asyncio.Task[object] | None] = []
+
+    def observe(event: state.RunEvent) -> None:
+        if event.kind == "started":
+            tasks.append(asyncio.current_task())
+
+    outcome = await run_once(
+        chain(20, kind="transform"), store.MemoryStore(), CountingHost(), observer=observe
+    )
+    assert outcome.output == 19 and len(tasks) == 20
+    assert set(tasks) == {asyncio.current_task()}
+
+
+async def test_a_chain_of_transforms_lets_other_tasks_run_between_its_nodes() -> None:
+    ticks = 0
+    seen: list[int] = []
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    def observe(event: state.RunEvent) -> None:
+        if event.kind == "started":
+            seen.append(ticks)
+
+    other = asyncio.create_task(ticker())
+    try:
+        await run_once(
+            chain(20, kind="transform"), store.MemoryStore(), CountingHost(), observer=observe
+        )
+    finally:
+        other.cancel()
+    assert len(seen) == 20
+    assert all(later > earlier for earlier, later in itertools.pairwise(seen))
 
 
 async def test_successors_of_a_node_run_concurrently_and_the_join_sees_both() -> None:
