@@ -114,3 +114,9 @@ def test_which_http_statuses_a_retry_may_get_past(
 ) -> None:
     assert retry.status_may_help(status) is may_help
     assert retry.status_may_help(status, conflict_passes=True) is model_may_help
+
+
+def test_a_loop_that_never_gives_up_still_counts_and_grows_its_delays() -> None:
+    tries = retry.Backoff(initial=1, cap=30, attempts=1).tries()
+    assert [tries.next_delay() for _ in range(7)] == [1, 2, 4, 8, 16, 30, 30]
+    assert tries.failures == 7

@@ -19,8 +19,9 @@ checks without a clock.
   each lasts as long as the ones before it together, for a factor of 2), for state kept in an
   object's status across operator restarts.
 - :class:`Tries` is one operation's count and clock: :meth:`Tries.failed` counts a failure and
-  returns the delay before the next try, or None when the policy allows none; :meth:`Tries.reset`
-  starts again after a success, for loops that run for ever (a watch).
+  returns the delay before the next try, or None when the policy allows none
+  (:meth:`Tries.next_delay` for a loop that never gives up); :meth:`Tries.reset` starts again
+  after a success, for loops that run for ever (a watch).
 
 Whether a failure is worth another try is the error's to say: the project's errors
 (:mod:`agentflows.engine.errors`), ``kube.client.ApiError`` and the stores' errors carry a
@@ -132,14 +133,21 @@ class Tries:
         None when the tries are spent (``attempts``) or when the wait would end after the
         ``deadline`` (so a retry never starts past it).
         """
-        self.failures += 1
+        delay = self.next_delay()
         policy = self.policy
         if policy.attempts is not None and self.failures >= policy.attempts:
             return None
-        delay = policy.delay(self.failures)
         if policy.deadline is not None and self._clock() + delay > self._began + policy.deadline:
             return None
         return delay
+
+    def next_delay(self) -> float:
+        """Count a failed try; the seconds to wait before the next, whatever the bounds.
+
+        For the loops that never give up (a watch lists again until it is cancelled).
+        """
+        self.failures += 1
+        return self.policy.delay(self.failures)
 
     def reset(self) -> None:
         """A try succeeded: the next failure waits the first delay again, the deadline restarts."""
