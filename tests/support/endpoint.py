@@ -26,6 +26,7 @@ class LoopbackEndpoint:
     - ``/weather/<city>`` answers JSON ``{"city": <city>, "forecast": "sunny"}``;
     - ``/echo`` answers JSON of the request (method, path, query, headers, body);
     - ``/text`` answers plain text; ``/big`` answers 200 kB; ``/fail`` answers 503;
+      ``/status/<code>`` answers that status;
     - ``/slow`` answers after 2 s; ``/redirect?to=<url>`` redirects;
     - ``/form`` takes only ``application/x-www-form-urlencoded`` (415 otherwise) and answers the
       fields as JSON; ``/raw`` takes only ``text/plain`` and answers ``{"text": <body>}``.
@@ -119,6 +120,9 @@ class LoopbackEndpoint:
                     self._answer(200, b"x" * 200_000, "text/plain")
                 elif path == "/fail":
                     self._answer(503, b"backend down", "text/plain")
+                elif path.startswith("/status/"):
+                    code = int(path.removeprefix("/status/"))
+                    self._answer(code, f"answered {code}".encode(), "text/plain")
                 elif path == "/slow":
                     time.sleep(2)
                     self._answer(200, b"late", "text/plain")

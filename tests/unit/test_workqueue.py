@@ -235,3 +235,12 @@ def test_an_error_that_may_pass_is_retried_with_backoff() -> None:
     asyncio.run(main())
     assert calls == [A, A]
     assert recorded == []
+
+
+def test_a_key_failing_for_days_is_retried_at_the_cap_without_the_delay_overflowing() -> None:
+    async def reconcile(key: workqueue.Key) -> float | None:
+        raise RuntimeError("still down")
+
+    queue = workqueue.WorkQueue(reconcile, workers=1, max_backoff=60.0)
+    queue._failures[A] = 5000  # 3.5 days of failures at 60 s apart: 2.0 ** 5000 overflowed
+    assert asyncio.run(queue._failed(A, RuntimeError("still down"))) == 60.0

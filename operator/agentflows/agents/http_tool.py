@@ -39,6 +39,7 @@ import httpx
 
 from agentflows.agents import egress, secrets, tools
 from agentflows.api import agent as agent_api
+from agentflows.api import retry
 from agentflows.engine import capabilities, expressions
 
 _INTERPOLATION = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
@@ -56,7 +57,8 @@ class FetchError(Exception):
 
     def __init__(self, message: str, *, retryable: bool) -> None:
         super().__init__(message)
-        #: A timeout, a lost connection, a 429 or 5xx: fetching again later may work.
+        #: A timeout, a lost connection, an answer of api.retry.status_may_help (408,
+        #: 425, 429, 5xx): fetching again later may work.
         self.retryable = retryable
 
 
@@ -220,7 +222,7 @@ class _ResponseError(Exception):
 
     def __init__(self, message: str, *, retryable: bool = False) -> None:
         super().__init__(message)
-        #: The endpoint said "later" (429 or 5xx): the same call may succeed then.
+        #: The endpoint said "later" (408, 425, 429 or 5xx): the same call may succeed then.
         self.retryable = retryable
 
 
@@ -267,7 +269,7 @@ def _check_status(response: httpx.Response, body: bytes, host: str) -> None:
         )
         raise _ResponseError(
             f"HTTP {response.status_code} from {host}: {text[:_MAX_ERROR_BODY_CHARS]}",
-            retryable=response.status_code == 429 or response.status_code >= 500,
+            retryable=retry.status_may_help(response.status_code),
         )
 
 

@@ -12,8 +12,9 @@ nodes). Two paths, one result:
 
 Everything a :class:`~agentflows.api.agent.ModelSpec` says is sent: model string, apiBase, the
 API key, temperature, topP, maxTokens and timeoutSeconds. ``retries`` is applied here, to errors
-where another try may help (timeouts, connection errors, 408/409/425/429 and 5xx), with
-exponential backoff; a 400 or 401 fails at once.
+where another try may help (timeouts, connection errors, and the statuses of
+:func:`agentflows.api.retry.status_may_help` with a provider's 409: 408/409/425/429 and 5xx),
+with exponential backoff (0.5 s doubling to 8 s); a 400 or 401 fails at once.
 
 The API key comes from the spec's ``apiKey.secretKeyRef`` (the env variable named by
 :func:`agentflows.agents.secrets.secret_env_name`) when it has one. Otherwise the key depends on
@@ -61,13 +62,13 @@ import asyncio
 import dataclasses
 import json
 import re
-from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Literal, TypeVar
 
 from agentflows.agents import costs, egress, secrets, streaming
 from agentflows.agents.litellm_import import import_litellm
 from agentflows.api import agent as agent_api
-from agentflows.api import common
+from agentflows.api import common, retry
 from agentflows.api import flow as flow_api
 from agentflows.engine import capabilities, spans
 
@@ -102,8 +103,8 @@ _ROOT_RELATIVE_PROVIDERS = frozenset({"anthropic", "ollama", "ollama_chat"})
 #: First wait before retrying a failed model call; it doubles with each retry, up to the cap.
 RETRY_BACKOFF_SECONDS = 0.5
 MAX_BACKOFF_SECONDS = 8.0
-#: HTTP statuses after which trying again later may succeed.
-_RETRYABLE_STATUS = frozenset({408, 409, 425, 429})
+
+_T = TypeVar("_T")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -299,6 +300,34 @@ async def _complete(
         await handler.client.aclose()
 
 
+async def _retried(
+    model: agent_api.ModelSpec,
+    stream: streaming.Writer | None,
+    call: Callable[[], Awaitable[_T]],
+    error_of: Callable[[Exception, int], capabilities.CapabilityError],
+) -> _T:
+    """``call()``, tried again up to ``model.retries`` times while its error is retryable.
+
+    ``error_of(exc, attempts)`` turns a failure into the error raised; a stream that broke
+    off starts over.
+    """
+    backoff = retry.Backoff(
+        initial=RETRY_BACKOFF_SECONDS, cap=MAX_BACKOFF_SECONDS, attempts=model.retries + 1
+    )
+    tries = backoff.tries()
+    while True:
+        try:
+            return await call()
+        except Exception as exc:
+            error = error_of(exc, tries.failures + 1)
+            delay = tries.failed() if error.retryable else None
+            if delay is None:
+                raise error from None
+        if stream is not None:
+            stream.restart()
+        await asyncio.sleep(delay)
+
+
 async def _litellm_with_retries(
     litellm: Any,
     kwargs: dict[str, Any],
@@ -306,22 +335,16 @@ async def _litellm_with_retries(
     redactor: secrets.Redactor,
     stream: streaming.Writer | None,
 ) -> ModelReply:
-    attempt = 0
-    while True:
-        try:
-            response = await litellm.acompletion(**kwargs)
-            if stream is not None:
-                response = await _litellm_stream(litellm, response, kwargs["messages"], stream)
-        except Exception as exc:
-            error = _model_error(model.name, exc, redactor, attempt + 1)
-            if not error.retryable or attempt >= model.retries:
-                raise error from None
-            if stream is not None:
-                stream.restart()
-            await asyncio.sleep(min(RETRY_BACKOFF_SECONDS * 2**attempt, MAX_BACKOFF_SECONDS))
-            attempt += 1
-            continue
-        return _reply(litellm, response)
+    async def once() -> Any:
+        response = await litellm.acompletion(**kwargs)
+        if stream is not None:
+            response = await _litellm_stream(litellm, response, kwargs["messages"], stream)
+        return response
+
+    response = await _retried(
+        model, stream, once, lambda exc, n: _model_error(model.name, exc, redactor, n)
+    )
+    return _reply(litellm, response)
 
 
 async def _litellm_stream(
@@ -391,26 +414,20 @@ async def _complete_direct(
         tools,
         {"temperature": model.temperature, "top_p": model.top_p, "max_tokens": model.max_tokens},
     )
-    attempt = 0
-    while True:
-        try:
-            data = await openai_compat.chat_completion(
-                api_base=model.api_base,
-                api_key=api_key,
-                body=body,
-                timeout_seconds=model.timeout_seconds,
-                stream=stream.piece if stream is not None else None,
-            )
-        except Exception as exc:
-            error = _direct_error(model.name, exc, redactor, attempt + 1)
-            if not error.retryable or attempt >= model.retries:
-                raise error from None
-            if stream is not None:
-                stream.restart()
-            await asyncio.sleep(min(RETRY_BACKOFF_SECONDS * 2**attempt, MAX_BACKOFF_SECONDS))
-            attempt += 1
-            continue
-        return _direct_reply(model.name, data)
+
+    async def once() -> dict[str, Any]:
+        return await openai_compat.chat_completion(
+            api_base=model.api_base,
+            api_key=api_key,
+            body=body,
+            timeout_seconds=model.timeout_seconds,
+            stream=stream.piece if stream is not None else None,
+        )
+
+    data = await _retried(
+        model, stream, once, lambda exc, n: _direct_error(model.name, exc, redactor, n)
+    )
+    return _direct_reply(model.name, data)
 
 
 def _direct_reply(model_name: str, data: dict[str, Any]) -> ModelReply:
@@ -452,7 +469,7 @@ def _direct_error(
 
     status = exc.status_code if isinstance(exc, openai_compat.ModelHttpError) else None
     retryable = isinstance(exc, httpx.TimeoutException | httpx.TransportError) or (
-        status is not None and (status in _RETRYABLE_STATUS or status >= 500)
+        status is not None and retry.status_may_help(status, conflict_passes=True)
     )
     if isinstance(exc, httpx.TimeoutException):
         text = f"no reply within the model's timeoutSeconds ({type(exc).__name__})"
@@ -530,7 +547,7 @@ def _model_error(
             origin = cause
     status = _http_status(origin)
     if status is not None:
-        retryable = status in _RETRYABLE_STATUS or status >= 500
+        retryable = retry.status_may_help(status, conflict_passes=True)
     else:
         retryable = isinstance(exc, litellm.Timeout | litellm.APIConnectionError)
     if isinstance(exc, litellm.Timeout):

@@ -303,12 +303,12 @@ class InputRequest(common.ApiModel):
 class RetryOn(enum.StrEnum):
     """A kind of temporary failure a node retry policy may retry."""
 
-    #: A model call answered 429 or 5xx, timed out, lost its connection or gave a reply that
-    #: does not match the node's output schema.
+    #: A model call answered 408, 409, 425, 429 or 5xx, timed out, lost its connection or gave
+    #: a reply that does not match the node's output schema.
     MODEL = "Model"
     #: A tool (python or MCP) failed in a way it marks temporary: a timeout, an unreachable server.
     TOOL = "Tool"
-    #: An http tool's endpoint answered 429 or 5xx, timed out or could not be reached.
+    #: An http tool's endpoint answered 408, 425, 429 or 5xx, timed out or could not be reached.
     HTTP = "Http"
 
 

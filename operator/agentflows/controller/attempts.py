@@ -23,7 +23,7 @@ from typing import Any
 
 from agentflows.api import agent as agent_api
 from agentflows.api import flow as flow_api
-from agentflows.api import times
+from agentflows.api import retry, times
 from agentflows.api.flowrun import RunPhase, RunReason
 from agentflows.controller import budgets, context, events, pods, runstate, snapshots
 from agentflows.kube import client as kube
@@ -32,10 +32,10 @@ log = logging.getLogger(__name__)
 
 #: The condition saying whether the current attempt's pod could be created.
 POD_CREATED = "PodCreated"
-#: Seconds before trying again to create a refused pod: the time since the first refusal,
-#: within these bounds (so the waits double).
-POD_CREATE_RETRY_MIN_SECONDS = 5.0
-POD_CREATE_RETRY_MAX_SECONDS = 60.0
+#: Seconds before trying again to create a refused pod: the time since the first refusal (the
+#: condition's lastTransitionTime, which a restarted operator reads too), from 5 s up to 60 s,
+#: so the waits double.
+POD_CREATE_BACKOFF = retry.Backoff(initial=5.0, cap=60.0)
 
 
 def remaining_seconds(run: runstate.RunContext, flow_spec: flow_api.FlowSpec) -> float | None:
@@ -141,7 +141,7 @@ async def _refused(
     refused = run.condition(POD_CREATED)
     since = times.parse_time(refused.last_transition_time if refused else None)
     waited = (times.now() - since).total_seconds() if since else 0.0
-    return min(POD_CREATE_RETRY_MAX_SECONDS, max(POD_CREATE_RETRY_MIN_SECONDS, waited))
+    return POD_CREATE_BACKOFF.delay_since(waited)
 
 
 def remedy(body: dict[str, Any], exc: kube.ApiError) -> str:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 
 from agentflows.api import budget as budget_api
-from agentflows.api import common, times
+from agentflows.api import common, retry, times
 from agentflows.api.flowrun import RunPhase, RunReason
 from agentflows.controller import budgetwindows as windows
 from agentflows.controller import context, events, runstate, workqueue
@@ -36,8 +36,9 @@ log = logging.getLogger(__name__)
 
 #: The FlowRun condition saying a Budget holds the run.
 HELD = "BudgetExceeded"
-#: Tries of a Budget status write that meets a newer version.
-_WRITE_TRIES = 5
+#: Tries of a Budget status write that meets a newer version: each again at once, after a
+#: re-read (the fresh version is the remedy; waiting would add nothing).
+_CONFLICT_BACKOFF = retry.Backoff(initial=0.0, attempts=5)
 
 
 def _name(budget: budget_api.Budget) -> str:
@@ -123,7 +124,8 @@ async def _charge_one(
     ctl: context.Controller, namespace: str, name: str, extra: common.Usage
 ) -> None:
     """Add ``extra`` to one Budget's windows, written against the version it was computed from."""
-    for _ in range(_WRITE_TRIES):
+    tries = _CONFLICT_BACKOFF.tries()
+    while True:
         budget = ctl.cache.budget(namespace, name)
         if budget is None:
             return
@@ -139,7 +141,8 @@ async def _charge_one(
             if not exc.conflict:
                 raise
         ctl.cache.stored(await ctl.api.get(kube.path_of("budgets", namespace, name)))
-    raise kube.ApiError(409, "Conflict", f"Budget {namespace}/{name} kept changing")
+        if tries.failed() is None:
+            raise kube.ApiError(409, "Conflict", f"Budget {namespace}/{name} kept changing")
 
 
 async def _write(

@@ -27,6 +27,7 @@ import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 
+from agentflows.api import retry
 from agentflows.engine import errors
 
 log = logging.getLogger(__name__)
@@ -115,7 +116,8 @@ class WorkQueue:
         self._on_error = on_error
         self._on_terminal = on_terminal
         self._on_timing = on_timing
-        self._max_backoff = max_backoff
+        #: A failing key's retries: 0.5 s doubling to ``max_backoff``, for as long as it fails.
+        self._backoff = retry.Backoff(initial=0.5, cap=max_backoff)
         self._queue = FairQueue()
         self._queued: set[Key] = set()
         self._active: set[Key] = set()
@@ -225,7 +227,7 @@ class WorkQueue:
             return None
         failures = self._failures.get(key, 0) + 1
         self._failures[key] = failures
-        requeue = min(self._max_backoff, 0.5 * 2.0 ** (failures - 1))
+        requeue = self._backoff.delay(failures)
         log.exception("reconciling %s failed (try %d); again in %.1fs", key, failures, requeue)
         return requeue
 

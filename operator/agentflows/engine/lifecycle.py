@@ -22,13 +22,13 @@ total already holds, so only the new part is added to it).
 from __future__ import annotations
 
 import asyncio
-import random
 from collections.abc import Awaitable, Callable
 from typing import NoReturn
 
 from agentflows.api import common
 from agentflows.api import flow as flow_api
 from agentflows.api import flowrun as flowrun_api
+from agentflows.api import retry as retry_policy
 from agentflows.engine import capabilities, expressions, spans, state
 
 Phase = flowrun_api.NodePhase
@@ -163,8 +163,10 @@ def _retries(exc: Exception, retry: flow_api.NodeRetry, tries: int) -> bool:
 
 def backoff(retry: flow_api.NodeRetry, tries: int) -> float:
     """Seconds to wait after failed try number ``tries``: doubling, capped, with jitter."""
-    delay = min(retry.backoff_seconds * 2.0 ** (tries - 1), retry.max_backoff_seconds)
-    return delay * (1 - retry.jitter * random.random())
+    policy = retry_policy.Backoff(
+        initial=retry.backoff_seconds, cap=retry.max_backoff_seconds, jitter=retry.jitter
+    )
+    return policy.delay(tries)
 
 
 def _with_attempt_error(

@@ -6,10 +6,11 @@ aiohttp spends about 0.4 ms of CPU on one where httpx spends 2.8 (measured on lo
 the development API server); it is a dependency already (the webhook receiver). Credentials
 come from its kubeconfig loader (:mod:`agentflows.kube.kubeconfig`), so the client
 authenticates exactly as kubectl does; an expired exec-plugin credential is renewed in a
-thread, and once more on a 401. Transient failures (connection errors, 429, 5xx) are retried
-with capped exponential backoff up to ``retry_seconds``, so a runner or operator rides out an
-API server that is away for a while; everything else raises :class:`ApiError` at once. Request
-bodies are never logged.
+thread, and once more on a 401. Transient failures (connection errors, and the statuses of
+:func:`agentflows.api.retry.status_may_help`: 408, 425, 429, 5xx) are retried with capped
+exponential backoff (0.2 s doubling to 5 s) while a retry would begin within ``retry_seconds``,
+so a runner or operator rides out an API server that is away for a while; everything else
+raises :class:`ApiError` at once. Request bodies are never logged.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 import aiohttp
 import multidict
 
+from agentflows.api import retry
 from agentflows.kube import kubeconfig
 
 log = logging.getLogger(__name__)
@@ -32,6 +34,9 @@ log = logging.getLogger(__name__)
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 GROUP_PATH = "/apis/agentflows.io/v1alpha1"
+#: The delays between tries of one request: 0.2 s doubling to 5 s.
+RETRY_INITIAL_SECONDS = 0.2
+RETRY_CAP_SECONDS = 5.0
 
 
 class ApiError(Exception):
@@ -56,7 +61,7 @@ class ApiError(Exception):
     @property
     def retryable(self) -> bool:
         """True when trying again later may help."""
-        return self.status in (0, 429) or self.status >= 500
+        return self.status == 0 or retry.status_may_help(self.status)
 
 
 class Client:
@@ -66,7 +71,11 @@ class Client:
         self, config: kubeconfig.Config, *, retry_seconds: float = 120.0, timeout: float = 30.0
     ) -> None:
         self.config = config
-        self.retry_seconds = retry_seconds
+        #: How one request is tried again: no retry starts that would begin after
+        #: ``retry_seconds``.
+        self.backoff = retry.Backoff(
+            initial=RETRY_INITIAL_SECONDS, cap=RETRY_CAP_SECONDS, deadline=retry_seconds
+        )
         self._timeout = timeout
         self._ssl = kubeconfig.ssl_context(config)
         self._session: aiohttp.ClientSession | None = None
@@ -139,9 +148,8 @@ class Client:
         accept: str = "application/json",
     ) -> bytes:
         """Send one request, retrying transient failures; the answer's body."""
-        delay = 0.2
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.retry_seconds
+        tries = self.backoff.tries(loop.time)
         renewed = False
         query = _query(params)
         while True:
@@ -164,11 +172,11 @@ class Client:
                 error = _error_of(response.status, response.reason or "", body)
             except (aiohttp.ClientError, TimeoutError) as exc:
                 error = unreachable(self.config.server, exc)
-            if not error.retryable or loop.time() + delay > deadline:
+            delay = tries.failed() if error.retryable else None
+            if delay is None:
                 raise error
             log.info("%s %s: %s; retrying in %.1fs", method, path, error.reason, delay)
             await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
 
     async def request(
         self,

@@ -25,6 +25,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
 
+from agentflows.api import retry
 from agentflows.kube import client as kube
 
 log = logging.getLogger(__name__)
@@ -35,7 +36,8 @@ Key = tuple[str, str]
 OnChange = Callable[[Key, Any, Any], None]
 PAGE_SIZE = 500
 WATCH_TIMEOUT_SECONDS = 300
-MAX_BACKOFF_SECONDS = 30.0
+#: After a failure, the watch lists again after 1 s, doubling to 30 s while failures go on.
+WATCH_BACKOFF = retry.Backoff(initial=1.0, cap=30.0)
 #: Deleted objects whose last version is remembered (against late write answers).
 MAX_TOMBSTONES = 10_000
 
@@ -113,20 +115,20 @@ class Informer(Generic[T]):
 
     async def run(self) -> None:
         """List, then watch; again after 410 or a failure. Runs until cancelled."""
-        backoff = 1.0
+        tries = WATCH_BACKOFF.tries()
         while True:
             try:
                 version: str | None = await self._list()
                 self.ready.set()
                 while version is not None:
                     version = await self._follow(version)
-                    backoff = 1.0
+                    tries.reset()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.warning("watch %s: %s; listing again in %.0fs", self.path, exc, backoff)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
+                delay = tries.next_delay()
+                log.warning("watch %s: %s; listing again in %.0fs", self.path, exc, delay)
+                await asyncio.sleep(delay)
 
     async def _list(self) -> str:
         """Bring the cache to a full list; return its resourceVersion."""

@@ -16,18 +16,17 @@ of the namespace can be mistaken for one.
   session is written without an owner rather than not at all.
 - An update reads the object, applies the change and replaces it with the resourceVersion it
   read; a conflict (another writer was first, or created it first) reads again and re-applies,
-  up to :data:`CONFLICT_RETRIES` times with a short random backoff.
+  up to :data:`CONFLICT_RETRIES` tries with a short random backoff (:data:`CONFLICT_BACKOFF`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import random
 from typing import TYPE_CHECKING, Any
 
 from agentflows import api as api_group
-from agentflows.api import wellknown
+from agentflows.api import retry, wellknown
 from agentflows.kube import client as kube_client
 from agentflows.kube import objects
 
@@ -36,10 +35,10 @@ if TYPE_CHECKING:  # imported when a session is read or written: every runner bu
     from agentflows.agents import sessions
     from agentflows.api import agentsession as agentsession_api
 
-#: Times an update that lost a race is tried again (fifty parallel writers need about fifty).
+#: Times an update that lost a race is tried (fifty parallel writers need about fifty).
 CONFLICT_RETRIES = 200
-#: Longest random pause before a retried update, in seconds.
-MAX_BACKOFF_SECONDS = 0.5
+#: The random pause before a retried update: up to 10 ms, doubling to up to 0.5 s.
+CONFLICT_BACKOFF = retry.Backoff(initial=0.01, cap=0.5, jitter=1.0, attempts=CONFLICT_RETRIES)
 _METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 
 
@@ -62,7 +61,8 @@ class SessionStore:
     async def update(self, memory: str, session: str, agent: str, change: sessions.Change) -> None:
         """Apply ``change`` with a resourceVersion-checked replace, retried on conflicts."""
         name = objects.session_name(memory, session)
-        for attempt in range(CONFLICT_RETRIES):
+        tries = CONFLICT_BACKOFF.tries()
+        while True:
             current = await self._get(name)
             spec = change(None if current is None else _spec_of(current))
             body = await self._body(name, spec, current)
@@ -75,7 +75,10 @@ class SessionStore:
             except kube_client.ApiError as exc:
                 if not (exc.conflict or exc.not_found):
                     raise _store_error(exc) from None
-            await asyncio.sleep(random.uniform(0, min(MAX_BACKOFF_SECONDS, 0.01 * 2**attempt)))
+            delay = tries.failed()
+            if delay is None:
+                break
+            await asyncio.sleep(delay)
         from agentflows.agents import sessions
 
         raise sessions.StoreError(

@@ -27,12 +27,15 @@ from collections.abc import AsyncIterator
 from typing import Any, Protocol, TextIO
 
 from agentflows.api import flowrun as flowrun_api
+from agentflows.api import retry
 from agentflows.kube import client as kube
 
 #: How a streamed line starts (and a progress line never does).
 PREFIX = '{"stream":'
 #: Longest wait between two looks at a run whose pod has no log yet (it is being created).
 LOOK_AGAIN_SECONDS = 2.0
+#: The waits between looks: 0.1 s after new text, doubling up to LOOK_AGAIN_SECONDS without.
+LOOK_AGAIN = retry.Backoff(initial=0.1, cap=LOOK_AGAIN_SECONDS)
 #: A run whose phase is one of these has no runner pod to come, so there is no more text.
 SETTLED = frozenset(
     {*(p for p in flowrun_api.RunPhase if p.terminal), flowrun_api.RunPhase.WAITING}
@@ -125,7 +128,7 @@ async def follow_run(api: kube.Client, namespace: str, name: str) -> AsyncIterat
     """
     run_path = kube.path_of("flowruns", namespace, name)
     yielded: dict[str, int] = {}
-    delay = 0.1
+    looks = LOOK_AGAIN.tries()
     while True:
         status = (await api.get(run_path)).get("status") or {}
         pod = str(status.get("pod") or "")
@@ -144,5 +147,6 @@ async def follow_run(api: kube.Client, namespace: str, name: str) -> AsyncIterat
                 # not created yet, gone, or its node did not answer: look again
         if status.get("phase") in SETTLED:
             return
-        delay = 0.1 if sum(yielded.values()) > before else min(delay * 2, LOOK_AGAIN_SECONDS)
-        await asyncio.sleep(delay)
+        if sum(yielded.values()) > before:
+            looks.reset()
+        await asyncio.sleep(looks.next_delay())

@@ -36,8 +36,9 @@ applies to it like to any run.
 
 A watch starts from the current resourceVersion (a fresh list with ``limit=1``), so only changes
 after the trigger appeared start runs. On 410 Gone it re-lists; on other errors it backs off
-(1 s doubling to 30 s) and re-lists. Changes during a gap are not replayed: triggers act on what
-happens while they watch. The operator needs list/watch on every kind its users' triggers name.
+as the informer does (:data:`agentflows.kube.informer.WATCH_BACKOFF`, 1 s doubling to 30 s)
+and re-lists. Changes during a gap are not replayed: triggers act on what happens while they
+watch. The operator needs list/watch on every kind its users' triggers name.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ from agentflows.api import flow as flow_api
 from agentflows.api import wellknown
 from agentflows.engine import expressions
 from agentflows.kube import client as kube
+from agentflows.kube import informer
 from agentflows.triggers import common
 
 log = logging.getLogger(__name__)
@@ -64,7 +66,6 @@ WatchKey = tuple[str, str]
 EVENT_KINDS = {("v1", "Event"), ("events.k8s.io/v1", "Event")}
 MAX_MESSAGE = 4096
 WATCH_TIMEOUT_SECONDS = 300
-MAX_BACKOFF_SECONDS = 30.0
 
 
 # --- selectors -------------------------------------------------------------------------------
@@ -405,7 +406,7 @@ class WatchManager:
 
     async def _run(self, watch: _Watch) -> None:
         """List for a resourceVersion, then watch from it; re-list on 410, back off on errors."""
-        backoff = 1.0
+        tries = informer.WATCH_BACKOFF.tries()
         server_fields = watch.scope.field_selector is not None
         while True:
             try:
@@ -427,13 +428,13 @@ class WatchManager:
                 watch.established = True
                 while version is not None:
                     version = await self._follow(watch, path, version, params)
-                    backoff = 1.0
+                    tries.reset()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.warning("watch %s/%s: %s; retrying in %.0fs", *watch.key, exc, backoff)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
+                delay = tries.next_delay()
+                log.warning("watch %s/%s: %s; retrying in %.0fs", *watch.key, exc, delay)
+                await asyncio.sleep(delay)
 
     async def _follow(
         self, watch: _Watch, path: str, version: str, params: dict[str, Any]

@@ -117,6 +117,18 @@ async def test_error_status_fails_with_the_start_of_the_body(
         await call(ctx, {}, url=endpoint.url + "/fail")
 
 
+@pytest.mark.parametrize(
+    ("status", "retryable"),
+    [(400, False), (404, False), (409, False), (408, True), (425, True), (429, True), (502, True)],
+)
+async def test_an_error_status_is_retryable_only_when_the_same_request_may_pass_later(
+    endpoint: Any, ctx: capabilities.NodeContext, status: int, retryable: bool
+) -> None:
+    with pytest.raises(capabilities.CapabilityError, match=f"HTTP {status}") as failure:
+        await call(ctx, {}, url=f"{endpoint.url}/status/{status}")
+    assert failure.value.retryable is retryable
+
+
 async def test_response_larger_than_the_limit_is_refused(
     endpoint: Any, ctx: capabilities.NodeContext
 ) -> None:
