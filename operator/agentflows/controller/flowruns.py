@@ -28,6 +28,7 @@ import logging
 
 from agentflows.api import flow as flow_api
 from agentflows.api import requests as human_requests
+from agentflows.api import retry as retry_policy
 from agentflows.api.flowrun import RunnerResult, RunPhase, RunReason
 from agentflows.controller import (
     admission,
@@ -230,7 +231,7 @@ async def _lost(
     if key not in ctl.lost_at:
         ctl.lost_at[key] = loop.time()
         run.event(events.WARNING, RunReason.ATTEMPT_LOST, f"attempt {run.attempt}: {why}")
-    backoff = float(retry.backoff_seconds) * 2.0 ** (lost - 1)
+    backoff = retry_policy.Backoff(initial=float(retry.backoff_seconds)).delay(lost)
     left = backoff - (loop.time() - ctl.lost_at[key])
     if left > 0:
         run.set_message(RunReason.ATTEMPT_LOST, f"{why}; attempt {run.attempt + 1} in {left:.0f}s")
