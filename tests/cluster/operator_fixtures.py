@@ -332,11 +332,12 @@ def python_tool(script: str, args: Any, *, timeout: float = 120) -> dict[str, An
 PIECES = ["Restart ", "the ", "api pod ", "after ", "draining ", "its ", "node."]
 
 
-def start_told(runs: FlowRuns, server: ScriptedModelServer, run: str) -> None:
+def start_told(runs: FlowRuns, server: ScriptedModelServer, run: str, gap: float = 0.0) -> None:
     """Start ``run`` of a Flow ``told``: one agent node, ``answer``, on the scripted ``server``.
 
     The server streams :data:`PIECES` and holds after the third (``server.holding``) until
-    ``server.release()``, so a test sees what a reader showed while the answer was written.
+    ``server.release()``, so a test sees what a reader showed while the answer was written;
+    ``gap`` seconds pass between two pieces.
     """
     model = {"name": "openai/scripted-model", "apiBase": server.url, "retries": 0}
     runs.apply(
@@ -351,5 +352,5 @@ def start_told(runs: FlowRuns, server: ScriptedModelServer, run: str) -> None:
         60,
         "Flow told Ready",
     )
-    server.script(Reply.text("".join(PIECES), pieces=PIECES, hold_after=3))
+    server.script(Reply.text("".join(PIECES), pieces=PIECES, hold_after=3, gap=gap))
     runs.apply({"kind": "FlowRun", "metadata": {"name": run}, "spec": {"flow": "told"}})

@@ -15,9 +15,11 @@ in a last chunk when ``stream_options.include_usage`` is asked, then ``data: [DO
 ``Reply(break_after=n)`` drops the connection after ``n`` content chunks, a stream that breaks
 mid-way; ``Reply(hold_after=n)`` sends ``n`` content chunks, sets :attr:`ScriptedModelServer.holding`
 and sends the rest only once :meth:`ScriptedModelServer.release` is called, so a test can see
-what a reader showed while the answer was still being written. Each streamed request records
-the wall-clock time its first content chunk left (:attr:`RecordedRequest.first_piece_sent`). Every request body is recorded in :attr:`ScriptedModelServer.requests` so tests can assert on
-what the model was sent (system prompt, merged history, tool results). When the queue is empty
+what a reader showed while the answer was still being written; ``Reply(gap=s)`` waits ``s``
+seconds between content chunks, a model writing slowly. Each streamed request records the
+wall-clock time each content chunk left (:attr:`RecordedRequest.pieces_sent`), for latency
+figures. Every request body is recorded in :attr:`ScriptedModelServer.requests` so tests can
+assert on what the model was sent (system prompt, merged history, tool results). When the queue is empty
 the server answers 500 with a message saying so, which fails the test loudly.
 
 The server is a threaded stdlib HTTP server: it runs in its own threads, independent of the
@@ -80,6 +82,8 @@ class Reply:
     hold: threading.Event | None = None
     #: When streamed: after this many content chunks, wait for :meth:`ScriptedModelServer.release`.
     hold_after: int | None = None
+    #: When streamed: seconds between two content chunks.
+    gap: float = 0.0
 
     @classmethod
     def text(cls, content: str, **kwargs: Any) -> Reply:
@@ -106,8 +110,8 @@ class RecordedRequest:
     body: dict[str, Any]
     #: ``time.monotonic()`` when the request was read (benchmarks time a client's first call).
     received: float = dataclasses.field(default_factory=time.monotonic)
-    #: ``time.time()`` when a streamed answer's first content chunk was written to the socket.
-    first_piece_sent: float | None = None
+    #: ``time.time()`` when each content chunk of a streamed answer was written to the socket.
+    pieces_sent: list[float] = dataclasses.field(default_factory=list)
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -302,6 +306,8 @@ class ScriptedModelServer:
                 self.end_headers()
                 usage = bool((request.body.get("stream_options") or {}).get("include_usage"))
                 # the first event carries the role; the content pieces follow it
+                text = reply["choices"][0]["message"].get("content") or ""
+                content = len(scripted.pieces if scripted.pieces is not None else _words(text))
                 for number, event in enumerate(sse_events(reply, scripted, usage)):
                     if event is None:
                         self.wfile.flush()
@@ -313,8 +319,10 @@ class ScriptedModelServer:
                         server.holding.clear()
                     self.wfile.write(event)
                     self.wfile.flush()
-                    if number == 1:
-                        request.first_piece_sent = time.time()
+                    if 1 <= number <= content:
+                        request.pieces_sent.append(time.time())
+                        if scripted.gap and number < content:
+                            time.sleep(scripted.gap)
 
         return Handler
 
