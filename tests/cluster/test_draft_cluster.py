@@ -211,6 +211,9 @@ def test_apply_flow_of_a_person_without_create_on_flows_gets_the_api_servers_ref
     refusal = str(_tool_results(model_server)[-1])
     assert "not applied: the API server refused the dry run of Flow bobs-pods" in refusal
     assert 'User "bob" cannot create resource "flows"' in refusal, refusal
+    # and bob is told too, in the API server's words, not only through the model's
+    told = f"apply_flow: {_tool_results(model_server)[-1]['error']}"
+    assert told in result.stderr, result.stderr
     assert "[y/N]" not in result.stderr and "# Applied" not in result.stdout
     assert control_plane.kubectl("get", "flow", "bobs-pods", "-n", ns, check=False).returncode != 0
 

@@ -13,7 +13,8 @@ then ``kubectl apply --server-side``:
 3. only on a yes is the same apply sent without ``dryRun``.
 
 A refusal (a 403 of RBAC, a 422 of the CRD's rules) is the tool's failure with the API
-server's words, which the model is told; nothing is applied and the person is not asked.
+server's words, which the model is told and the session prints on stderr; nothing is applied
+and the person is not asked.
 The apply takes over the fields the draft sets from other managers (``force=true``): the
 person saw the diff of exactly that before saying yes.
 """
@@ -51,6 +52,9 @@ class Applier:
     ask: Ask
     #: What was applied, as ``Kind name`` (the session prints it).
     applied: list[str] = dataclasses.field(default_factory=list)
+    #: The API server's refusals, as the model was told them (the session prints them too:
+    #: the person should not learn of a 403 only through the model's words).
+    refused: list[str] = dataclasses.field(default_factory=list)
 
     async def apply(self, text: str) -> tools.ToolOutcome:
         """Dry-run, diff, ask, apply the documents of a draft that validated."""
@@ -65,7 +69,7 @@ class Applier:
                 after = await self._apply(document, dry_run=True)
                 before = await self._live(document)
             except kube.ApiError as exc:
-                return tools.ToolOutcome.failure(
+                return self._refused(
                     f"not applied: the API server refused the dry run of {label} in namespace "
                     f"{self.namespace}: {exc}"
                 )
@@ -86,13 +90,17 @@ class Applier:
             try:
                 await self._apply(document, dry_run=False)
             except kube.ApiError as exc:
-                return tools.ToolOutcome.failure(
+                return self._refused(
                     f"not applied: {_label(document)}: {exc} (applied before it: "
                     f"{', '.join(self.applied) or 'nothing'})"
                 )
             self.applied.append(_label(document))
         applied = {"applied": list(self.applied), "namespace": self.namespace}
         return tools.ToolOutcome.success(applied)
+
+    def _refused(self, message: str) -> tools.ToolOutcome:
+        self.refused.append(message)
+        return tools.ToolOutcome.failure(message)
 
     def _documents(self, text: str) -> list[dict[str, Any]]:
         """The draft's documents, each placed in :attr:`namespace` (another one is refused)."""

@@ -240,9 +240,12 @@ def _finish(
     for draft in drafts:
         _print_draft(belt, draft, original)
         click.echo("")
-    if belt.applier is not None and belt.applier.applied:
-        applied = ", ".join(belt.applier.applied)
-        click.echo(f"# Applied to namespace {belt.applier.namespace}: {applied}")
+    if belt.applier is not None:
+        for refusal in belt.applier.refused:
+            click.echo(f"apply_flow: {refusal}", err=True)
+        if belt.applier.applied:
+            applied = ", ".join(belt.applier.applied)
+            click.echo(f"# Applied to namespace {belt.applier.namespace}: {applied}\n")
     answer = outcome.output if isinstance(outcome.output, str) else None
     if answer:
         click.echo("# Assumed" if not suggest else "# Why")
