@@ -11,7 +11,7 @@ crds, kube, kube_namespace``). Built on the ``control_plane`` session fixture of
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any
 
 import pytest
@@ -108,35 +108,32 @@ async def get_flowrun(api: kube_client.Client, namespace: str, name: str) -> dic
     return obj
 
 
+def grant(
+    cluster: Cluster, namespace: str, role: str, users: Iterable[str], rules: list[dict[str, Any]]
+) -> None:
+    """A Role ``role`` of ``rules`` in ``namespace``, bound to ``users``."""
+    rbac = "rbac.authorization.k8s.io"
+    meta = {"name": role, "namespace": namespace}
+    cluster.apply({"apiVersion": f"{rbac}/v1", "kind": "Role", "metadata": meta, "rules": rules})
+    subjects = [{"apiGroup": rbac, "kind": "User", "name": user} for user in users]
+    cluster.apply(
+        {
+            "apiVersion": f"{rbac}/v1",
+            "kind": "RoleBinding",
+            "metadata": meta,
+            "roleRef": {"apiGroup": rbac, "kind": "Role", "name": role},
+            "subjects": subjects,
+        }
+    )
+
+
 def grant_deciders(cluster: Cluster, namespace: str) -> None:
     """Let alice and bob patch FlowRun status in ``namespace`` (what an approver role grants)."""
-    cluster.apply(
+    rules = [
         {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": {"name": "deciders", "namespace": namespace},
-            "rules": [
-                {
-                    "apiGroups": ["agentflows.io"],
-                    "resources": ["flowruns/status"],
-                    "verbs": ["get", "patch"],
-                }
-            ],
+            "apiGroups": ["agentflows.io"],
+            "resources": ["flowruns/status"],
+            "verbs": ["get", "patch"],
         }
-    )
-    cluster.apply(
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": {"name": "deciders", "namespace": namespace},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "Role",
-                "name": "deciders",
-            },
-            "subjects": [
-                {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}
-                for user in ("alice", "bob")
-            ],
-        }
-    )
+    ]
+    grant(cluster, namespace, "deciders", ("alice", "bob"), rules)

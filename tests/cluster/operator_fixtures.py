@@ -26,6 +26,7 @@ import yaml
 from kubernetes import client
 
 from tests.cluster.harness import REPO, Cluster, wait_for
+from tests.support.model_server import Reply, ScriptedModelServer
 
 from devcluster import appimage  # isort: skip  (hack/ is on sys.path through the harness)
 
@@ -325,3 +326,31 @@ def runs(control_plane: Cluster, flow_namespace: str) -> FlowRuns:
 def python_tool(script: str, args: Any, *, timeout: float = 120) -> dict[str, Any]:
     """An inline python tool call (a node's ``tool``)."""
     return {"python": {"script": script, "timeoutSeconds": timeout}, "args": args}
+
+
+#: The answer the scripted model streams in :func:`start_told`'s runs, piece by piece.
+PIECES = ["Restart ", "the ", "api pod ", "after ", "draining ", "its ", "node."]
+
+
+def start_told(runs: FlowRuns, server: ScriptedModelServer, run: str, gap: float = 0.0) -> None:
+    """Start ``run`` of a Flow ``told``: one agent node, ``answer``, on the scripted ``server``.
+
+    The server streams :data:`PIECES` and holds after the third (``server.holding``) until
+    ``server.release()``, so a test sees what a reader showed while the answer was written;
+    ``gap`` seconds pass between two pieces.
+    """
+    model = {"name": "openai/scripted-model", "apiBase": server.url, "retries": 0}
+    runs.apply(
+        {"kind": "Agent", "metadata": {"name": "oncall"},
+         "spec": {"model": model, "systemPrompt": "You advise the on-call engineer."}},
+        {"kind": "Flow", "metadata": {"name": "told"},
+         "spec": {"nodes": [{"id": "answer", "agent": {"name": "oncall", "prompt": "What now?"}}],
+                  "output": "=.nodes.answer.text"}},
+    )  # fmt: skip
+    wait_for(
+        lambda: (c := runs.condition("flows", "told", "Ready")) and c["status"] == "True",
+        60,
+        "Flow told Ready",
+    )
+    server.script(Reply.text("".join(PIECES), pieces=PIECES, hold_after=3, gap=gap))
+    runs.apply({"kind": "FlowRun", "metadata": {"name": run}, "spec": {"flow": "told"}})

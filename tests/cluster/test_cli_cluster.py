@@ -18,8 +18,11 @@ import pytest
 import yaml
 
 from tests.cluster.harness import Cluster, wait_for
+from tests.cluster.kube_fixtures import grant
 from tests.cluster.operator_fixtures import *  # noqa: F403
-from tests.cluster.operator_fixtures import FlowRuns, python_tool
+from tests.cluster.operator_fixtures import PIECES, FlowRuns, python_tool, start_told
+from tests.support.model_server import ScriptedModelServer
+from tests.support.processes import Reading
 
 pytestmark = pytest.mark.cluster
 
@@ -39,11 +42,11 @@ print(json.dumps({"released": os.path.exists(args["release"])}))
 """
 
 
-def cli_argv(cluster: Cluster, namespace: str, *args: str) -> list[str]:
-    """The command line of ``agentflows ARGS`` as admin in ``namespace``."""
+def cli_argv(cluster: Cluster, namespace: str, *args: str, user: str = "admin") -> list[str]:
+    """The command line of ``agentflows ARGS`` as ``user`` (default admin) in ``namespace``."""
     return [
         sys.executable, "-m", "agentflows.cli.main", *args,
-        "-n", namespace, "--kubeconfig", str(cluster.kubeconfig()),
+        "-n", namespace, "--kubeconfig", str(cluster.kubeconfig(user)),
     ]  # fmt: skip
 
 
@@ -304,3 +307,54 @@ def test_a_waiting_run_prints_decision_commands_that_work_when_pasted(
     assert watched.returncode == 0, watched.stderr
     assert watched.stdout.splitlines()[-1] == f"run {name} Succeeded"
     assert runs.status(name)["output"] == "approve"
+
+
+def spoken(stderr: str, node: str) -> str:
+    """What ``node`` said on ``watch --stream``'s stderr, its lines (``  node ▸ ...``) joined."""
+    lead = f"  {node} ▸ "
+    return "".join(line[len(lead) :] for line in stderr.splitlines() if line.startswith(lead))
+
+
+RUN_READERS = [
+    {"apiGroups": ["agentflows.io"], "resources": ["flowruns"], "verbs": ["get", "watch"]}
+]
+LOG_READERS = [{"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]}]
+
+
+def test_watch_stream_shows_the_answer_while_the_model_writes_it_as_the_users_own_identity(
+    control_plane: Cluster, runs: FlowRuns, model_server: ScriptedModelServer
+) -> None:
+    grant(control_plane, runs.namespace, "run-readers", ("alice", "bob"), RUN_READERS)
+    grant(control_plane, runs.namespace, "log-readers", ("alice",), LOG_READERS)
+    start_told(runs, model_server, "told-1")
+
+    def watching(user: str) -> Reading:
+        return Reading(
+            cli_argv(control_plane, runs.namespace, "watch", "told-1", "--stream", user=user)
+        )
+
+    alice, bob = watching("alice"), watching("bob")
+    try:
+        wait_for(model_server.holding.is_set, 180, "the model holding its answer")
+        # alice sees the first three pieces while the model still holds the rest back
+        wait_for(lambda: "Restart the api pod " in alice.text("stderr"), 60, "alice's live text")
+        assert runs.status("told-1")["phase"] == "Running"
+        assert "after" not in alice.text("stderr")
+        wait_for(lambda: "live text not shown" in bob.text("stderr"), 60, "bob's refusal")
+    finally:
+        model_server.release()
+        alice_code, bob_code = alice.finish(120), bob.finish(120)
+
+    assert alice_code == 0, alice.text("stderr")
+    # a node line printed meanwhile on stdout breaks the text's line; its pieces stay in order
+    assert spoken(alice.text("stderr"), "answer") == "".join(PIECES), alice.text("stderr")
+    assert alice.text("stdout").splitlines()[-1] == "run told-1 Succeeded"
+    # bob may follow the run but not read its pod's log: the API server says no, as bob
+    assert bob_code == 0, bob.text("stderr")
+    refusal = bob.text("stderr")
+    assert '403 Forbidden: pods "told-1-1" is forbidden: User "bob"' in refusal, refusal
+    assert "Restart" not in refusal
+    assert bob.text("stdout").splitlines()[-1] == "run told-1 Succeeded"
+    status = runs.status("told-1")
+    assert status["output"] == "".join(PIECES)
+    assert "stream" not in json.dumps(status)

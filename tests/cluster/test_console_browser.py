@@ -17,7 +17,9 @@ shows (runs list, a run's page, the inbox) into DIR.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -39,10 +41,13 @@ from tests.cluster.harness import REPO, Cluster, wait_for
 from tests.cluster.operator_fixtures import *  # noqa: F403
 from tests.cluster.operator_fixtures import (
     OPERATOR_NAMESPACE,
+    PIECES,
     FlowRuns,
     OperatorProcess,
     _free_port,
+    start_told,
 )
+from tests.support.model_server import ScriptedModelServer
 
 pytestmark = pytest.mark.cluster
 
@@ -423,6 +428,72 @@ def test_an_offloaded_output_is_fetched_on_demand_and_shown_as_text(
     alice.find_element(By.LINK_TEXT, "Fetch the whole output").click()
     shown(alice, "main pre", "line <b>2999</b>", timeout=30)
     assert alice.find_elements(By.CSS_SELECTOR, "main b") == []
+
+
+#: Installed once the page has loaded: the answer's length on the page at each change, with
+#: the browser's clock (ms since the epoch), to time each piece from the model server to here.
+RECORD_ARRIVALS = """
+const section = document.getElementById("live-text");
+const length = () => {
+  const pre = section.querySelector('pre[data-stream-node="answer"]');
+  return pre ? pre.textContent.length : 0;
+};
+window.arrivals = [[Date.now(), length()]];
+new MutationObserver(() => window.arrivals.push([Date.now(), length()]))
+  .observe(section, {subtree: true, childList: true, characterData: true});
+"""
+
+
+def piece_latencies_ms(sent: list[float], arrivals: list[list[float]]) -> dict[int, float]:
+    """By piece number (1-based), for each piece not on the page yet when recording began: ms
+    from the model server sending it to the page first showing it."""
+    latencies, length = {}, 0
+    for number, (piece, left) in enumerate(zip(PIECES, sent, strict=True), 1):
+        length += len(piece)
+        if length > arrivals[0][1]:
+            shown_at = next(at for at, seen in arrivals if seen >= length)
+            latencies[number] = shown_at - left * 1000
+    return latencies
+
+
+def test_a_runs_page_shows_the_agents_answer_while_the_model_writes_it(
+    runs: FlowRuns,
+    console_url: str,
+    browser: Callable[..., WebDriver],
+    model_server: ScriptedModelServer,
+) -> None:
+    start_told(runs, model_server, "told-web", gap=0.3)
+    alice = browser("alice", ("editors",))
+    alice.get(f"{console_url}/runs/{runs.namespace}/told-web")
+    alice.execute_script("window.notReloaded = true;" + RECORD_ARRIVALS)
+    text = '#live-text pre[data-stream-node="answer"]'
+    try:
+        wait_for(model_server.holding.is_set, 180, "the model holding its answer")
+        # the first three pieces are on the page while the model still holds the rest back
+        shown(alice, text, "Restart the api pod", timeout=60)
+        assert runs.status("told-web")["phase"] == "Running"
+        assert "after" not in alice.find_element(By.CSS_SELECTOR, text).text
+        screenshot(alice, "live-text")
+    finally:
+        model_server.release()
+    shown(alice, text, "Restart the api pod after draining its node.")
+    shown(alice, '[data-field="run-phase"]', "Succeeded")
+    WebDriverWait(alice, 60).until(
+        lambda d: d.find_element(By.ID, "live-text").get_attribute("data-ended") == "true",
+        "the live text never ended",
+    )
+    assert alice.execute_script("return window.notReloaded") is True
+    status = runs.status("told-web")
+    assert status["output"] == "".join(PIECES)
+    assert "stream" not in json.dumps(status)
+    # from the model server writing a piece to the page showing it (a figure, not a check)
+    sent = model_server.requests[-1].pieces_sent
+    latencies = piece_latencies_ms(sent, alice.execute_script("return window.arrivals"))
+    each = ", ".join(f"#{n} {ms:.0f}" for n, ms in latencies.items())
+    print(
+        f"model server -> console page: median {statistics.median(latencies.values()):.0f} ms"
+        f" over {len(latencies)} pieces ({each} ms)"
+    )
 
 
 # ----- local runs --------------------------------------------------------------------------------

@@ -13,8 +13,13 @@ A request with ``stream: true`` is answered with server-sent events as OpenAI se
 (``data:`` lines of ``chat.completion.chunk``, tool-call arguments in several deltas, the usage
 in a last chunk when ``stream_options.include_usage`` is asked, then ``data: [DONE]``);
 ``Reply(break_after=n)`` drops the connection after ``n`` content chunks, a stream that breaks
-mid-way. Every request body is recorded in :attr:`ScriptedModelServer.requests` so tests can assert on
-what the model was sent (system prompt, merged history, tool results). When the queue is empty
+mid-way; ``Reply(hold_after=n)`` sends ``n`` content chunks, sets :attr:`ScriptedModelServer.holding`
+and sends the rest only once :meth:`ScriptedModelServer.release` is called, so a test can see
+what a reader showed while the answer was still being written; ``Reply(gap=s)`` waits ``s``
+seconds between content chunks, a model writing slowly. Each streamed request records the
+wall-clock time each content chunk left (:attr:`RecordedRequest.pieces_sent`), for latency
+figures. Every request body is recorded in :attr:`ScriptedModelServer.requests` so tests can
+assert on what the model was sent (system prompt, merged history, tool results). When the queue is empty
 the server answers 500 with a message saying so, which fails the test loudly.
 
 The server is a threaded stdlib HTTP server: it runs in its own threads, independent of the
@@ -75,6 +80,10 @@ class Reply:
     #: Answer only once this is set (at most 300 s): a test keeps the request in flight, to
     #: kill its caller mid-call.
     hold: threading.Event | None = None
+    #: When streamed: after this many content chunks, wait for :meth:`ScriptedModelServer.release`.
+    hold_after: int | None = None
+    #: When streamed: seconds between two content chunks.
+    gap: float = 0.0
 
     @classmethod
     def text(cls, content: str, **kwargs: Any) -> Reply:
@@ -101,6 +110,8 @@ class RecordedRequest:
     body: dict[str, Any]
     #: ``time.monotonic()`` when the request was read (benchmarks time a client's first call).
     received: float = dataclasses.field(default_factory=time.monotonic)
+    #: ``time.time()`` when each content chunk of a streamed answer was written to the socket.
+    pieces_sent: list[float] = dataclasses.field(default_factory=list)
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -119,6 +130,9 @@ class ScriptedModelServer:
         #: chat requests being answered now, and the most answered at once (concurrency seen)
         self.in_flight = 0
         self.max_in_flight = 0
+        #: Set while a ``hold_after`` reply waits for :meth:`release`.
+        self.holding = threading.Event()
+        self._released = threading.Event()
         self._httpd = QuietHTTPServer((host, port), self._handler_class())
         self._thread = threading.Thread(
             target=self._httpd.serve_forever,
@@ -153,6 +167,10 @@ class ScriptedModelServer:
         """Drop the replies not consumed yet (a benchmark reuses the server across cases)."""
         with self._lock:
             self._replies.clear()
+
+    def release(self) -> None:
+        """Let a held streamed answer go on (and any later one pass its hold)."""
+        self._released.set()
 
     @property
     def pending(self) -> int:
@@ -292,13 +310,24 @@ class ScriptedModelServer:
                 self.send_header("Connection", "close")
                 self.end_headers()
                 usage = bool((request.body.get("stream_options") or {}).get("include_usage"))
-                for event in sse_events(reply, scripted, usage):
+                # the first event carries the role; the content pieces follow it
+                text = reply["choices"][0]["message"].get("content") or ""
+                content = len(scripted.pieces if scripted.pieces is not None else _words(text))
+                for number, event in enumerate(sse_events(reply, scripted, usage)):
                     if event is None:
                         self.wfile.flush()
                         self.close_connection = True
                         return
+                    if scripted.hold_after is not None and number == scripted.hold_after + 1:
+                        server.holding.set()
+                        server._released.wait(timeout=300)
+                        server.holding.clear()
                     self.wfile.write(event)
                     self.wfile.flush()
+                    if 1 <= number <= content:
+                        request.pieces_sent.append(time.time())
+                        if scripted.gap and number < content:
+                            time.sleep(scripted.gap)
 
         return Handler
 

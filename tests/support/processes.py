@@ -1,9 +1,18 @@
-"""What tests see of processes in the host's /proc (tools run in PID namespaces of their own)."""
+"""Processes as tests see them: in the host's /proc, and children read while they run.
+
+:func:`survivors` looks in /proc (tools run in PID namespaces of their own); :class:`Reading`
+runs a command whose stdout and stderr are read as they come, so a test can wait for a line
+the command prints before it ends.
+"""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import threading
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 
 def survivors(marker: str) -> list[int]:
@@ -20,3 +29,41 @@ def survivors(marker: str) -> list[int]:
         if marker.encode() in cmdline and state != "Z":
             found.append(int(entry))
     return found
+
+
+class Reading:
+    """A child process whose stdout and stderr are read by threads as they come."""
+
+    def __init__(
+        self, argv: list[str], *, stdin: Any = None, env: Mapping[str, str] | None = None
+    ) -> None:
+        self.process = subprocess.Popen(
+            argv, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+        )
+        self._read = {"stdout": b"", "stderr": b""}
+        self._threads = [
+            threading.Thread(target=self._drain, args=(name,), daemon=True) for name in self._read
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def _drain(self, name: str) -> None:
+        stream = getattr(self.process, name)
+        while chunk := os.read(stream.fileno(), 4096):
+            self._read[name] += chunk
+
+    def text(self, name: str) -> str:
+        """What the child wrote to ``name`` (stdout or stderr) so far."""
+        return self._read[name].decode(errors="replace")
+
+    def finish(self, timeout: float) -> int:
+        """Its exit status, once it ended (killed after ``timeout`` seconds)."""
+        try:
+            code = self.process.wait(timeout=timeout)
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+                self.process.wait()
+        for thread in self._threads:
+            thread.join(timeout=10)
+        return code

@@ -13,7 +13,10 @@ through its spec, so no python, http or MCP tool can be given to it:
 - ``explain_resource``: the CRD schema of a field (``Flow.spec.nodes.approval``), from the
   pydantic models through :func:`agentflows.api.crd.openapi_schema`, as ``kubectl explain``;
 - ``save_flow``: write the YAML to the person's ``-o FILE``, or, without one, to a path the
-  person confirms at a terminal. A draft that does not validate is never written.
+  person confirms at a terminal. A draft that does not validate is never written;
+- ``apply_flow``, only on a cluster: a server-side dry run, its diff shown to the person, and
+  the apply once they confirm, as their kubeconfig identity (:mod:`agentflows.cli.builder_apply`).
+  A draft that does not validate is never applied.
 
 :class:`Belt` keeps what happened (the last draft that validated, its dry run, the file
 written), which the session prints when the turn ends.
@@ -26,13 +29,16 @@ import dataclasses
 import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentflows.agents import tools
 from agentflows.api import documents
 from agentflows.api import flow as flow_api
 from agentflows.cli import local
 from agentflows.engine import capabilities, graph
+
+if TYPE_CHECKING:  # the kube client is imported only when a session is given a cluster
+    from agentflows.cli import builder_apply
 
 #: The label problems of a draft carry (``draft.yaml#1 (Flow x): spec.nodes[0]...``).
 DRAFT_SOURCE = "draft.yaml"
@@ -78,10 +84,12 @@ class Belt:
     drafts: dict[str, Draft] = dataclasses.field(default_factory=dict)
     #: Every problem list fed back, in order (what the model was told).
     problems_seen: list[list[str]] = dataclasses.field(default_factory=list)
+    #: On a cluster: what ``apply_flow`` applies with (None: the tool is not offered).
+    applier: builder_apply.Applier | None = None
 
     async def list_tools(self) -> list[tools.ToolDef]:
-        """The four tools of the belt."""
-        return [
+        """The four tools of the belt, and ``apply_flow`` on a cluster."""
+        belt = [
             tools.ToolDef(
                 "validate_flow",
                 "Check a draft Flow (and any new Agents) as agentflows validate does. Returns "
@@ -118,6 +126,17 @@ class Belt:
                 ),
             ),
         ]
+        if self.applier is not None:
+            belt.append(
+                tools.ToolDef(
+                    "apply_flow",
+                    "Apply the draft to the person's namespace on the cluster, as the person: "
+                    "a server-side dry run first, whose diff the person sees and must confirm. "
+                    "Refused unless the draft validates; the API server's refusal is returned.",
+                    _object(yaml=_YAML_ARG),
+                )
+            )
+        return belt
 
     async def call(self, name: str, args: Any, ctx: capabilities.NodeContext) -> tools.ToolOutcome:
         """Run tool ``name`` of the belt."""
@@ -130,6 +149,8 @@ class Belt:
             return explain(str(args.get("path", "")))
         if name == "save_flow":
             return await self._save(str(args.get("yaml", "")), args.get("path"))
+        if name == "apply_flow" and self.applier is not None:
+            return await self._apply(self.applier, str(args.get("yaml", "")))
         return tools.ToolOutcome.failure(f"no tool named {name!r}")
 
     def validate(self, text: str) -> dict[str, Any]:
@@ -204,6 +225,12 @@ class Belt:
             return tools.ToolOutcome.failure(f"not saved: {target}: {exc.strerror or exc}")
         self.saved = target
         return tools.ToolOutcome.success({"saved": str(target)})
+
+    async def _apply(self, applier: builder_apply.Applier, text: str) -> tools.ToolOutcome:
+        draft = self._checked(text, "not applied: the draft does not validate")
+        if isinstance(draft, tools.ToolOutcome):
+            return draft
+        return await applier.apply(text)
 
 
 def _object(required: tuple[str, ...] | None = None, **properties: Any) -> dict[str, Any]:

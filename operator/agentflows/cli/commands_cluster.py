@@ -11,6 +11,8 @@ kube modules are imported when a command runs, not when the CLI starts.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import sys
 from collections.abc import Awaitable, Callable
@@ -20,7 +22,7 @@ import click
 
 from agentflows.api import flowrun as flowrun_api
 from agentflows.api import schemas
-from agentflows.cli import completion, group, local, views
+from agentflows.cli import completion, group, live_text, local, views
 
 T = TypeVar("T")
 
@@ -189,34 +191,72 @@ def runs_from_cluster(
 @click.command()
 @click.argument("run_name", shell_complete=completion.run_names)
 @click.option("--timeout", default=3600.0, help="Give up after this many seconds.")
+@live_text.stream_option
 @namespace_option
 @kubeconfig_option
 @context_option
 def watch(
     run_name: str,
     timeout: float,
+    stream: bool | None,
     namespace: str | None,
     kubeconfig: str | None,
     kube_context: str | None,
 ) -> None:
-    """Follow a run live: a line per node change, until it ends or waits."""
+    """Follow a run live: a line per node change, until it ends or waits.
+
+    With --stream (the default on a terminal) agents' answers are printed on stderr as they
+    are written, read from the runner pod's log as you (RBAC: pods/log get).
+    """
     from agentflows.cli import cluster
+    from agentflows.runner import stream_log
 
     api = _client(kubeconfig, kube_context)
     ns = namespace or api.config.namespace
+    listener = live_text.TerminalListener() if live_text.wanted(stream) else None
 
     async def follow() -> int:
+        text = None
+        if listener is not None:
+            text = asyncio.create_task(_show_text(api, ns, run_name, listener))
         before: dict[str, Any] = {"metadata": {"name": run_name}}
         phase = None
-        async for run in cluster.follow(api, ns, run_name, give_up_after=timeout):
-            for line in cluster.node_changes(before, run):
-                click.echo(line)
-            before = run
-            phase = (run.get("status") or {}).get("phase")
+        try:
+            async for run in cluster.follow(api, ns, run_name, give_up_after=timeout):
+                for line in cluster.node_changes(before, run):
+                    if listener is not None:
+                        listener.break_line()
+                    click.echo(line)
+                before = run
+                phase = (run.get("status") or {}).get("phase")
+            if text is not None and phase in stream_log.SETTLED:
+                # the pod's last words may trail its result: read its log to its end
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(text), TEXT_DRAIN_SECONDS)
+        finally:
+            if text is not None:
+                text.cancel()
         _print_decisions(before, ns)
         return cluster.exit_code(phase)
 
     sys.exit(_with_api(api, follow))
+
+
+#: How long ``watch --stream`` reads a finished run's pod log for text not shown yet.
+TEXT_DRAIN_SECONDS = 15.0
+
+
+async def _show_text(api: Any, namespace: str, name: str, listener: Any) -> None:
+    """Print the run's streamed answers; a refusal is said once on stderr, the watch goes on."""
+    from agentflows.kube import client as kube
+    from agentflows.runner import stream_log
+
+    try:
+        async for event in stream_log.follow_run(api, namespace, name):
+            stream_log.deliver(event, listener)
+    except kube.ApiError as exc:
+        listener.break_line()
+        click.echo(f"live text not shown: {exc}", err=True)
 
 
 @click.command()

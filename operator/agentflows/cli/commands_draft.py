@@ -4,8 +4,10 @@ The builder is an Agent run by our own engine: a one-node Flow whose ``agent`` n
 ``flow-builder`` Agent (:func:`builder_agent`), bounded like every run (``limits.maxTokens``,
 ``limits.maxCostUSD``, the Agent's ``maxToolIterations``), run with the live capabilities. Its
 spec declares no tools at all; the host gives it only the belt of
-:mod:`agentflows.cli.builder_tools` (validate, dry-run, explain, save), so it has no python,
-http or MCP tool of its own.
+:mod:`agentflows.cli.builder_tools` (validate, dry-run, explain, save, and on a cluster apply),
+so it has no python, http or MCP tool of its own. Given a cluster (``-n``, ``--kubeconfig``,
+``--context``), it reads and applies as the person's kubeconfig identity; applying shows the
+server-side dry run's diff and asks first (:mod:`agentflows.cli.builder_apply`).
 
 What it is told of what exists: the Agents and Flows of the ``-f`` files (their specs, which
 name Secrets but never hold a value) and the tools each Agent offers — declared names, and for
@@ -26,7 +28,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
@@ -34,6 +36,9 @@ from agentflows.api import agent as agent_api
 from agentflows.api import documents
 from agentflows.api import flow as flow_api
 from agentflows.cli import builder_tools, commands_agentspec, commands_cluster, group, local, views
+
+if TYPE_CHECKING:
+    from agentflows.cli import builder_apply
 
 BUILDER = "flow-builder"
 #: Recent runs of the namespace ``--suggest`` shows the builder.
@@ -166,9 +171,16 @@ def _model(name: str, api_base: str | None) -> agent_api.ModelSpec:
 
 def _confirm(path: Path) -> bool:
     """Ask the person at a terminal; nobody to ask (no terminal) is a no."""
+    return _ask("", f"Save the draft Flow to {path}?")
+
+
+def _ask(shown: str, question: str) -> bool:
+    """Show ``shown`` (a diff) on stderr and ask ``question`` at a terminal; no terminal: no."""
     if not sys.stdin.isatty():
         return False
-    return click.confirm(f"Save the draft Flow to {path}?", default=False, err=True)
+    if shown:
+        click.echo(shown.rstrip("\n"), err=True)
+    return click.confirm(question, default=False, err=True)
 
 
 async def _run(
@@ -179,14 +191,18 @@ async def _run(
 
     resolver = graph.StaticResolver({BUILDER: agent}, {"draft": flow})
     caps = host.LiveCapabilities(resolver, builtin_tools={BUILDER: [belt]})
-    return await run.run_flow(
-        graph.compile_flow(flow, resolver),
-        run_name="draft",
-        input_value={"request": request},
-        store_=store.MemoryStore(),
-        caps=caps,
-        resolver=resolver,
-    )
+    try:
+        return await run.run_flow(
+            graph.compile_flow(flow, resolver),
+            run_name="draft",
+            input_value={"request": request},
+            store_=store.MemoryStore(),
+            caps=caps,
+            resolver=resolver,
+        )
+    finally:
+        if belt.applier is not None:
+            await belt.applier.api.close()
 
 
 def _print_draft(
@@ -224,6 +240,12 @@ def _finish(
     for draft in drafts:
         _print_draft(belt, draft, original)
         click.echo("")
+    if belt.applier is not None:
+        for refusal in belt.applier.refused:
+            click.echo(f"apply_flow: {refusal}", err=True)
+        if belt.applier.applied:
+            applied = ", ".join(belt.applier.applied)
+            click.echo(f"# Applied to namespace {belt.applier.namespace}: {applied}\n")
     answer = outcome.output if isinstance(outcome.output, str) else None
     if answer:
         click.echo("# Assumed" if not suggest else "# Why")
@@ -303,6 +325,16 @@ def _from_cluster(
         return asyncio.run(read())
     except kube.ApiError as exc:
         _usage(f"cannot read namespace {ns}: {exc}")
+
+
+def _applier(
+    namespace: str | None, kubeconfig: str | None, kube_context: str | None
+) -> builder_apply.Applier:
+    """``apply_flow``'s applier, with the person's kubeconfig identity."""
+    from agentflows.cli import builder_apply
+
+    api = commands_cluster._client(kubeconfig, kube_context)
+    return builder_apply.Applier(api, namespace or api.config.namespace, _ask)
 
 
 def _load(files: tuple[Path, ...], revise: Path | None) -> tuple[documents.LoadResult, str | None]:
@@ -399,10 +431,12 @@ def draft_command(
     spec = _model(model, api_base)
     loaded, original = _load(files, revise)
     runs = ""
+    belt = builder_tools.Belt(loaded, output, _confirm)
     if namespace is not None or kubeconfig is not None or kube_context is not None:
         in_cluster, runs = _from_cluster(namespace, kubeconfig, kube_context, suggest)
         loaded.extend(in_cluster)
-    belt = builder_tools.Belt(loaded, output, _confirm)
+        if not suggest:
+            belt.applier = _applier(namespace, kubeconfig, kube_context)
     task = SUGGEST_TASK if suggest else f"The person asks for this Flow:\n{prompt}"
     if original is not None:
         task = f"Revise this Flow as the person asks: {prompt}\n```yaml\n{original}\n```"

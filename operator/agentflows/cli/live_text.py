@@ -61,6 +61,11 @@ class TerminalListener:
             self._finish_line()
             self._speaking = None
 
+    def break_line(self) -> None:
+        """End an open line of text, so another line may be printed; more text gets a lead."""
+        self._finish_line()
+        self._speaking = None
+
     def _finish_line(self) -> None:
         if self._open:
             self._out.write("\n")

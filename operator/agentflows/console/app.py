@@ -87,6 +87,7 @@ def cluster_app(
     routes.add_get("/runs/{namespace}/{name}/graph.svg", pages_runs.graph_svg)
     routes.add_get("/events/runs", pages_runs.runs_events)
     routes.add_get("/events/run/{namespace}/{name}", pages_runs.run_events)
+    routes.add_get("/events/run/{namespace}/{name}/text", pages_runs.run_text_events)
     routes.add_get("/requests", pages_requests.inbox)
     routes.add_post("/requests/{namespace}/{name}/{rid}", pages_requests.decide)
     routes.add_get("/flows", pages_flows.flows_page)

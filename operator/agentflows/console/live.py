@@ -28,8 +28,10 @@ from agentflows.kube import client as kube
 
 log = logging.getLogger(__name__)
 
-#: What a feed hands subscribers: ("upsert", object), ("delete", object) or ("error", text).
+#: What a feed hands subscribers: ("upsert", object), ("delete", object) or ("error", text);
+#: a stream of its own may end with (:data:`END`, value), sent last before the answer ends.
 Change = tuple[str, Any]
+END = "end"
 #: How long a watch stays open before it is renewed (the API server ends it then).
 WATCH_SECONDS = 240
 #: Seconds between SSE comments that keep proxies from closing an idle stream.
@@ -184,16 +186,20 @@ async def stream(
 ) -> web.StreamResponse:
     """Send ``changes`` as server-sent events, each turned into JSON by ``message``.
 
-    ``message`` returns None for a change the page does not show (another phase, say).
+    ``message`` returns None for a change the page does not show (another phase, say). An
+    :data:`END` change is sent and ends the answer (the page closes its ``EventSource``, which
+    would otherwise connect again).
     """
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await response.prepare(request)
     while True:
+        ending = False
         try:
             kind, value = await asyncio.wait_for(changes.get(), KEEPALIVE_SECONDS)
         except TimeoutError:
             chunk = b": keepalive\n\n"
         else:
+            ending = kind == END
             shown = {"type": "error", "message": value} if kind == "error" else message(kind, value)
             if shown is None:
                 continue
@@ -201,4 +207,7 @@ async def stream(
         try:
             await response.write(chunk)
         except ConnectionResetError:
+            return response
+        if ending:
+            await response.write_eof()
             return response

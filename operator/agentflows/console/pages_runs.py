@@ -4,10 +4,14 @@ Every read and write is made as the caller (:func:`site.caller`). The list is re
 the server and then follows the feed of its filter (:mod:`.live`); with no namespace chosen, it
 shows the namespaces the caller may list (:mod:`.scope`), one shared feed per namespace; a run's
 page follows a feed of that one run, so node phases change on the page as the runner writes them.
+While a run goes on, its page also shows agents' answers as the model writes them
+(:func:`run_text_events`): the runner pod's log followed as the caller, one follower per open
+page (the text is not shared: each page reads from the log's start, under its own RBAC).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 from urllib import parse
@@ -21,6 +25,7 @@ from agentflows.api import flowrun as flowrun_api
 from agentflows.console import live, markup, pages_requests, run_detail, runs_view, scope, site
 from agentflows.kube import actions, snapshot, status_store
 from agentflows.kube import client as kube
+from agentflows.runner import stream_log
 
 #: Lines of the runner pod's log shown on a run's page.
 LOG_LINES = 400
@@ -121,6 +126,49 @@ async def run_events(request: web.Request) -> web.StreamResponse:
         return await live.stream(request, changes, message)
 
 
+async def run_text_events(request: web.Request) -> web.StreamResponse:
+    """GET /events/run/NS/NAME/text: agents' answers as they are written (SSE), then ``end``.
+
+    Each event is ``{"type": "text", "node", "delta"}`` (or ``restart``/``end`` for a node),
+    read from the run's runner pods' logs as the caller; a refusal (no ``pods/log`` get) is an
+    ``error`` event with the API server's words.
+    """
+    namespace, name = request.match_info["namespace"], request.match_info["name"]
+    changes: asyncio.Queue[live.Change] = asyncio.Queue()
+
+    async def follow() -> None:
+        try:
+            async with site.api(request) as api:
+                async for event in stream_log.follow_run(api, namespace, name):
+                    changes.put_nowait(("text", event))
+        except kube.ApiError as exc:
+            changes.put_nowait(("error", exc.message or str(exc)))
+            return
+        changes.put_nowait((live.END, None))
+
+    def message(kind: str, event: dict[str, Any] | None) -> dict[str, Any]:
+        return {"type": "text", **event} if event is not None else {"type": live.END}
+
+    following = asyncio.create_task(follow())
+    try:
+        return await live.stream(request, changes, message)
+    finally:
+        following.cancel()
+
+
+def _live_text(namespace: str, name: str, run: dict[str, Any]) -> markup.Html:
+    """Where the page's script writes answers as they are written (only while the run goes on)."""
+    if (run.get("status") or {}).get("phase") in stream_log.SETTLED:
+        return markup.Html("")
+    idle = markup.tag("p", "no answer is being written", class_="muted")
+    return markup.tag(
+        "section",
+        markup.join([markup.tag("h2", "Being written"), idle]),
+        id="live-text",
+        data_live_text=markup.path("events", "run", namespace, name, "text"),
+    )
+
+
 async def _flows(api: kube.Client, namespace: str, run: dict[str, Any]) -> dict[str, Any]:
     """Flow specs by name as the run started them (its snapshot), else the run's Flow now."""
     flow = str((run.get("spec") or {}).get("flow") or "")
@@ -209,6 +257,7 @@ async def run_page(request: web.Request) -> web.Response:
             ),
             markup.tag("h2", "Graph"),
             run_detail.graph(run, flow_spec),
+            _live_text(namespace, name, run),
             markup.tag("h2", "Requests"),
             _requests(request, run),
             markup.tag("h2", "Nodes"),

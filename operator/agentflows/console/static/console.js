@@ -124,6 +124,54 @@ function showError(main, text) {
   box.textContent = "Live updates stopped: " + text;
 }
 
+function textOf(section, node) {
+  // one block per node; parallel nodes each write their own
+  for (const pre of section.querySelectorAll("pre[data-stream-node]")) {
+    if (pre.dataset.streamNode === node) return pre;
+  }
+  const heading = document.createElement("h3");
+  heading.textContent = node;
+  const pre = document.createElement("pre");
+  pre.className = "live-text";
+  pre.dataset.streamNode = node;
+  const idle = section.querySelector("p.muted");
+  if (idle) idle.remove();
+  section.append(heading, pre);
+  return pre;
+}
+
+function onText(section, message) {
+  const pre = textOf(section, String(message.node));
+  if (message.restart) {
+    pre.textContent = "";
+  } else if (typeof message.delta === "string") {
+    pre.append(message.delta);
+  } else if (message.end) {
+    pre.dataset.ended = "true";
+  }
+}
+
+function followText() {
+  // agents' answers as the model writes them, read from the runner pod's log by the server
+  const section = document.querySelector("[data-live-text]");
+  if (!section) return;
+  const source = new EventSource(section.dataset.liveText);
+  source.onmessage = (event) => {
+    const message = JSON.parse(event.data);
+    if (message.type === "error") {
+      section.append(Object.assign(document.createElement("p"), {
+        className: "notice error", textContent: "Live text unavailable: " + message.message,
+      }));
+      source.close();
+    } else if (message.type === "end") {
+      section.dataset.ended = "true";
+      source.close(); // the run has ended or waits; connecting again would replay the log
+    } else {
+      onText(section, message);
+    }
+  };
+}
+
 function follow() {
   const main = document.querySelector("main[data-live]");
   if (!main) return;
@@ -141,3 +189,4 @@ function follow() {
 }
 
 document.addEventListener("DOMContentLoaded", follow);
+document.addEventListener("DOMContentLoaded", followText);
