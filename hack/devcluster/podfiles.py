@@ -308,6 +308,8 @@ class PodFiles:
                 # Where a real pod mounts runner.files; a Flow may not set this (its prefix is
                 # the operator's), so the process kubelet points the runner at its copy.
                 "AGENTFLOWS_FILES_ROOT": str(self.root / "var/run/agentflows/files"),
+                # And at its copy of the secrets volume (agentflows.agents.secrets.root).
+                "AGENTFLOWS_SECRETS_ROOT": str(self.root / "var/run/agentflows/secrets"),
                 "KUBERNETES_SERVICE_HOST": "127.0.0.1",
                 "KUBERNETES_SERVICE_PORT": self.cluster.server.rsplit(":", 1)[1],
             }

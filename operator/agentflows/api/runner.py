@@ -19,6 +19,9 @@ from agentflows.api import common
 #: Where the runner pod's files volumes are mounted, each in a directory named after it; the
 #: runner reads agents' ``path`` files here unless ``AGENTFLOWS_FILES_ROOT`` says otherwise.
 RUNNER_FILES_ROOT = "/var/run/agentflows/files"
+#: Where the runner pod's secrets volume is mounted: a file ``<Secret name>/<key>`` for each
+#: Secret key the run's Flows and Agents name (read by the runner only; closed to its tools).
+RUNNER_SECRETS_ROOT = "/var/run/agentflows/secrets"
 #: Most files volumes on one runner pod.
 MAX_FILES_VOLUMES = 16
 #: A files volume's name, prefixed with ``files-``, is a pod volume name (a 63-character label).
