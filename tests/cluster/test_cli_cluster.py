@@ -23,6 +23,8 @@ from tests.cluster.operator_fixtures import FlowRuns, python_tool
 
 pytestmark = pytest.mark.cluster
 
+NODE = "real"
+
 SHOUT = """
 import json, sys
 args = json.load(sys.stdin)
