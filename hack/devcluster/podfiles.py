@@ -326,6 +326,8 @@ class PodFiles:
                 "AGENTFLOWS_FILES_ROOT": str(self.root / "var/run/agentflows/files"),
                 # and where it mounts the run's ConfigMaps (agentflows.kube.mounted)
                 "AGENTFLOWS_CONFIGMAPS_ROOT": str(self.root / "var/run/agentflows/configmaps"),
+                # And at its copy of the secrets volume (agentflows.agents.secrets.root).
+                "AGENTFLOWS_SECRETS_ROOT": str(self.root / "var/run/agentflows/secrets"),
                 "KUBERNETES_SERVICE_HOST": "127.0.0.1",
                 "KUBERNETES_SERVICE_PORT": self.cluster.server.rsplit(":", 1)[1],
             }

@@ -17,6 +17,8 @@ from tests.support.fixtures import *  # noqa: F403
 
 pytestmark = pytest.mark.cluster
 
+NODE = "real"
+
 
 def test_a_run_whose_input_is_over_the_limit_fails_at_once_naming_the_field(
     runs: FlowRuns, operator: OperatorProcess

@@ -23,6 +23,8 @@ from tests.support.fixtures import *  # noqa: F403
 
 pytestmark = pytest.mark.cluster
 
+NODE = "real"
+
 TRIGGER = {
     "name": "runs",
     "kubernetes": {

@@ -27,6 +27,8 @@ from tests.support.fixtures import *  # noqa: F403
 
 pytestmark = pytest.mark.cluster
 
+NODE = "real"
+
 
 def events_trigger(namespace: str | None) -> dict[str, Any]:
     source: dict[str, Any] = {"apiVersion": "v1", "kind": "Event", "fieldSelector": "reason=Probe"}

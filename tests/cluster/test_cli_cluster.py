@@ -26,6 +26,8 @@ from tests.support.processes import Reading
 
 pytestmark = pytest.mark.cluster
 
+NODE = "real"
+
 SHOUT = """
 import json, sys
 args = json.load(sys.stdin)

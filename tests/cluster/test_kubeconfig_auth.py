@@ -25,6 +25,8 @@ from tests.cluster.operator_fixtures import FlowRuns
 
 pytestmark = pytest.mark.cluster
 
+NODE = "real"
+
 PLUGIN = """#!{python}
 import json, os
 info = json.loads(os.environ["KUBERNETES_EXEC_INFO"])

@@ -263,10 +263,12 @@ def test_agent_node_calls_the_scripted_model_with_the_key_from_a_secret_ref(
     headers = {k.lower(): v for k, v in request.headers.items()}
     assert headers["authorization"] == f"Bearer {API_KEY}"
     [pod] = runs.pods("greet-1")
-    env = {e.name: e for e in pod.spec.containers[0].env}
-    ref = env["AGENTFLOWS_SECRET_SCRIPTED_MODEL_API_KEY"].value_from.secret_key_ref
-    assert (ref.name, ref.key) == ("scripted-model", "api-key")
-    assert env["AGENTFLOWS_SECRET_SCRIPTED_MODEL_API_KEY"].value is None
+    # The key reaches the pod as a file of its secrets volume, in no environment variable.
+    assert not [e for e in pod.spec.containers[0].env or [] if e.value_from]
+    [volume] = [v for v in pod.spec.volumes if v.name == "secrets"]
+    [source] = volume.projected.sources
+    assert source.secret.name == "scripted-model"
+    assert [(i.key, i.path) for i in source.secret.items] == [("api-key", "scripted-model/api-key")]
 
 
 # ----- validation -------------------------------------------------------------------------------

@@ -21,6 +21,8 @@ from tests.support.fixtures import *  # noqa: F403
 
 pytestmark = pytest.mark.cluster
 
+NODE = "real"
+
 EVENT_WATCH = re.compile(
     r'^agentflows_trigger_watches\{api_version="v1",kind="Event"\} (\S+)$', re.MULTILINE
 )

@@ -18,6 +18,8 @@ from tests.cluster.operator_fixtures import FlowRuns, OperatorProcess
 
 pytestmark = pytest.mark.cluster
 
+NODE = "real"
+
 ACCOUNT = "agentflows-runner"
 
 

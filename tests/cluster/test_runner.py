@@ -33,6 +33,8 @@ from tests.cluster.kube_fixtures import (  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.cluster
 
+NODE = "real"
+
 #: A python tool that appends its "mark" to the file "log", optionally blocks while the file
 #: "block" exists, and answers {"n": 2 * n}. (Contained tools of a root runner run each as a uid
 #: of their own: the log they all append to is made writable for every one.)

@@ -7,10 +7,11 @@ Security Standard:
 
 - a python tool that allocates past the pod's memory limit is killed by the kernel's OOM killer,
   and the node's error says so (the runner, a smaller process of the same container, lives on);
-- ``kubectl exec`` into a running runner finds the model's Secret value in no file of the
-  container and not in the tool's environment — only in the container's configured environment,
-  which the operator's ``secretKeyRef`` puts there (an exec'd process inherits it), while the
-  runner's own ``/proc/<pid>/environ`` is unreadable (it is not dumpable);
+- the model's Secret value is in no environment of the runner's container: not in the pod spec,
+  not in what a process started by ``kubectl exec`` (as a user with the ``edit`` role) inherits,
+  not in the runner's ``/proc/1/environ``; the one file holding it is the secrets volume's, which
+  a python tool of the run — the runner's uid, next to it — cannot read (nor ``/proc/1/environ``),
+  while the model server still gets the key in its ``Authorization`` header;
 - deleting a runner pod with a grace period sends the runner SIGTERM: the node in flight is
   recorded Running with an "interrupted" attempt error before the runner exits, and the next
   attempt resumes without re-running the node that had finished.
@@ -24,21 +25,27 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kubernetes import client
 
+from agentflows.api import runner as runner_api
 from agentflows.engine import lifecycle
 from tests.cluster.harness import Cluster, wait_for
 from tests.cluster.operator_fixtures import *  # noqa: F403
 from tests.cluster.operator_fixtures import FlowRuns, python_tool
+from tests.support.model_server import Reply, ScriptedModelServer
+
+from devcluster import node  # isort: skip  (hack/ is on sys.path)
 
 pytestmark = pytest.mark.cluster
 
 NODE = "real"
 
 RELEASE = "/tmp/release"
+KEY_FILE = f"{runner_api.RUNNER_SECRETS_ROOT}/model-key/apiKey"
 # Holds its node until RELEASE exists (the tool's own polling: a test never sleeps).
 _HOLD = f"""
 import json, os, sys, time
@@ -151,8 +158,33 @@ def test_a_tools_memory_hog_is_oom_killed_at_the_pods_limit_and_the_node_says_so
     assert container.state.terminated.exit_code == 1
 
 
-def test_exec_into_a_running_runner_finds_the_model_key_in_no_file_and_not_in_the_tools_env(
-    control_plane: Cluster, runs: FlowRuns
+@pytest.fixture
+def pod_model_server(control_plane: Cluster) -> Iterator[ScriptedModelServer]:
+    """A scripted model server on the node's bridge address, where pods reach it."""
+    server = ScriptedModelServer(host=node.NODE_IP).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+# A python tool's attempt at the runner's key: its file and the runner's environment.
+_STEAL = f"""
+import json, os, sys
+json.load(sys.stdin)
+found = {{}}
+for path in ({KEY_FILE!r}, "/proc/1/environ"):
+    try:
+        with open(path, "rb") as handle:
+            found[path] = "read %d bytes" % len(handle.read())
+    except OSError as error:
+        found[path] = error.strerror
+print(json.dumps(found))
+"""
+
+
+def test_the_model_key_is_in_no_environment_and_no_tool_can_read_it_but_the_model_gets_it(
+    control_plane: Cluster, runs: FlowRuns, pod_model_server: ScriptedModelServer
 ) -> None:
     value = f"sk-canary-{uuid.uuid4().hex}"
     control_plane.apply(
@@ -163,41 +195,66 @@ def test_exec_into_a_running_runner_finds_the_model_key_in_no_file_and_not_in_th
             "stringData": {"apiKey": value},
         }
     )
+    # bob may exec into the namespace's pods (the built-in edit role), as a namespace's
+    # developers usually may.
+    control_plane.kubectl(
+        "create", "rolebinding", "bob-edit", "--clusterrole=edit", "--user=bob",
+        "-n", runs.namespace,
+    )  # fmt: skip
     model = {
-        "name": "openai/never-called",
-        "apiBase": "http://127.0.0.1:9/v1",
+        "name": "openai/scripted-model",
+        "apiBase": pod_model_server.url,
         "apiKey": {"secretKeyRef": {"name": "model-key", "key": "apiKey"}},
+        "retries": 0,
     }
+    pod_model_server.script(Reply.text("answered"))
     runs.apply(
         {
             "kind": "Flow",
             "metadata": {"name": "held"},
             "spec": {
                 "nodes": [
+                    {"id": "steal", "tool": python_tool(_STEAL, {})},
                     {"id": "hold", "tool": python_tool(_HOLD, {})},
-                    {"id": "ask", "llm": {"model": model, "prompt": "never asked"}},
-                ]
+                    {"id": "ask", "llm": {"model": model, "prompt": "say something"}},
+                ],
+                "output": "={steal: .nodes.steal.json, answer: .nodes.ask.text}",
             },
         },
         {"kind": "FlowRun", "metadata": {"name": "held-1"}, "spec": {"flow": "held"}},
     )
     pod = _held_pod(runs, "held-1", 1)
+    spec = runs.cluster.pod(runs.namespace, pod).to_dict()
+    assert value not in json.dumps(spec, default=str)
+    [container] = spec["spec"]["containers"]
+    assert [e for e in container["env"] if (e.get("value_from") or {}).get("secret_key_ref")] == []
+    # What a process bob starts in the container inherits, and what the runner started with.
+    own = control_plane.kubectl(
+        "exec", "-n", runs.namespace, pod, "--", "cat", "/proc/self/environ", user="bob"
+    )
+    assert "KUBERNETES_SERVICE_HOST" in own.stdout and value not in own.stdout
+    runner = control_plane.kubectl(
+        "exec", "-n", runs.namespace, pod, "--", "cat", "/proc/1/environ", user="bob", check=False
+    )
+    assert value not in runner.stdout
     found: dict[str, Any] = json.loads(
         _exec(control_plane, runs.namespace, pod, _SCAN.replace("VALUE", repr(value)))
     )
-    # The value is there to be found: the container's environment holds it (secretKeyRef).
-    assert found["own_environment"] is True
-    assert found["files"] == []
-    tools = [e for e in found["environs"] if "tool.py" in e["command"]]
-    assert tools, found
+    assert found["own_environment"] is False
     assert [e for e in found["environs"] if e["holds"]] == []
-    # The runner, the one process that must hold it, is not dumpable: its environ is closed.
-    assert any("agentflows runner" in command for command in found["unreadable"]), found
-    patch = {"spec": {"cancel": True}}
-    runs.custom.patch_namespaced_custom_object(
-        "agentflows.io", "v1alpha1", runs.namespace, "flowruns", "held-1", patch
-    )
-    assert runs.wait_phase("held-1", "Cancelled", timeout=120)["phase"] == "Cancelled"
+    # The one file that holds it is the secrets volume's (whoever can exec holds what the
+    # runner holds: README's Security section).
+    assert [path.rpartition("/")[2] for path in found["files"]] == ["apiKey"], found
+    _release(control_plane, runs.namespace, pod)
+    status = runs.wait_phase("held-1", "Succeeded", "Failed", timeout=300)
+    assert status["phase"] == "Succeeded", status
+    # The tool ran as the runner's uid, next to the file, and could not read it.
+    assert status["output"] == {
+        "steal": {KEY_FILE: "Permission denied", "/proc/1/environ": "Permission denied"},
+        "answer": "answered",
+    }
+    [request] = pod_model_server.requests
+    assert request.headers["authorization"] == f"Bearer {value}"
 
 
 def test_a_runner_pod_deleted_with_a_grace_period_saves_the_node_in_flight_and_the_next_resumes(

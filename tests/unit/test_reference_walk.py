@@ -124,7 +124,7 @@ def test_files_and_inline_mcp_headers_are_found_with_their_paths() -> None:
     }
 
 
-def test_a_flow_inline_mcp_header_secret_reaches_the_runner_pod_env() -> None:
+def test_a_flow_inline_mcp_header_secret_reaches_the_runner_pods_secrets_volume() -> None:
     spec = flow_api.FlowSpec.model_validate(
         {
             "nodes": [
@@ -141,5 +141,4 @@ def test_a_flow_inline_mcp_header_secret_reaches_the_runner_pod_env() -> None:
             ]
         }
     )
-    env = pods.secret_env({"f": spec}, {})
-    assert [e["valueFrom"]["secretKeyRef"] for e in env] == [{"name": "mcp", "key": "t"}]
+    assert pods.secret_refs({"f": spec}, {}) == {"mcp": {"t"}}

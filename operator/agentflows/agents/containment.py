@@ -7,7 +7,9 @@ author wrote, inside the runner, so it gets four things:
 - **a scrubbed environment** (:func:`scrubbed_env`): only the basics a program needs (``PATH``,
   ``HOME``, locale, time zone, CA bundle locations, the in-cluster API address) plus what the
   tool itself declares. Provider keys, ``KUBECONFIG``, proxies (whose URLs may carry passwords)
-  and the ``AGENTFLOWS_SECRET_*`` variables never reach it.
+  and the ``AGENTFLOWS_SECRET_*`` variables never reach it; nor do the runner's secret files
+  (:func:`agentflows.agents.secrets.root`): the launcher closes that directory to it with a
+  Landlock ruleset, since in a pod the tool has the runner's uid and could read them otherwise.
 - **resource limits** (:class:`Limits`), set with ``setrlimit`` in the child before the command
   starts (and, in a pod, the container's memory limit, whose OOM kills :func:`oom_killed` tells
   apart from other deaths): memory, CPU time, size of files written, processes, no core dumps.
@@ -46,7 +48,7 @@ import signal
 import sys
 from collections.abc import Mapping, Sequence
 
-from agentflows.agents import tool_launcher
+from agentflows.agents import secrets, tool_launcher
 
 #: Environment variables passed through from the host (see module docstring).
 BASIC_ENV = frozenset(
@@ -104,7 +106,8 @@ def command(argv: Sequence[str], limits: Limits, scratch: str | None = None) -> 
     """The command line that runs ``argv`` contained under ``limits``, started by this process.
 
     ``scratch`` is the command's working directory, removed when it ends; without it the
-    launcher makes one.
+    launcher makes one. The runner's secrets directory (:func:`agentflows.agents.secrets.root`)
+    is hidden from the command (the launcher's Landlock ruleset).
     """
     numbers = [limits.memory_bytes, limits.cpu_seconds, limits.file_bytes, limits.processes]
     script = os.path.abspath(tool_launcher.__file__)
@@ -115,6 +118,7 @@ def command(argv: Sequence[str], limits: Limits, scratch: str | None = None) -> 
         *map(str, numbers),
         str(os.getpid()),
         scratch or "-",
+        str(secrets.root()),
         "--",
         *argv,
     ]

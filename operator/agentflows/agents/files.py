@@ -8,8 +8,9 @@ Sources, each read by its owner of the same kind of access:
 - ``configMapKeyRef``: through the host's :data:`ConfigMapReader` (the runner reads the
   ConfigMap from the API in the run's namespace; locally there is none, and the file is refused
   with a message saying to use ``path``);
-- ``secretKeyRef``: the environment variable the operator injects for every secret reference
-  (:func:`agentflows.agents.secrets.resolve`), as for API keys;
+- ``secretKeyRef``: the value of the secret reference, looked up by
+  :func:`agentflows.agents.secrets.resolve` (in a pod, read from the secrets volume), as for
+  API keys;
 - ``path``: a file under :attr:`FileAccess.root` (locally the Flow file's directory; in the
   runner ``AGENTFLOWS_FILES_ROOT``, default :data:`POD_FILES_ROOT`, where a volume is mounted).
   The path is resolved, symbolic links included, and refused when it leaves the root; only a

@@ -10,10 +10,11 @@ Two callers:
   It connects with a timeout and raises :class:`McpUnavailable` (a message, never a crash).
 
 Transports: ``url`` is streamable HTTP (with ``sse``, the older HTTP+SSE transport), with
-``headers`` from Secrets (env variables named by
-:func:`agentflows.agents.secrets.secret_env_name`); ``command``/``args``/``env`` start a stdio
-server inside the runner pod, whose environment is the SDK's safe default (PATH, HOME, ...) plus
-``env`` — never the pod's ``AGENTFLOWS_SECRET_*`` variables or provider keys.
+``headers`` from Secrets (values looked up under
+:func:`agentflows.agents.secrets.secret_env_name`: in a pod, files of its secrets volume);
+``command``/``args``/``env`` start a stdio server inside the runner pod, whose environment is the
+SDK's safe default (PATH, HOME, ...) plus ``env`` — never a secret value or provider key — and
+which cannot read the secrets volume (:mod:`agentflows.agents.containment`).
 
 A ``url`` goes through the one address guard (:mod:`agentflows.agents.egress`), here and in
 the operator's :func:`discover_tools`: it is checked before the SDK starts (for a clear error),

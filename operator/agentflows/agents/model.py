@@ -16,8 +16,9 @@ where another try may help (timeouts, connection errors, and the statuses of
 :func:`agentflows.api.retry.status_may_help` with a provider's 409: 408/409/425/429 and 5xx),
 with exponential backoff (0.5 s doubling to 8 s); a 400 or 401 fails at once.
 
-The API key comes from the spec's ``apiKey.secretKeyRef`` (the env variable named by
-:func:`agentflows.agents.secrets.secret_env_name`) when it has one. Otherwise the key depends on
+The API key comes from the spec's ``apiKey.secretKeyRef`` (the value looked up under
+:func:`agentflows.agents.secrets.secret_env_name`: in a pod, a file of its secrets volume)
+when it has one. Otherwise the key depends on
 where the request goes, because a Flow may come from anyone and must not send the key of
 whoever runs it to an endpoint of its choosing:
 

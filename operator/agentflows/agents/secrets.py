@@ -1,9 +1,12 @@
 """Secret values for agents: where they come from, and keeping them out of everything we write.
 
-The operator never reads a Secret. It injects each ``secretKeyRef`` a spec names into the
-runner pod as an environment variable called :func:`secret_env_name` of the reference, and the
-agents layer reads that variable here (locally, the user exports it). The same function is used by
-the pod builder (``kube``) and the CLI, so the name is defined once.
+The operator never reads a Secret. It mounts each ``secretKeyRef`` a spec names into the runner
+pod as the file ``<Secret name>/<key>`` of a secrets volume at :func:`root` (never as an
+environment variable: a process ``kubectl exec`` starts inherits the container's environment),
+and the runner reads those files once at its start (:func:`mounted`) into the mapping its agents
+look values up in, under the name :func:`secret_env_name` of the reference (locally the user
+exports that variable). The same function is used by the pod builder (``kube``) and the CLI, so
+the name is defined once. Tools never see the directory (:mod:`agentflows.agents.containment`).
 
 Values read here are registered with a :class:`Redactor`, which every error message, detail
 string and tool result passes through before it leaves the agents layer. A host seeds its
@@ -21,16 +24,22 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import pathlib
 import re
 import urllib.parse
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from agentflows.api import common
+from agentflows.api import runner as runner_api
 from agentflows.engine import capabilities
 
-#: Prefix of the environment variables that carry secret values into runner pods.
+#: Prefix of the names under which secret values are looked up (environment variables locally).
 ENV_PREFIX = "AGENTFLOWS_SECRET_"
+#: Overrides :data:`agentflows.api.runner.RUNNER_SECRETS_ROOT` (the process kubelet's copy of the
+#: mount; a Flow cannot set it, the prefix is the operator's).
+SECRETS_ROOT_ENV = "AGENTFLOWS_SECRETS_ROOT"
 
 _NOT_ENV_SAFE = re.compile(r"[^A-Z0-9]")
 #: Values shorter than this are not redacted: masking "a" or "1" would mangle every message.
@@ -47,6 +56,30 @@ def secret_env_name(ref: common.SecretKeySelector | common.SecretKeyRef) -> str:
     """
     selector = ref.secret_key_ref if isinstance(ref, common.SecretKeyRef) else ref
     return ENV_PREFIX + _NOT_ENV_SAFE.sub("_", f"{selector.name}_{selector.key}".upper())
+
+
+def root(environ: Mapping[str, str] = os.environ) -> pathlib.Path:
+    """The directory of the runner's secret files (it exists only in a runner pod)."""
+    return pathlib.Path(environ.get(SECRETS_ROOT_ENV) or runner_api.RUNNER_SECRETS_ROOT)
+
+
+def mounted(directory: pathlib.Path) -> dict[str, str]:
+    """The values of the secret files ``<name>/<key>`` under ``directory``, by lookup name.
+
+    Entries starting with ``..`` are the kubelet's (its atomic-update directories). Nothing when
+    ``directory`` does not exist (no secret named, or not in a pod).
+    """
+    found: dict[str, str] = {}
+    if not directory.is_dir():
+        return found
+    for secret in sorted(directory.iterdir()):
+        if secret.name.startswith("..") or not secret.is_dir():
+            continue
+        for key in sorted(secret.iterdir()):
+            if not key.name.startswith("..") and key.is_file():
+                selector = common.SecretKeySelector(name=secret.name, key=key.name)
+                found[secret_env_name(selector)] = key.read_text()
+    return found
 
 
 def resolve(ref: common.SecretKeyRef, env: Mapping[str, str], *, field: str) -> str:

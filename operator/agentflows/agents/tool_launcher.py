@@ -3,12 +3,14 @@
 Run as a script by :func:`agentflows.agents.containment.command`, never imported by the runner
 for its functions::
 
-    python -I tool_launcher.py MEMORY CPU FILES PROCESSES PARENT_PID SCRATCH -- COMMAND ARGS...
+    python -I tool_launcher.py MEMORY CPU FILES PROCESSES PARENT SCRATCH HIDDEN -- COMMAND ARGS...
 
-``PARENT_PID`` is the process that starts it (the runner or CLI); ``SCRATCH`` is the command's
-working directory, created by the caller and removed when the launcher exits, or ``-`` to keep
-the caller's (stdio MCP servers, whose arguments may name files relative to it). The process
-tree it starts is::
+``PARENT`` is the pid of the process that starts it (the runner or CLI); ``SCRATCH`` is the
+command's working directory, created by the caller and removed when the launcher exits, or ``-``
+to keep the caller's (stdio MCP servers, whose arguments may name files relative to it);
+``HIDDEN`` is a directory whose files the command may not read (the runner pod's secrets
+volume), or ``-``.
+The process tree it starts is::
 
     launcher (the caller's child)  --  init (PID 1 of a new PID namespace)  --  the command
 
@@ -32,6 +34,14 @@ tree it starts is::
   program gives privileges back), the resource limits, no file descriptor but 0-2, and the
   scratch directory as its working directory (owned by its uid, and its ``HOME`` when the
   launcher is root).
+- **The hidden directory** (when it exists) is closed to the command by a Landlock ruleset
+  (:func:`_hide`): reading a file is allowed beneath everything except that directory, so the
+  command may list it but not read what it holds, whatever its uid. In a pod the runner and its
+  tools share a uid (without ``CAP_SETUID`` there is no other), so file modes alone cannot keep
+  the runner's secret files from a tool; Landlock needs no privilege (only ``no_new_privs``).
+  Where the kernel has no Landlock (before Linux 5.13, or not enabled) and the command's
+  identity could read a hidden file, the launcher refuses to start it (exit 126, saying why)
+  rather than run it next to the secrets.
 
 Where a PID namespace cannot be made (no ``CAP_SYS_ADMIN``: a non-root user, or a container
 without it), the launcher falls back to what it did before namespaces: it becomes a child
@@ -62,6 +72,11 @@ _CLONE_NEWNS = 0x00020000
 _CLONE_NEWPID = 0x20000000
 _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 0x2, 0x4, 0x8
 _MS_BIND, _MS_REC, _MS_PRIVATE = 0x1000, 0x4000, 0x40000
+#: Landlock (linux/landlock.h): syscall numbers (the same on every architecture), the one
+#: access right handled, the rule type, and ``O_PATH``.
+_SYS_LANDLOCK_CREATE_RULESET, _SYS_LANDLOCK_ADD_RULE, _SYS_LANDLOCK_RESTRICT_SELF = 444, 445, 446
+_LANDLOCK_ACCESS_FS_READ_FILE = 1 << 2
+_LANDLOCK_RULE_PATH_BENEATH = 1
 #: Rounds of making the directories the command needs reachable (one level of nesting each).
 _OPEN_ROUNDS = 8
 #: First uid (and gid) of the commands a root launcher runs: UID_BASE + the launcher's pid.
@@ -178,10 +193,12 @@ class _Launch:
 
     def __init__(self, argv: Sequence[str]) -> None:
         separator = list(argv).index("--")
-        memory, cpu, files, processes, parent = (int(n) for n in argv[1 : separator - 1])
+        memory, cpu, files, processes, parent = (int(n) for n in argv[1 : separator - 2])
         self.limits = (memory, cpu, files, processes)
         self.parent = parent
-        self.scratch = argv[separator - 1]
+        self.scratch = argv[separator - 2]
+        hidden = argv[separator - 1]
+        self.hidden = os.path.realpath(hidden) if hidden != "-" else None
         self.target = list(argv[separator + 1 :])
         self.root = os.geteuid() == 0
         self.uid = UID_BASE + os.getpid() if self.root else os.getuid()
@@ -288,13 +305,17 @@ class _Launch:
                 # defaults.
                 signal.signal(signum, signal.SIG_DFL)
             memory, cpu, files, processes = self.limits
+            _call("prctl", _PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+            if self.hidden is not None and os.path.isdir(self.hidden):
+                # Before the identity changes: the directories on the way are listed as the
+                # launcher's user (a Landlock domain survives setuid, and everything after).
+                _hide(self.hidden)
             if self.root:
                 os.setgroups([])
                 os.setgid(self.gid)
                 os.setuid(self.uid)
             elif not self.namespaced:
                 processes += _tasks_of_user(self.uid)
-            _call("prctl", _PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
             _apply(memory, cpu, files, processes)
             env = dict(os.environ)
             if self.scratch != "-":
@@ -362,6 +383,63 @@ def _cover(directory: str, entries: set[str]) -> None:
             continue
         _call("mount", source.encode(), target.encode(), None, _MS_BIND | _MS_REC, None)
     os.close(original)
+
+
+def _hide(hidden: str) -> None:
+    """Allow this process (and what it starts) to read files anywhere but beneath ``hidden``.
+
+    A Landlock ruleset handling only ``READ_FILE``, with a rule for every entry of each directory
+    on the way from ``/`` down to ``hidden`` except the next one on the way (symlinks are left
+    out: what they point to is covered where it is). Without Landlock, exits 126 if this identity
+    could read a file beneath ``hidden``; else it has nothing to hide from.
+    """
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    handled = ctypes.c_uint64(_LANDLOCK_ACCESS_FS_READ_FILE)
+    ruleset = libc.syscall(
+        _SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(handled), ctypes.sizeof(handled), 0
+    )
+    if ruleset < 0:
+        _refuse_unless_unreadable(hidden, os.strerror(ctypes.get_errno()))
+        return
+    parts = [part for part in hidden.split("/") if part]
+    for depth, part in enumerate(parts):
+        directory = "/" + "/".join(parts[:depth])
+        for entry in os.listdir(directory):
+            path = os.path.join(directory, entry)
+            if entry == part or os.path.islink(path):
+                continue
+            try:
+                fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+            except OSError:
+                continue
+            # struct landlock_path_beneath_attr, packed: u64 allowed_access, s32 parent_fd
+            access = _LANDLOCK_ACCESS_FS_READ_FILE.to_bytes(8, sys.byteorder)
+            rule = ctypes.create_string_buffer(access + fd.to_bytes(4, sys.byteorder), 12)
+            added = libc.syscall(
+                _SYS_LANDLOCK_ADD_RULE, ruleset, _LANDLOCK_RULE_PATH_BENEATH, rule, 0
+            )
+            os.close(fd)
+            if added != 0:
+                raise OSError(ctypes.get_errno(), f"landlock_add_rule {path}")
+    if libc.syscall(_SYS_LANDLOCK_RESTRICT_SELF, ruleset, 0) != 0:
+        raise OSError(ctypes.get_errno(), "landlock_restrict_self")
+    os.close(ruleset)
+
+
+def _refuse_unless_unreadable(hidden: str, why: str) -> None:
+    """Exit 126 when this process could read a file beneath ``hidden`` (no Landlock: ``why``)."""
+    message = (
+        f"agentflows tool launcher: refusing to start the tool: it could read the runner's "
+        f"secrets under {hidden} and the kernel offers no Landlock to prevent it ({why}; "
+        f"Linux 5.13 or later with Landlock enabled is needed)\n"
+    )
+    for root, _, names in os.walk(hidden):
+        for name in names:
+            if os.access(os.path.join(root, name), os.R_OK):
+                os.write(2, message.encode())
+                os._exit(126)
 
 
 def main(argv: Sequence[str]) -> int:

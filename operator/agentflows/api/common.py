@@ -147,7 +147,7 @@ class SecretKeySelector(ApiModel):
 
 
 class SecretKeyRef(ApiModel):
-    """A reference to a secret value, injected into the runner pod as an env secretKeyRef."""
+    """A reference to a secret value, mounted in the runner pod as a file of its secrets volume."""
 
     secret_key_ref: SecretKeySelector = Field(description="The Secret and key holding the value.")
 

@@ -25,6 +25,9 @@ RUNNER_FILES_ROOT = "/var/run/agentflows/files"
 #: ``AGENTFLOWS_CONFIGMAPS_ROOT`` (the operator's prefix: a Flow cannot set it) moves it.
 RUNNER_CONFIGMAPS_ROOT = "/var/run/agentflows/configmaps"
 CONFIGMAPS_ROOT_ENV = "AGENTFLOWS_CONFIGMAPS_ROOT"
+#: Where the runner pod's secrets volume is mounted: a file ``<Secret name>/<key>`` for each
+#: Secret key the run's Flows and Agents name (read by the runner only; closed to its tools).
+RUNNER_SECRETS_ROOT = "/var/run/agentflows/secrets"
 #: Most files volumes on one runner pod.
 MAX_FILES_VOLUMES = 16
 #: A files volume's name, prefixed with ``files-``, is a pod volume name (a 63-character label).

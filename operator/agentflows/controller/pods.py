@@ -3,8 +3,12 @@
 Called by :mod:`agentflows.controller.flowruns` for each attempt. The pod runs
 ``agentflows runner --namespace NS --flowrun NAME`` with a restricted security context, owned by
 the FlowRun, ``restartPolicy: Never`` (retries are the operator's attempts, each a new pod).
-Secrets reach it only as env ``secretKeyRef``s named by
-:func:`agentflows.agents.secrets.secret_env_name`; the operator never reads a value. The
+The Secrets its Flows and Agents name reach it only as the files of one projected volume
+(:func:`secrets_volume`, mode 0440, mounted read-only at
+:data:`agentflows.api.runner.RUNNER_SECRETS_ROOT`), never as environment variables, which every
+process ``kubectl exec`` starts in the container would inherit; the runner reads them, its tools
+cannot (:mod:`agentflows.agents.containment`). The operator never reads a value. A Flow's own
+``runner.env`` ``secretKeyRef``s stay environment variables: the Flow asked for those. The
 ConfigMaps it reads (its snapshot, reference files, offloaded outputs) are one projected volume
 (:func:`config_map_volume`): the runner's identity may not read a ConfigMap itself.
 """
@@ -14,7 +18,6 @@ from __future__ import annotations
 from typing import Any
 
 from agentflows import tracing
-from agentflows.agents import secrets
 from agentflows.api import agent as agent_api
 from agentflows.api import budget as budget_api
 from agentflows.api import common, references, wellknown
@@ -31,22 +34,43 @@ DEFAULT_RESOURCES: dict[str, dict[str, str]] = {
 }
 
 
-def secret_env(
+SECRETS_VOLUME = "secrets"
+#: Owner and group may read (the group is the pod's ``fsGroup``, the runner's own gid).
+SECRETS_MODE = 0o440
+
+
+def secret_refs(
     flows: dict[str, flow_api.FlowSpec], agents: dict[str, agent_api.AgentSpec]
-) -> list[dict[str, Any]]:
-    """One env var per distinct secret the run's Flows and Agents name (sorted by name)."""
-    refs: dict[str, common.SecretKeySelector] = {}
+) -> dict[str, set[str]]:
+    """The keys of each Secret the run's Flows and Agents name (not the Flow's ``runner.env``)."""
+    refs: dict[str, set[str]] = {}
     for flow_spec in flows.values():
         for path, ref in resolve.flow_secret_refs(flow_spec):
             if not path.startswith("spec.runner.env"):
-                refs.setdefault(secrets.secret_env_name(ref), ref)
+                refs.setdefault(ref.name, set()).add(ref.key)
     for agent_spec in agents.values():
         for _, ref in resolve.agent_secret_refs(agent_spec):
-            refs.setdefault(secrets.secret_env_name(ref), ref)
-    return [
-        {"name": name, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}
-        for name, ref in sorted(refs.items())
+            refs.setdefault(ref.name, set()).add(ref.key)
+    return refs
+
+
+def secrets_volume(refs: dict[str, set[str]]) -> dict[str, Any] | None:
+    """The projected volume of ``refs``: the file ``<name>/<key>`` per key (None: no Secret)."""
+    if not refs:
+        return None
+    sources = [
+        {
+            "secret": {
+                "name": name,
+                "items": [{"key": key, "path": f"{name}/{key}"} for key in sorted(keys)],
+            }
+        }
+        for name, keys in sorted(refs.items())
     ]
+    return {
+        "name": SECRETS_VOLUME,
+        "projected": {"defaultMode": SECRETS_MODE, "sources": sources},
+    }
 
 
 def runner_env(spec: runner_api.RunnerSpec) -> list[dict[str, Any]]:
@@ -158,11 +182,20 @@ def runner_pod(
             if budget is not None
             else []
         ),
-        *secret_env(flows, agents),
         *tracing.pod_env(),
     ]
     resources = runner.resources.model_dump() if runner.resources else DEFAULT_RESOURCES
     volumes, mounts = files_volumes(runner)
+    secrets_source = secrets_volume(secret_refs(flows, agents))
+    if secrets_source is not None:
+        volumes.append(secrets_source)
+        mounts.append(
+            {
+                "name": SECRETS_VOLUME,
+                "mountPath": runner_api.RUNNER_SECRETS_ROOT,
+                "readOnly": True,
+            }
+        )
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": runner.image or config.runner_image,

@@ -10,7 +10,8 @@ Called by the ``runner`` command of :mod:`agentflows.cli.main` (the pod's comman
 2. compile the snapshot's Flow; a bad Flow or snapshot ends the run: result Failed, reason
    FlowInvalid (or SnapshotMissing), exit 1;
 3. run the engine with the FlowRun-status store and the live capabilities (secrets come from
-   the environment the operator built from ``secretKeyRef``s);
+   the files of the pod's secrets volume, read once here: :func:`agentflows.agents.secrets.mounted`;
+   none is in the container's environment);
 4. the store writes ``status.result`` with the outcome, without reading the FlowRun again;
    exit 0 (Succeeded), 1 (Failed) or 3 (Waiting).
 
@@ -185,7 +186,11 @@ async def run_attempt(
             flowrun_api.RunReason.FLOW_INVALID,
             f'Flow "{snap.flow}" is invalid: {exc}',
         )
-    from agentflows.agents import host  # litellm is heavy: only once there is a flow to run
+    # litellm is heavy: only once there is a flow to run
+    from agentflows.agents import host, secrets
+
+    # Read before any tool starts; only this process holds the values from here on.
+    env = {**os.environ, **secrets.mounted(secrets.root())}
 
     progress = Progress(checkpoints)
     metadata = flowrun.get("metadata") or {}
@@ -199,6 +204,7 @@ async def run_attempt(
                 store_=checkpoints,
                 caps=host.LiveCapabilities(
                     resolver,
+                    env=env,
                     session_store=session_store.SessionStore(client, namespace),
                     file_access=_file_access(configmaps),
                     listener=stream_log.LogListener(),

@@ -277,16 +277,7 @@ def test_the_runner_pod_gets_the_secrets_of_agent_and_node_files_as_env() -> Non
             ]
         }
     )
-    assert pods.secret_env({"f": flow}, {"reader": agent}) == [
-        {
-            "name": "AGENTFLOWS_SECRET_KB_EXTRA",
-            "valueFrom": {"secretKeyRef": {"name": "kb", "key": "extra"}},
-        },
-        {
-            "name": "AGENTFLOWS_SECRET_KB_TERMS_TXT",
-            "valueFrom": {"secretKeyRef": {"name": "kb", "key": "terms.txt"}},
-        },
-    ]
+    assert pods.secret_refs({"f": flow}, {"reader": agent}) == {"kb": {"extra", "terms.txt"}}
 
 
 async def test_a_url_file_answering_503_is_retried_by_the_node_retry_policy(

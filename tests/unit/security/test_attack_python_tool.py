@@ -9,14 +9,17 @@ from __future__ import annotations
 import json
 import os
 import resource
+import shutil
 import sys
+import tempfile
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from agentflows.agents import host, mcp
+from agentflows.agents import host, mcp, secrets
 from agentflows.api import agent as agent_api
 from agentflows.engine import capabilities
 from tests.support.model_server import Reply, ScriptedModelServer, ToolCall
@@ -112,6 +115,53 @@ async def test_tool_printing_os_environ_shows_no_key_kubeconfig_or_secret(
     for value in VICTIM_ENV.values():
         if "victim" in value or value == SECRET_VALUE:
             assert value not in json.dumps(seen)
+
+
+@pytest.fixture
+def open_dir() -> Iterator[Path]:
+    """A directory every uid may search (pytest's tmp_path is under a 0700 one)."""
+    directory = Path(tempfile.mkdtemp(prefix="agentflows-test-"))
+    directory.chmod(0o755)
+    yield directory
+    shutil.rmtree(directory)
+
+
+def _secrets_volume(root: Path) -> Path:
+    """A secrets volume laid out as the kubelet writes one: ``name -> ..data/name``, mode 0644.
+
+    World-readable in a world-searchable directory on purpose: the tool (whatever uid it runs
+    as) is kept out by the launcher's Landlock ruleset alone.
+    """
+    data = root / "..2026_12_02_13_00_00.000000001"
+    (data / "db").mkdir(parents=True)
+    (data / "db" / "password").write_text(SECRET_VALUE)
+    (data / "db" / "password").chmod(0o644)
+    (root / "..data").symlink_to(data.name)
+    (root / "db").symlink_to("..data/db")
+    return root
+
+
+async def test_tool_cannot_read_the_runners_secret_files_which_the_runner_reads(
+    ctx: capabilities.NodeContext, open_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = _secrets_volume(open_dir / "secrets")
+    monkeypatch.setenv(secrets.SECRETS_ROOT_ENV, str(root))
+    assert secrets.mounted(root) == {"AGENTFLOWS_SECRET_DB_PASSWORD": SECRET_VALUE}
+    script = """
+import json, os, sys
+root = json.load(sys.stdin)["root"]
+found = {}
+for path in (root + "/db/password", root + "/..data/db/password", os.path.realpath(root + "/db/password")):
+    try:
+        found[path] = open(path).read()
+    except OSError as exc:
+        found[path] = exc.strerror
+print(json.dumps({"listed": os.listdir(root + "/db"), "found": found}))
+"""
+    result = await call(ctx, script, {"root": str(root)})
+    seen = result.output["json"]
+    assert seen["listed"] == ["password"]
+    assert set(seen["found"].values()) == {"Permission denied"}, seen
 
 
 async def test_tool_writing_a_huge_file_is_stopped_at_the_file_size_limit(
