@@ -83,4 +83,5 @@ def test_a_models_key_is_a_read_only_file_of_the_secrets_volume_and_in_no_env_va
 def test_a_run_naming_no_secret_has_no_secrets_volume() -> None:
     flow = flow_api.FlowSpec.model_validate({"nodes": [{"id": "only", "transform": "."}]})
     pod = pods.runner_pod(RUN, 1, "answer", {"answer": flow}, {}, settings.OperatorConfig())
-    assert [v["name"] for v in pod["spec"]["volumes"]] == ["tmp"]
+    assert pods.SECRETS_VOLUME not in [v["name"] for v in pod["spec"]["volumes"]]
+    assert [v["name"] for v in pod["spec"]["volumes"]] == ["tmp", "run-configmaps"]
