@@ -28,9 +28,9 @@ from kubernetes import client
 from tests.cluster.harness import REPO, Cluster, wait_for
 from tests.support.model_server import Reply, ScriptedModelServer
 
-from devcluster import appimage  # isort: skip  (hack/ is on sys.path through the harness)
+from devcluster import appimage, node  # isort: skip  (hack/ is on sys.path through the harness)
 
-__all__ = ["FlowRuns", "OperatorProcess", "flow_namespace", "operator", "runs"]
+__all__ = ["FlowRuns", "OperatorProcess", "flow_namespace", "operator", "pod_model_server", "runs"]
 
 OPERATOR_NAMESPACE = "agentflows-system"
 OPERATOR_ACCOUNT = "agentflows-operator"
@@ -315,6 +315,20 @@ class FlowRuns:
         pod = self.cluster.pod(self.namespace, pod_name)
         directory = podfiles.pod_dir_name(self.namespace, pod_name, pod.metadata.uid)
         return self.cluster.cp.state_dir / "pods" / directory / "kubeconfig"
+
+
+@pytest.fixture
+def pod_model_server(
+    request: pytest.FixtureRequest, control_plane: Cluster
+) -> Iterator[ScriptedModelServer]:
+    """A scripted model server where the run's pods reach it: the node's bridge address for a
+    module on the real node (``NODE = "real"``: its pods are in containers), else loopback."""
+    real = getattr(request.module, "NODE", "process") == "real"
+    server = ScriptedModelServer(host=node.NODE_IP if real else "127.0.0.1").start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture

@@ -324,11 +324,11 @@ LOG_READERS = [{"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]}]
 
 
 def test_watch_stream_shows_the_answer_while_the_model_writes_it_as_the_users_own_identity(
-    control_plane: Cluster, runs: FlowRuns, model_server: ScriptedModelServer
+    control_plane: Cluster, runs: FlowRuns, pod_model_server: ScriptedModelServer
 ) -> None:
     grant(control_plane, runs.namespace, "run-readers", ("alice", "bob"), RUN_READERS)
     grant(control_plane, runs.namespace, "log-readers", ("alice",), LOG_READERS)
-    start_told(runs, model_server, "told-1")
+    start_told(runs, pod_model_server, "told-1")
 
     def watching(user: str) -> Reading:
         return Reading(
@@ -337,14 +337,14 @@ def test_watch_stream_shows_the_answer_while_the_model_writes_it_as_the_users_ow
 
     alice, bob = watching("alice"), watching("bob")
     try:
-        wait_for(model_server.holding.is_set, 180, "the model holding its answer")
+        wait_for(pod_model_server.holding.is_set, 180, "the model holding its answer")
         # alice sees the first three pieces while the model still holds the rest back
         wait_for(lambda: "Restart the api pod " in alice.text("stderr"), 60, "alice's live text")
         assert runs.status("told-1")["phase"] == "Running"
         assert "after" not in alice.text("stderr")
         wait_for(lambda: "live text not shown" in bob.text("stderr"), 60, "bob's refusal")
     finally:
-        model_server.release()
+        pod_model_server.release()
         alice_code, bob_code = alice.finish(120), bob.finish(120)
 
     assert alice_code == 0, alice.text("stderr")

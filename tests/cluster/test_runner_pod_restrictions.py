@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -37,8 +36,6 @@ from tests.cluster.harness import Cluster, wait_for
 from tests.cluster.operator_fixtures import *  # noqa: F403
 from tests.cluster.operator_fixtures import FlowRuns, python_tool
 from tests.support.model_server import Reply, ScriptedModelServer
-
-from devcluster import node  # isort: skip  (hack/ is on sys.path)
 
 pytestmark = pytest.mark.cluster
 
@@ -156,16 +153,6 @@ def test_a_tools_memory_hog_is_oom_killed_at_the_pods_limit_and_the_node_says_so
     # containerd saw the OOM kill in the container; the runner itself ended as the run failed.
     assert container.state.terminated.reason == "OOMKilled", container.state.terminated
     assert container.state.terminated.exit_code == 1
-
-
-@pytest.fixture
-def pod_model_server(control_plane: Cluster) -> Iterator[ScriptedModelServer]:
-    """A scripted model server on the node's bridge address, where pods reach it."""
-    server = ScriptedModelServer(host=node.NODE_IP).start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 # A python tool's attempt at the runner's key: its file and the runner's environment.
