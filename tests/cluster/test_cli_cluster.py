@@ -81,7 +81,7 @@ def shout_flow() -> dict[str, Any]:
     }
 
 
-def held_flow(release: Path) -> dict[str, Any]:
+def held_flow(release: Path | str) -> dict[str, Any]:
     return {
         "kind": "Flow",
         "metadata": {"name": "held"},
@@ -188,9 +188,11 @@ def assert_every_output_format_of_a_cluster_run(
 
 
 def test_watch_prints_node_lines_until_the_run_ends_and_logs_show_the_runner(
-    control_plane: Cluster, runs: FlowRuns, tmp_path: Path
+    control_plane: Cluster, runs: FlowRuns
 ) -> None:
-    release = tmp_path / "release"
+    # The tool runs in the runner's container (the real node): it is released by a file in the
+    # container's /tmp, made with kubectl exec, since it cannot see the host's files.
+    release = "/tmp/held-1.release"
     runs.apply(held_flow(release))
     started = run_cli(control_plane, runs.namespace, "start", "held", "--name", "held-1")
     assert started.returncode == 0, started.stderr
@@ -203,8 +205,9 @@ def test_watch_prints_node_lines_until_the_run_ends_and_logs_show_the_runner(
         text=True,
     )
     try:
-        status = runs.wait_node("held-1", "first", "Succeeded")
-        assert status["phase"] == "Running"
+        runs.wait_node("held-1", "first", "Succeeded")
+        # the phase is the operator's, from the pod it watches: it may follow the node's record
+        wait_for(lambda: runs.status("held-1").get("phase") == "Running", 60, "phase Running")
         # kubectl shows the node being run once the runner wrote currentNode.
         row = wait_for(
             lambda: (
@@ -216,7 +219,10 @@ def test_watch_prints_node_lines_until_the_run_ends_and_logs_show_the_runner(
             "kubectl's NODE column showing hold",
         )
         assert (row["FLOW"], row["PHASE"], row["ATTEMPT"]) == ("held", "Running", "1")
-        release.touch()
+        pod = runs.status("held-1")["pod"]
+        control_plane.kubectl(
+            "exec", "-n", runs.namespace, pod, "-c", "runner", "--", "touch", release
+        )
         out, err = watcher.communicate(timeout=200)
     finally:
         if watcher.poll() is None:
@@ -229,6 +235,7 @@ def test_watch_prints_node_lines_until_the_run_ends_and_logs_show_the_runner(
     assert ["Succeeded", "hold"] in node_lines
     assert ["Succeeded", "last"] in node_lines
     assert node_lines.index(["Succeeded", "hold"]) < node_lines.index(["Succeeded", "last"])
+    assert runs.status("held-1")["output"] == {"released": True}  # released, not timed out
 
     logs = run_cli(control_plane, runs.namespace, "logs", "held-1")
     assert logs.returncode == 0, logs.stderr
