@@ -143,6 +143,9 @@ class ControlPlane:
     # "process": the process kubelet runs containers as host processes; "real": containerd,
     # the kubelet, kube-proxy and kube-scheduler (:mod:`devcluster.node`).
     node: str = "process"
+    # The process that stops this control plane when it ends (a test session), if one does: a
+    # real node whose holder is gone was orphaned, and the next start on this host removes it.
+    held_by: int | None = None
 
     def kubeconfig(self, user: str = "admin") -> Path:
         """Return the kubeconfig path of one of :data:`USERS`."""
@@ -445,7 +448,7 @@ _REAL_NODE_PORTS = (
 )
 
 
-def _prepare(state_dir: Path, node_kind: str) -> tuple[ControlPlane, pki.Pki]:
+def _prepare(state_dir: Path, node_kind: str, held_by: int | None) -> tuple[ControlPlane, pki.Pki]:
     if (state_dir / "state.json").exists():
         raise ControlPlaneError(
             f"a control plane is already recorded in {state_dir}; run `hack/control-plane down`"
@@ -470,8 +473,10 @@ def _prepare(state_dir: Path, node_kind: str) -> tuple[ControlPlane, pki.Pki]:
         ports=ports,
         versions={"kubernetes": build.KUBERNETES_VERSION, "etcd": build.ETCD_VERSION},
         node=node_kind,
+        held_by=held_by,
     )
     if real:
+        _clear_leftover_node()
         # Recorded before anything touches the host, so a failed start is undone by stop().
         cp.save()
         node.prepare_host(state_dir)
@@ -494,6 +499,54 @@ def _prepare(state_dir: Path, node_kind: str) -> tuple[ControlPlane, pki.Pki]:
         )
     cp.save()
     return cp, keys
+
+
+def _clear_leftover_node() -> None:
+    """Undo what a real node whose processes are gone left on the host, or say which one runs.
+
+    A node whose owner was killed (a test session's SIGKILL, a machine that lost the process
+    that ran ``up``) leaves its bridge, chains and mounts: ``stop`` of its state directory puts
+    the host back as its ``host.json`` says. A node whose containerd, kubelet or kube-proxy still
+    runs is another's: only one runs per machine, and this start fails naming it.
+    """
+    if not node.bridge_exists():
+        return
+    running = node.running_node_processes()
+    if running:
+        pid, other = running[0]
+        holder = _holder(other)
+        if holder is not None and not _alive(holder):
+            print(
+                f"the real node of {other} (pid {pid}) outlived the process that held it "
+                f"(pid {holder}): stopping it",
+                file=sys.stderr,
+            )
+            stop(other)
+            if not node.bridge_exists():
+                return
+            running = node.running_node_processes()
+    if running:
+        pid, other = running[0]
+        raise ControlPlaneError(
+            f"a real node runs on this host (pid {pid}, state directory {other}) and only one can: "
+            f"stop it with `hack/control-plane down --state-dir {other}`"
+        )
+    owner = node.recorded_owner()
+    print(
+        f"the bridge {node.BRIDGE} of a real node that no longer runs is on this host (state "
+        f"directory {owner or 'not recorded'}): removing what it left",
+        file=sys.stderr,
+    )
+    if owner is not None and (owner / "node" / "host.json").is_file():
+        stop(owner)
+    node.remove_bridge()
+
+
+def _holder(state_dir: Path) -> int | None:
+    try:
+        return ControlPlane.load(state_dir).held_by
+    except (OSError, ValueError, TypeError):
+        return None
 
 
 def _component_kubeconfig(state_dir: Path, user: str) -> Path:
@@ -554,11 +607,14 @@ def start(
     *,
     audit: bool = False,
     node_kind: str = "process",
+    held_by: int | None = None,
 ) -> ControlPlane:
     """Start the whole control plane in ``state_dir`` and wait until it serves and a Node is Ready.
 
     With ``audit``, the API server writes :func:`audit_log` (see the module docstring).
     ``node_kind`` is ``"process"`` (the process kubelet) or ``"real"`` (:mod:`devcluster.node`).
+    ``held_by`` is the pid of the process that will stop it (a test session): if that process
+    dies first, the next real node started on this host stops this one instead of failing.
 
     On failure everything started so far is stopped and the state directory removed before the
     :class:`ControlPlaneError` (with the failing process's log tail) propagates.
@@ -569,7 +625,7 @@ def start(
     state_dir = state_dir.resolve()
     deadline = time.monotonic() + timeout
     try:
-        cp, keys = _prepare(state_dir, node_kind)
+        cp, keys = _prepare(state_dir, node_kind, held_by)
         _start_etcd(cp, binaries)
         _wait(cp, "etcd /health", ("etcd",), lambda: _etcd_healthy(cp), deadline)
         _start_apiserver(cp, binaries, keys, audit)

@@ -48,6 +48,11 @@ HOST_PATHS = (
 )
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
 _CGROUP_NAME = "kubepods"
+# The state directory of the real node that made the bridge (written by prepare_host, removed by
+# restore_host): how a later ``up`` finds what a node whose processes died left on the host.
+OWNER_RECORD = Path("/run/agentflows-real-node")
+# The files under ``<state>/node/`` that containerd, the kubelet and kube-proxy get as --config.
+_CONFIG_FILES = ("containerd.toml", "kubelet.json", "kube-proxy.json")
 
 
 class NodeError(RuntimeError):
@@ -77,6 +82,44 @@ def _netns() -> list[str]:
     return []
 
 
+def bridge_exists() -> bool:
+    """Tell whether the pod bridge exists on this host (a real node runs, or one left it)."""
+    return Path("/sys/class/net", BRIDGE).exists()
+
+
+def running_node_processes() -> list[tuple[int, Path]]:
+    """Return ``(pid, state dir)`` of every containerd, kubelet and kube-proxy of a real node."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        for arg in argv:
+            config = Path(arg.removeprefix("--config="))
+            ours = config.name in _CONFIG_FILES and config.parent.name == "node"
+            if arg.startswith("--config=") and ours:
+                found.append((int(entry.name), config.parent.parent))
+    return found
+
+
+def recorded_owner() -> Path | None:
+    """Return the state directory of the node that made the bridge, as :data:`OWNER_RECORD` says."""
+    try:
+        return Path(OWNER_RECORD.read_text().strip())
+    except OSError:
+        return None
+
+
+def remove_bridge() -> None:
+    """Delete the pod bridge and the owner record (what is left once its node's state is gone)."""
+    _run("ip", "link", "del", BRIDGE, check=False)
+    with contextlib.suppress(FileNotFoundError):
+        OWNER_RECORD.unlink()
+
+
 def prepare_host(state_dir: Path) -> None:
     """Check the host, record what :func:`stop_node` must restore, and create the pod bridge."""
     missing = [p for p in ("containerd", "ctr", "runc", "iptables") if not shutil.which(p)]
@@ -87,8 +130,11 @@ def prepare_host(state_dir: Path) -> None:
             f"a real node needs {', '.join(missing)}: run hack/install-node (Debian packages "
             "containerd, runc, containernetworking-plugins, iptables)"
         )
-    if Path("/sys/class/net", BRIDGE).exists():
-        raise NodeError(f"bridge {BRIDGE} exists: another real node runs (hack/control-plane down)")
+    if bridge_exists():
+        raise NodeError(
+            f"bridge {BRIDGE} exists: another real node runs (state directory "
+            f"{recorded_owner() or 'unknown'}: hack/control-plane down --state-dir DIR stops it)"
+        )
     host = {
         "sysctls": {name: Path("/proc/sys", name).read_text().strip() for name in SYSCTLS},
         "paths": [path for path in HOST_PATHS if Path(path).exists()],
@@ -102,6 +148,7 @@ def prepare_host(state_dir: Path) -> None:
     _run("ip", "link", "add", BRIDGE, "type", "bridge")
     _run("ip", "addr", "add", f"{NODE_IP}/24", "dev", BRIDGE)
     _run("ip", "link", "set", BRIDGE, "up")
+    OWNER_RECORD.write_text(f"{state_dir}\n")
 
 
 def write_containerd_config(state_dir: Path, pause_image: str, service_cidr: str) -> Path:
@@ -357,7 +404,8 @@ def restore_host(state_dir: Path, proxy: Path | None) -> None:
             with contextlib.suppress(OSError):
                 os.unlink(f"/var/run/netns/{name}")
     _remove_iptables(host["chains"], proxy)
-    _run("ip", "link", "del", BRIDGE, check=False)
+    if recorded_owner() in (state_dir, None):
+        remove_bridge()
     _remove_cgroups(host["cgroups"])
     for name, value in host["sysctls"].items():
         with contextlib.suppress(OSError):

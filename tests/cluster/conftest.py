@@ -28,6 +28,7 @@ fixture gives each test a fresh namespace.
 from __future__ import annotations
 
 import contextlib
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -96,7 +97,7 @@ def _real_node_figures(cluster: Cluster) -> list[str]:
 
 def _session_cluster(node_kind: str) -> Iterator[Cluster]:
     state_dir = controlplane.temporary_state_dir()
-    cluster = Cluster(controlplane.start(state_dir, node_kind=node_kind))
+    cluster = Cluster(controlplane.start(state_dir, node_kind=node_kind, held_by=os.getpid()))
     try:
         if node_kind == "real":
             appimage.load_into_node(state_dir)

@@ -133,3 +133,35 @@ def test_down_leaves_the_host_as_it_was_before_up() -> None:
         controlplane.stop(state_dir)
     assert _host_snapshot() == before
     assert not state_dir.exists()
+
+
+@pytest.mark.own_real_node
+def test_a_real_node_whose_holder_died_is_stopped_by_the_next_start_and_a_held_one_is_named() -> (
+    None
+):
+    before = _host_snapshot()
+    exited = subprocess.Popen(["true"])
+    exited.wait()
+    orphan_dir, next_dir, third_dir = (controlplane.temporary_state_dir() for _ in range(3))
+    try:
+        # A test session that died (SIGKILL, a lost machine) leaves its node running.
+        orphan = Cluster(controlplane.start(orphan_dir, node_kind="real", held_by=exited.pid))
+        _run_pod(orphan, "orphaned")
+        assert node.recorded_owner() == orphan_dir.resolve()
+        nxt = Cluster(controlplane.start(next_dir, node_kind="real"))
+        assert not orphan_dir.exists()
+        assert not any(state == orphan_dir.resolve() for _, state in node.running_node_processes())
+        _run_pod(nxt, "after-the-orphan")
+        # A node nobody orphaned (``up``, or a session still running) is another's: named.
+        with pytest.raises(controlplane.ControlPlaneError) as refused:
+            controlplane.start(third_dir, node_kind="real")
+        assert f"state directory {next_dir.resolve()}" in str(refused.value)
+        assert f"hack/control-plane down --state-dir {next_dir.resolve()}" in str(refused.value)
+        assert (
+            nxt.core().read_namespaced_pod("after-the-orphan", "default").status.phase == "Running"
+        )
+    finally:
+        for state_dir in (third_dir, next_dir, orphan_dir):
+            controlplane.stop(state_dir)
+    assert _host_snapshot() == before
+    assert node.recorded_owner() is None
