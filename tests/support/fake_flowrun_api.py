@@ -6,7 +6,8 @@ stands in for, filled by :meth:`snapshot` and :meth:`mount` as the kubelet fills
 ``flowruns/status`` as JSON patch (``add``, ``remove``, ``replace``, ``test``; a missing parent
 is a 422, as on the real server) or merge patch, and ConfigMap creates; and what the operator
 asks when it follows the run's attempts: pod GETs (kept in ``pods``, a missing one is a 404),
-pod creates and Event posts (kept in ``pods`` and ``events``). Every request is
+pod creates and Event posts (kept in ``pods`` and ``events``), and GETs of the Flows and Agents
+in ``flows`` and ``agents``. Every request is
 recorded with its body, so a test can count and read the runner's writes. ``refuse`` queues
 statuses the next status patches are answered with instead (a 409 lost race, say). The real
 API server's behaviour is tested in tests/cluster/test_status_store.py and test_runner*.py.
@@ -64,6 +65,9 @@ class FakeFlowRunApi:
         if status is not None:
             self.flowrun["status"] = status
         self.configmaps: dict[str, dict[str, Any]] = {}
+        #: Flows and Agents the API server holds (GET by name; the operator's cache may lag).
+        self.flows: dict[str, dict[str, Any]] = {}
+        self.agents: dict[str, dict[str, Any]] = {}
         self.pods: dict[str, dict[str, Any]] = {}
         self.events: list[dict[str, Any]] = []
         self.requests: list[Recorded] = []
@@ -138,7 +142,12 @@ class FakeFlowRunApi:
             return web.json_response(self.flowrun)
         if path == f"{run_path}/status" and request.method == "PATCH":
             return self._patch(request.headers["content-type"], body)
-        for plural, held in (("configmaps", self.configmaps), ("pods", self.pods)):
+        for plural, held in (
+            ("configmaps", self.configmaps),
+            ("pods", self.pods),
+            ("flows", self.flows),
+            ("agents", self.agents),
+        ):
             collection = kube.path_of(plural, self.namespace)
             if path == collection and request.method == "POST":
                 held[body["metadata"]["name"]] = body

@@ -21,13 +21,16 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import logging
 
 from agentflows.api import flow as flow_api
 from agentflows.api import flowrun as flowrun_api
 from agentflows.api.flowrun import RunPhase, RunReason
-from agentflows.controller import attempts, budgets, cache, finishing, flows, runstate
+from agentflows.controller import attempts, budgets, cache, finishing, flows, resolve, runstate
 from agentflows.controller import context as context_mod
 from agentflows.kube import client as kube
+
+log = logging.getLogger(__name__)
 
 
 class Admission(enum.Enum):
@@ -83,12 +86,52 @@ async def decide(
     return Admission.START if run.name in names else Admission.QUEUE
 
 
+_PLURALS = {"Flow": "flows", "Agent": "agents"}
+
+
+def _held(ctl: context_mod.Controller, namespace: str, ref: str) -> bool:
+    """Whether the cache holds ``Kind/name`` in any form (one that does not parse is held)."""
+    kind, _, name = ref.partition("/")
+    if kind == "Flow":
+        return ctl.cache.flow(namespace, name) is not None
+    return kind != "Agent" or ctl.cache.agent(namespace, name) is not None
+
+
+async def catch_up(ctl: context_mod.Controller, namespace: str, flow: str) -> list[str]:
+    """Read from the API what the Flow reaches and the cache lacks; return what was found.
+
+    Watches of different kinds are not ordered: a FlowRun applied in one file with its Flow and
+    Agents may reach the cache first. A run is failed for a missing Flow or Agent only once the
+    API server itself answers 404; one GET per missing name, and only when one is missing.
+    """
+    found: list[str] = []
+    asked: set[str] = set()
+    while True:
+        missing = resolve.reach(flow, ctl.cache.namespace(namespace)).missing
+        todo = [m for m in missing if m not in asked and not _held(ctl, namespace, m)]
+        if not todo:
+            return found
+        for ref in todo:
+            asked.add(ref)
+            kind, _, name = ref.partition("/")
+            try:
+                obj = await ctl.api.get(kube.path_of(_PLURALS[kind], namespace, name))
+            except kube.ApiError as exc:
+                if exc.not_found:
+                    continue
+                raise
+            ctl.cache.stored(obj)
+            found.append(ref)
+            log.info("%s/%s was not in the cache yet: read from the API server", namespace, ref)
+
+
 async def start(ctl: context_mod.Controller, run: runstate.RunContext) -> float | None:
     """Admit a new run and create its first pod, or queue, forbid or fail it."""
     too_large = flowrun_api.input_size_problem((run.obj.get("spec") or {}).get("input"))
     if too_large is not None:
         reason = RunReason.INPUT_TOO_LARGE
         return await finishing.finish(ctl, run, RunPhase.FAILED, reason, too_large)
+    await catch_up(ctl, run.namespace, run.flow)
     flow = ctl.cache.flow(run.namespace, run.flow)
     if flow is None:
         message = f'Flow "{run.flow}" does not exist in namespace {run.namespace}'
