@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import math
 
 import pytest
@@ -120,3 +121,31 @@ def test_a_loop_that_never_gives_up_still_counts_and_grows_its_delays() -> None:
     tries = retry.Backoff(initial=1, cap=30, attempts=1).tries()
     assert [tries.next_delay() for _ in range(7)] == [1, 2, 4, 8, 16, 30, 30]
     assert tries.failures == 7
+
+
+@pytest.mark.parametrize(
+    ("header", "seconds"),
+    [
+        ("120", 120.0),
+        (" 3 ", 3.0),
+        ("Wed, 02 Dec 2026 12:00:30 GMT", 30.0),
+        ("Wed, 02 Dec 2026 11:00:00 GMT", 0.0),
+        (None, None),
+        ("-5", None),
+        ("soon", None),
+        ("Wed, 02 Dec 2026 12:00:30", None),
+    ],
+)
+def test_retry_after_reads_delta_seconds_and_http_dates(
+    header: str | None, seconds: float | None
+) -> None:
+    noon = datetime.datetime(2026, 12, 2, 12, 0, 0, tzinfo=datetime.UTC).timestamp()
+    assert retry.retry_after(header, now=noon) == seconds
+
+
+def test_a_failure_waits_at_least_what_the_other_side_asked_and_never_past_the_deadline() -> None:
+    clock = [0.0]
+    tries = retry.Backoff(initial=0.2, cap=5, deadline=10).tries(lambda: clock[0])
+    assert tries.failed(at_least=3.0) == 3.0
+    assert tries.failed(at_least=0.1) == 0.4
+    assert tries.failed(at_least=11.0) is None

@@ -39,6 +39,7 @@ Plain Python without I/O: every layer may import it, the engine included.
 from __future__ import annotations
 
 import dataclasses
+import email.utils
 import math
 import random
 import time
@@ -127,13 +128,15 @@ class Tries:
         self.failures = 0
         self._began = clock()
 
-    def failed(self) -> float | None:
+    def failed(self, at_least: float | None = None) -> float | None:
         """Count a failed try; the seconds to wait before the next, or None: give up.
 
-        None when the tries are spent (``attempts``) or when the wait would end after the
-        ``deadline`` (so a retry never starts past it).
+        ``at_least`` is the wait the other side asked for (an HTTP ``Retry-After``,
+        :func:`retry_after`): the delay is never shorter. None when the tries are spent
+        (``attempts``) or when the wait would end after the ``deadline`` (so a retry never
+        starts past it).
         """
-        delay = self.next_delay()
+        delay = max(self.next_delay(), at_least or 0.0)
         policy = self.policy
         if policy.attempts is not None and self.failures >= policy.attempts:
             return None
@@ -153,3 +156,24 @@ class Tries:
         """A try succeeded: the next failure waits the first delay again, the deadline restarts."""
         self.failures = 0
         self._began = self._clock()
+
+
+def retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Seconds an HTTP ``Retry-After`` header asks to wait (RFC 9110 §10.2.3), or None.
+
+    The header is delta-seconds (``"120"``) or an HTTP-date; ``now`` is the epoch time a date
+    is read against (the current time by default). A date in the past is 0; anything else
+    (absent, negative, unparseable) is None, and the policy's own delay applies.
+    """
+    if value is None:
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return float(text)
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))

@@ -8,8 +8,8 @@ come from its kubeconfig loader (:mod:`agentflows.kube.kubeconfig`), so the clie
 authenticates exactly as kubectl does; an expired exec-plugin credential is renewed in a
 thread, and once more on a 401. Transient failures (connection errors, and the statuses of
 :func:`agentflows.api.retry.status_may_help`: 408, 425, 429, 5xx) are retried with capped
-exponential backoff (0.2 s doubling to 5 s) while a retry would begin within ``retry_seconds``,
-so a runner or operator rides out an API server that is away for a while; everything else
+exponential backoff (0.2 s doubling to 5 s), never sooner than the answer's ``Retry-After``
+asks, while a retry would begin within ``retry_seconds``, so a runner or operator rides out an API server that is away for a while; everything else
 raises :class:`ApiError` at once. Request bodies are never logged.
 """
 
@@ -42,11 +42,15 @@ RETRY_CAP_SECONDS = 5.0
 class ApiError(Exception):
     """The API server refused a request. ``status`` is the HTTP status (0: no answer)."""
 
-    def __init__(self, status: int, reason: str, message: str) -> None:
+    def __init__(
+        self, status: int, reason: str, message: str, retry_after: float | None = None
+    ) -> None:
         super().__init__(message if status == 0 else f"{status} {reason}: {message}")
         self.status = status
         self.reason = reason
         self.message = message
+        #: Seconds the server's ``Retry-After`` asked to wait (429, 503), if it said.
+        self.retry_after = retry_after
 
     @property
     def not_found(self) -> bool:
@@ -170,12 +174,14 @@ class Client:
                     await asyncio.to_thread(self.config.renew)
                     continue
                 error = _error_of(response.status, response.reason or "", body)
+                error.retry_after = retry.retry_after(response.headers.get("Retry-After"))
             except (aiohttp.ClientError, TimeoutError) as exc:
                 error = unreachable(self.config.server, exc)
-            delay = tries.failed() if error.retryable else None
+            delay = tries.failed(error.retry_after) if error.retryable else None
             if delay is None:
                 raise error
-            log.info("%s %s: %s; retrying in %.1fs", method, path, error.reason, delay)
+            asked = "" if error.retry_after is None else f" (Retry-After: {error.retry_after:g}s)"
+            log.info("%s %s: %s; retrying in %.1fs%s", method, path, error.reason, delay, asked)
             await asyncio.sleep(delay)
 
     async def request(
