@@ -84,6 +84,8 @@ class Reply:
     hold_after: int | None = None
     #: When streamed: seconds between two content chunks.
     gap: float = 0.0
+    #: Extra response headers of an error reply (``Retry-After``, say).
+    headers: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def text(cls, content: str, **kwargs: Any) -> Reply:
@@ -210,7 +212,7 @@ class ScriptedModelServer:
         if reply.hold is not None:
             reply.hold.wait(300)
         if reply.status != 200:
-            return reply.status, _error_body(reply.error_message)
+            return reply.status, {**_error_body(reply.error_message), "_headers": reply.headers}
         message: dict[str, Any] = {"role": "assistant", "content": reply.content}
         if reply.tool_calls:
             message["tool_calls"] = [
@@ -258,9 +260,12 @@ class ScriptedModelServer:
 
             def _send(self, status: int, body: dict[str, Any]) -> None:
                 body.pop("_scripted", None)
+                extra = body.pop("_headers", None) or {}
                 data = json.dumps(body).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
+                for name, value in extra.items():
+                    self.send_header(name, value)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)

@@ -14,7 +14,9 @@ Everything a :class:`~agentflows.api.agent.ModelSpec` says is sent: model string
 API key, temperature, topP, maxTokens and timeoutSeconds. ``retries`` is applied here, to errors
 where another try may help (timeouts, connection errors, and the statuses of
 :func:`agentflows.api.retry.status_may_help` with a provider's 409: 408/409/425/429 and 5xx),
-with exponential backoff (0.5 s doubling to 8 s); a 400 or 401 fails at once.
+with exponential backoff (0.5 s doubling to 8 s), never sooner than the provider's
+``Retry-After`` asks; one that asks for more than :data:`MAX_RETRY_AFTER_SECONDS` fails at once,
+as does a 400 or 401.
 
 The API key comes from the spec's ``apiKey.secretKeyRef`` (the value looked up under
 :func:`agentflows.agents.secrets.secret_env_name`: in a pod, a file of its secrets volume)
@@ -62,6 +64,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar
@@ -104,8 +107,11 @@ _ROOT_RELATIVE_PROVIDERS = frozenset({"anthropic", "ollama", "ollama_chat"})
 #: First wait before retrying a failed model call; it doubles with each retry, up to the cap.
 RETRY_BACKOFF_SECONDS = 0.5
 MAX_BACKOFF_SECONDS = 8.0
+#: The longest ``Retry-After`` a model call waits out; a provider asking for more fails the call.
+MAX_RETRY_AFTER_SECONDS = 60.0
 
 _T = TypeVar("_T")
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -321,12 +327,28 @@ async def _retried(
             return await call()
         except Exception as exc:
             error = error_of(exc, tries.failures + 1)
-            delay = tries.failed() if error.retryable else None
+            asked = _retry_after(exc)
+            waitable = asked is None or asked <= MAX_RETRY_AFTER_SECONDS
+            delay = tries.failed(asked) if error.retryable and waitable else None
             if delay is None:
                 raise error from None
+            told = "" if asked is None else f" (Retry-After: {asked:g}s)"
+            log.info("model %s: %s; retrying in %.1fs%s", model.name, error, delay, told)
         if stream is not None:
             stream.restart()
         await asyncio.sleep(delay)
+
+
+def _retry_after(exc: Exception) -> float | None:
+    """The wait a failed call's answer asked for: our client's error, or litellm's response."""
+    asked = getattr(exc, "retry_after", None)
+    if isinstance(asked, int | float):
+        return float(asked)
+    headers = getattr(getattr(exc, "response", None), "headers", None)
+    if isinstance(headers, Mapping):
+        value = headers.get("retry-after")
+        return retry.retry_after(value) if isinstance(value, str) else None
+    return None
 
 
 async def _litellm_with_retries(

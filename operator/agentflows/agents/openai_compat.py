@@ -36,6 +36,7 @@ from typing import Any
 import httpx
 
 from agentflows.agents import egress
+from agentflows.api import retry
 
 #: Where ``openai/...`` models go when the Agent sets no apiBase.
 OPENAI_API_BASE = "https://api.openai.com/v1"
@@ -67,9 +68,11 @@ NATIVE_WIRE_PROVIDERS = frozenset(
 class ModelHttpError(Exception):
     """The endpoint answered with an HTTP error; ``message`` is the provider's explanation."""
 
-    def __init__(self, status_code: int, message: str) -> None:
+    def __init__(self, status_code: int, message: str, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.status_code = status_code
+        #: Seconds the endpoint's ``Retry-After`` asked to wait, if it said.
+        self.retry_after = retry_after
 
 
 def handles(provider: str, api_base: str | None) -> bool:
@@ -123,7 +126,8 @@ def _reply_json(response: httpx.Response) -> dict[str, Any]:
     except ValueError:
         data = None
     if response.status_code >= 400:
-        raise ModelHttpError(response.status_code, error_message(data, response.text))
+        asked = retry.retry_after(response.headers.get("retry-after"))
+        raise ModelHttpError(response.status_code, error_message(data, response.text), asked)
     if not isinstance(data, dict) or not data.get("choices"):
         raise ModelHttpError(502, f"the endpoint's reply has no choices: {quoted(response.text)}")
     return data

@@ -9,8 +9,9 @@ authenticates exactly as kubectl does; an expired exec-plugin credential is rene
 thread, and once more on a 401. Transient failures (connection errors, and the statuses of
 :func:`agentflows.api.retry.status_may_help`: 408, 425, 429, 5xx) are retried with capped
 exponential backoff (0.2 s doubling to 5 s), never sooner than the answer's ``Retry-After``
-asks, while a retry would begin within ``retry_seconds``, so a runner or operator rides out an API server that is away for a while; everything else
-raises :class:`ApiError` at once. Request bodies are never logged.
+asks, while a retry would begin within ``retry_seconds``, so a runner or operator rides out an
+API server that is away for a while; everything else raises :class:`ApiError` at once. Request
+bodies are never logged.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 
@@ -122,3 +123,38 @@ def test_the_env_key_still_goes_to_the_providers_own_endpoint() -> None:
     key = model_client.api_key_for(spec, {"OPENAI_API_KEY": ENV_KEY}, redactor)
     assert key == ENV_KEY
     assert redactor(f"key {ENV_KEY}") == "key [redacted]"
+
+
+async def test_a_rate_limited_call_waits_what_retry_after_asks_before_the_next_try(
+    model_server: ScriptedModelServer,
+    ctx: capabilities.NodeContext,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="agentflows.agents.model")
+    model_server.script(
+        Reply.error(429, "slow down", headers={"Retry-After": "2"}), Reply.text("after the wait")
+    )
+    caps = host.LiveCapabilities(env=model_server.env)
+    task = capabilities.LlmTask(model=model_server.model_spec(retries=1), system="", prompt="hi")
+    result = await caps.complete(task, ctx)
+    assert result.output["text"] == "after the wait"
+    waits = [
+        r.getMessage().split("retrying in ", 1)[1]
+        for r in caplog.records
+        if "retrying" in r.message
+    ]
+    assert waits == ["2.0s (Retry-After: 2s)"]
+
+
+async def test_a_provider_asking_to_wait_longer_than_a_minute_fails_the_call_at_once(
+    model_server: ScriptedModelServer, ctx: capabilities.NodeContext
+) -> None:
+    model_server.script(
+        Reply.error(429, "quota", headers={"Retry-After": "3600"}), Reply.text("unreachable")
+    )
+    caps = host.LiveCapabilities(env=model_server.env)
+    task = capabilities.LlmTask(model=model_server.model_spec(retries=3), system="", prompt="hi")
+    with pytest.raises(capabilities.CapabilityError, match=r"HTTP 429.*quota") as failure:
+        await caps.complete(task, ctx)
+    assert failure.value.retryable
+    assert len(model_server.requests) == 1
