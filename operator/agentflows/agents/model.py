@@ -330,6 +330,13 @@ async def _retried(
             asked = _retry_after(exc)
             waitable = asked is None or asked <= MAX_RETRY_AFTER_SECONDS
             delay = tries.failed(asked) if error.retryable and waitable else None
+            if delay is None and error.retryable and not waitable:
+                raise capabilities.CapabilityError(
+                    f"{error}; the provider asked to wait {asked:g}s (Retry-After), more than "
+                    f"the {MAX_RETRY_AFTER_SECONDS:g}s a call waits",
+                    retryable=True,
+                    source=error.source,
+                ) from None
             if delay is None:
                 raise error from None
             told = "" if asked is None else f" (Retry-After: {asked:g}s)"

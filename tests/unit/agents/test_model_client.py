@@ -154,7 +154,8 @@ async def test_a_provider_asking_to_wait_longer_than_a_minute_fails_the_call_at_
     )
     caps = host.LiveCapabilities(env=model_server.env)
     task = capabilities.LlmTask(model=model_server.model_spec(retries=3), system="", prompt="hi")
-    with pytest.raises(capabilities.CapabilityError, match=r"HTTP 429.*quota") as failure:
+    asked = r"HTTP 429.*quota; the provider asked to wait 3600s \(Retry-After\), more than the 60s"
+    with pytest.raises(capabilities.CapabilityError, match=asked) as failure:
         await caps.complete(task, ctx)
     assert failure.value.retryable
     assert len(model_server.requests) == 1
