@@ -2,17 +2,34 @@
 
 :func:`survivors` looks in /proc (tools run in PID namespaces of their own); :class:`Reading`
 runs a command whose stdout and stderr are read as they come, so a test can wait for a line
-the command prints before it ends.
+the command prints before it ends. :func:`run_bench` runs a script of ``bench/`` to its end.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+#: The repository's root (bench scripts run from it, as ``hack/test`` runs them).
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_bench(script: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """Run ``bench/<script>`` with ``args`` to its end; its output is captured as text."""
+    return subprocess.run(
+        [sys.executable, f"bench/{script}", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=timeout,
+        check=False,
+    )
 
 
 def survivors(marker: str) -> list[int]:

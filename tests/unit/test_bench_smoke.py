@@ -1,27 +1,15 @@
 """Smoke tests of bench/: the quick runs of engine.py and kopf_watch.py finish and print every row
 (never timings); the operator benchmark offers its modes."""
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
+
+from tests.support import processes
 
 pytest.importorskip("langgraph")
 
-REPO = Path(__file__).resolve().parents[2]
-
 
 def test_quick_engine_benchmark_prints_every_graph_the_loop_ratio_and_the_startup_line() -> None:
-    result = subprocess.run(
-        [sys.executable, "bench/engine.py", "--quick"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        timeout=300,
-        check=False,
-    )
+    result = processes.run_bench("engine.py", "--quick")
     assert result.returncode == 0, result.stderr
     rows = result.stdout.splitlines()
     assert any(line.startswith("chain-100 ") for line in rows), result.stdout
@@ -33,15 +21,7 @@ def test_quick_engine_benchmark_prints_every_graph_the_loop_ratio_and_the_startu
 
 def test_operator_benchmark_offers_quick_and_failover_modes() -> None:
     # The operator benchmark needs a control plane and minutes; its help proves it imports.
-    result = subprocess.run(
-        [sys.executable, "bench/operator_scale.py", "--help"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        timeout=60,
-        check=False,
-    )
+    result = processes.run_bench("operator_scale.py", "--help", timeout=60)
     assert result.returncode == 0, result.stderr
     assert "--quick" in result.stdout, result.stdout
     assert "--failover" in result.stdout, result.stdout
@@ -51,15 +31,7 @@ def test_quick_kopf_watch_benchmark_feeds_every_event_through_both_watch_layers(
     # The bench itself exits non-zero when a side did not reconcile every held run and every
     # streamed run's key; here its rows are checked to be printed for both sides (never timings).
     pytest.importorskip("kopf")
-    result = subprocess.run(
-        [sys.executable, "bench/kopf_watch.py", "--quick"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        timeout=300,
-        check=False,
-    )
+    result = processes.run_bench("kopf_watch.py", "--quick")
     assert result.returncode == 0, result.stderr
     rows = result.stdout.splitlines()
     for side in ("kopf", "ours"):

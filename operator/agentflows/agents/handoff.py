@@ -20,7 +20,7 @@ The Agent answering is durable state, kept in the node's record:
   (``NodeContext.save_progress``), so a runner killed after the handoff is followed by one that
   goes on with the recipient, without asking the caller again;
 - a turn that pauses for a human saves it with the conversation
-  (:class:`~agentflows.agents.turn.TurnState` ``agent``), so the runner pod that resumes the
+  (:class:`~agentflows.agents.turn_state.TurnState` ``agent``), so the runner pod that resumes the
   run goes on with the recipient;
 - a node that answers records it as ``agent`` in its detail (``status.nodes.<node>.detail``),
   where a conversation's next turn reads it.

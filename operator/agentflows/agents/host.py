@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     # Imported by the methods that use them: a local run builds its capabilities before its
     # first node, which may need neither agent turns nor a model
     # (tests/unit/test_cli_start_path.py).
-    from agentflows.agents import sessions, tools, turn
+    from agentflows.agents import sessions, tools, turn, turn_state
 
 #: How much of a reply a schema error quotes.
 _MAX_QUOTED_REPLY_CHARS = 300
@@ -115,12 +115,12 @@ class LiveCapabilities:
         A handoff (:mod:`agentflows.agents.handoff`) goes on with its recipient; a resumed
         turn goes on with the Agent its saved state says was answering.
         """
-        from agentflows.agents import handoff, turn
+        from agentflows.agents import handoff, turn, turn_state
 
         saved = ctx.resume.state if ctx.resume is not None else ctx.progress
         if isinstance(saved, dict) and saved.get("agent"):
             task = self._task_of(str(saved["agent"]), task)
-        handed_over = turn.TurnState.from_json(ctx.progress) if ctx.progress else None
+        handed_over = turn_state.TurnState.from_json(ctx.progress) if ctx.progress else None
         for _ in range(handoff.MAX_HANDOFFS + 1):
             result = await self._turn(
                 task, ctx, handed_over, handoffs=True, stream=self._writer(ctx)
@@ -129,7 +129,7 @@ class LiveCapabilities:
                 return result
             task = self._task_of(result.agent, task)
             messages = handoff.carried_messages(task.agent, result.messages)
-            handed_over = (turn.TurnState(messages, agent=result.agent), result.log)
+            handed_over = (turn_state.TurnState(messages, agent=result.agent), result.log)
             ctx = dataclasses.replace(ctx, resume=None, progress=None)
             if ctx.save_progress is not None:
                 await ctx.save_progress(handed_over[0].to_json(result.log))
@@ -159,7 +159,7 @@ class LiveCapabilities:
         self,
         task: capabilities.AgentTask,
         ctx: capabilities.NodeContext,
-        handed_over: tuple[turn.TurnState, turn.TurnLog] | None,
+        handed_over: tuple[turn_state.TurnState, turn_state.TurnLog] | None,
         *,
         handoffs: bool,
         stream: streaming.Writer | None = None,

@@ -14,8 +14,10 @@ reply with tool calls beyond ``maxToolIterations`` rounds fails the node. A tool
 reported to the model as an error result and the turn goes on. Under ``autonomy: supervised`` a
 reply calling a tool that is not read-only pauses the turn for a human
 (:mod:`agentflows.agents.approval`), and so does a call to ``request_human_review``
-(:mod:`agentflows.agents.review`); the conversation is saved in the pause's state and the turn
-continues from it when called again with the decision. A reply calling ``handoff_conversation``
+(:mod:`agentflows.agents.review`); the conversation is saved in the pause's state
+(:class:`~agentflows.agents.turn_state.TurnState`, with its
+:class:`~agentflows.agents.turn_state.TurnLog`) and the turn continues from it when called
+again with the decision. A reply calling ``handoff_conversation``
 ends the turn's part for this Agent once its calls have run: :func:`run_turn` returns a
 :class:`Handoff` and the host goes on with the recipient (:mod:`agentflows.agents.handoff`).
 A turn with an ``answer`` (values to submit) ends only on a successful ``submit_result`` call;
@@ -60,18 +62,15 @@ from agentflows.agents import (
     sessions,
     streaming,
     tools,
+    turn_state,
 )
 from agentflows.agents import model as model_client
 from agentflows.api import agent as agent_api
 from agentflows.api import common, times
 from agentflows.engine import capabilities, envelope, spans
 
-#: Tool call records kept in a node's detail; later calls are only counted.
-MAX_RECORDED_TOOL_CALLS = 200
 #: Longest error text kept in a tool call record.
 MAX_RECORDED_ERROR_CHARS = 500
-#: Compression records kept in a node's detail.
-MAX_RECORDED_COMPRESSIONS = 50
 #: Separates the skills' contents and the system prompt.
 SKILL_SEPARATOR = "\n\n---\n\n"
 _NOT_KEY_SAFE = re.compile(r"[^A-Za-z0-9_.-]")
@@ -148,146 +147,6 @@ def _joined(first: Any, second: Any) -> Any:
 
 
 @dataclasses.dataclass
-class TurnLog:
-    """What a turn did, for the node's usage and detail.
-
-    Usage counts only this run of the turn (since it started or resumed), because the engine
-    adds a paused node's usage to the run when it pauses; the detail's counts cover the whole
-    turn across pauses.
-    """
-
-    usage: common.Usage = dataclasses.field(default_factory=common.Usage)
-    llm_calls: int = 0
-    tool_calls: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    tool_calls_not_recorded: int = 0
-    cost_known: bool = True
-    #: Models whose cost is unknown to litellm's table (counted as $0).
-    unpriced: list[str] = dataclasses.field(default_factory=list)
-    compressions: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    #: The reference files the turn started with (name, source, size, sha256; no content).
-    files: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-
-    def add_reply(self, reply: model_client.ModelReply, model_name: str) -> None:
-        """Count one model call."""
-        self.usage = self.usage.add(reply.usage)
-        self.llm_calls += 1
-        self.cost_known = self.cost_known and reply.cost_known
-        if not reply.cost_known and model_name not in self.unpriced:
-            self.unpriced.append(model_name)
-
-    def add_tool_call(self, record: dict[str, Any], usage: common.Usage | None = None) -> None:
-        """Count one tool call (and the model usage it spent), keeping its record if room."""
-        self.usage = self.usage.add(common.Usage(tool_calls=1))
-        if usage is not None:
-            self.usage = self.usage.add(usage)
-        if len(self.tool_calls) < MAX_RECORDED_TOOL_CALLS:
-            self.tool_calls.append(record)
-        else:
-            self.tool_calls_not_recorded += 1
-
-    def add_compression(self, record: dict[str, Any]) -> None:
-        """Keep one compression record (the oldest go first when there are too many)."""
-        self.compressions = [*self.compressions, record][-MAX_RECORDED_COMPRESSIONS:]
-
-    def detail(self, pending: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
-        """The node detail: tool call records (plus ``pending`` ones), compressions, counts."""
-        detail: dict[str, Any] = {
-            "toolCalls": [*self.tool_calls, *pending],
-            "llmCalls": self.llm_calls,
-            "costKnown": self.cost_known,
-        }
-        if self.unpriced:
-            detail["costNote"] = (
-                f"not in litellm's cost table, counted as $0: {', '.join(self.unpriced)}"
-            )
-        if self.compressions:
-            detail["compressions"] = self.compressions
-        if self.files:
-            detail["files"] = self.files
-        if self.tool_calls_not_recorded:
-            detail["toolCallsNotRecorded"] = self.tool_calls_not_recorded
-        return detail
-
-    @classmethod
-    def from_detail(cls, detail: Any) -> TurnLog:
-        """Continue the log of a paused turn from the detail it saved (usage starts at zero)."""
-        if not isinstance(detail, dict):
-            return cls()
-        return cls(
-            llm_calls=int(detail.get("llmCalls", 0)),
-            tool_calls=[r for r in detail.get("toolCalls", []) if r.get("status") != "pending"],
-            tool_calls_not_recorded=int(detail.get("toolCallsNotRecorded", 0)),
-            cost_known=bool(detail.get("costKnown", True)),
-            compressions=list(detail.get("compressions", [])),
-            files=list(detail.get("files", [])),
-        )
-
-
-@dataclasses.dataclass
-class TurnState:
-    """The JSON-able state a paused turn is saved as, and resumed from."""
-
-    messages: list[dict[str, Any]]
-    #: Rounds of tool calls made so far (bounded by maxToolIterations).
-    rounds: int = 0
-    #: The tool calls of the last model reply, waiting for a human decision.
-    pending: list[model_client.ToolCallRequest] = dataclasses.field(default_factory=list)
-    #: Ids of the pending calls that need the decision (the others are read-only).
-    waiting: list[str] = dataclasses.field(default_factory=list)
-    #: Id of the request_human_review call waiting for its review, if that is the wait.
-    review: str | None = None
-    #: The stored conversation's turn count when the turn loaded it (sessions.Memory.save).
-    base_turns: int = 0
-    #: The Agent answering, when a handoff made it another than the node's.
-    agent: str | None = None
-    #: The waiting request is the confirmation of client calls, asked before the caller runs them.
-    confirming: bool = False
-    #: The waiting request is the user's reply to a text reply of a turn with an answer.
-    asking: bool = False
-    #: The values a successful ``submit_result`` call of the last round gave (not saved: the
-    #: turn ends right after that round).
-    submitted: dict[str, Any] | None = None
-
-    def to_json(self, log: TurnLog) -> dict[str, Any]:
-        """Return the state (with the log's detail) as saved by the engine."""
-        saved = {
-            "messages": self.messages,
-            "rounds": self.rounds,
-            "pending": [dataclasses.asdict(call) for call in self.pending],
-            "waiting": self.waiting,
-            "review": self.review,
-            "baseTurns": self.base_turns,
-            "confirming": self.confirming,
-            "asking": self.asking,
-            "log": log.detail(),
-        }
-        return saved | ({"agent": self.agent} if self.agent is not None else {})
-
-    @classmethod
-    def from_json(cls, state: Any) -> tuple[TurnState, TurnLog]:
-        """Rebuild a paused turn; raise CapabilityError when the saved state is unusable."""
-        try:
-            return (
-                cls(
-                    messages=list(state["messages"]),
-                    rounds=int(state["rounds"]),
-                    pending=[model_client.ToolCallRequest(**call) for call in state["pending"]],
-                    waiting=[str(call_id) for call_id in state["waiting"]],
-                    review=state.get("review"),
-                    base_turns=int(state.get("baseTurns", 0)),
-                    agent=state.get("agent"),
-                    confirming=bool(state.get("confirming", False)),
-                    asking=bool(state.get("asking", False)),
-                ),
-                TurnLog.from_detail(state.get("log")),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise capabilities.CapabilityError(
-                f"cannot resume the agent turn: its saved state is damaged ({exc!r})"
-            ) from None
-
-
-@dataclasses.dataclass
 class Handoff:
     """The turn's Agent handed the conversation to ``agent`` (:mod:`agentflows.agents.handoff`).
 
@@ -296,7 +155,7 @@ class Handoff:
 
     agent: str
     messages: list[dict[str, Any]]
-    log: TurnLog
+    log: turn_state.TurnLog
 
 
 async def run_turn(
@@ -308,7 +167,7 @@ async def run_turn(
     redactor: secrets.Redactor,
     memory: sessions.Memory | None = None,
     access: files.FileAccess = files.NO_FILE_ACCESS,
-    handed_over: tuple[TurnState, TurnLog] | None = None,
+    handed_over: tuple[turn_state.TurnState, turn_state.TurnLog] | None = None,
     stream: streaming.Writer | None = None,
 ) -> capabilities.NodeResult | capabilities.Pause | Handoff:
     """Run the agent's turn (an invoke_agent span): answer, pause for a human, or hand over.
@@ -358,15 +217,14 @@ async def _run_turn(
     redactor: secrets.Redactor,
     memory: sessions.Memory | None,
     access: files.FileAccess,
-    handed_over: tuple[TurnState, TurnLog] | None,
+    handed_over: tuple[turn_state.TurnState, turn_state.TurnLog] | None,
     stream: streaming.Writer | None,
 ) -> capabilities.NodeResult | capabilities.Pause | Handoff:
     spec = task.agent
     if ctx.resume is not None:
-        state, log = TurnState.from_json(ctx.resume.state)
+        state, log = turn_state.TurnState.from_json(ctx.resume.state)
         if state.asking:
-            state.messages.append(answer.user_reply(ctx.resume.request, task.agent_name))
-            state.asking = False
+            answer.resume(state, ctx.resume.request, task.agent_name)
         elif state.review is not None:
             ended = await _after_review(state, log, registry, ctx, redactor)
             if ended is not None:
@@ -387,14 +245,15 @@ async def _run_turn(
         declared = [] if stored else [*spec.files, *task.files]
         loaded = await files.load(declared, access, env, redactor)
         attached = files.message(loaded, spec.model)
-        state = TurnState(
+        state = turn_state.TurnState(
             build_messages(spec, task.prompt, stored, attached), base_turns=base_turns
         )
-        log = TurnLog(files=[file.record() for file in loaded])
+        log = turn_state.TurnLog(files=[file.record() for file in loaded])
     schemas = registry.schemas()
     while True:
         if state.submitted is not None:  # the last round's submit_result call ends the turn
-            return await _submit(task, state, log, memory)
+            output = answer.output(task, state)
+            return await _finish(spec, state, log, memory, output, state.messages)
         _check_budget(ctx, log.usage)
         await _compress(spec, state, log, env, redactor)
         reply = await model_client.complete(
@@ -402,23 +261,14 @@ async def _run_turn(
         )
         log.add_reply(reply, spec.model.name)
         if not reply.tool_calls and task.answer is not None:
-            pause = _text_instead_of_answer(task, ctx, state, log, reply)
+            pause = answer.text_reply(task, ctx, state, log, reply)
             if pause is not None:
                 return pause
             continue
         if not reply.tool_calls:
-            saved = None
-            if memory is not None:
-                final = [*state.messages, {"role": "assistant", "content": reply.content}]
-                saved = await _save(spec, memory, final, state, log)
-            detail = log.detail() | ({"agent": state.agent} if state.agent else {})
-            if saved is not None:
-                detail["memory"] = saved
-            return capabilities.NodeResult(
-                output=envelope.from_text(reply.content, raw=reply.raw),
-                usage=log.usage,
-                detail=detail,
-            )
+            final = [*state.messages, {"role": "assistant", "content": reply.content}]
+            output = envelope.from_text(reply.content, raw=reply.raw)
+            return await _finish(spec, state, log, memory, output, final)
         if state.rounds >= spec.max_tool_iterations:
             raise capabilities.CapabilityError(
                 f"agent {task.agent_name}: the model still asked for tools after "
@@ -437,60 +287,10 @@ async def _run_turn(
             return Handoff(target, state.messages, log)
 
 
-def _text_instead_of_answer(
-    task: capabilities.AgentTask,
-    ctx: capabilities.NodeContext,
-    state: TurnState,
-    log: TurnLog,
-    reply: model_client.ModelReply,
-) -> capabilities.Pause | None:
-    """A text reply of a turn that must submit: ask the user, or remind the model (None).
-
-    See :mod:`agentflows.agents.answer`.
-    """
-    assert task.answer is not None
-    state.messages.append({"role": "assistant", "content": reply.content})
-    if task.answer.ask_user:
-        state.asking = True
-        return capabilities.Pause(
-            request=answer.user_request(ctx.node_key, task.agent_name, reply.content),
-            state=state.to_json(log),
-            usage=log.usage,
-            detail=log.detail(),
-        )
-    if state.rounds >= task.agent.max_tool_iterations:
-        raise capabilities.CapabilityError(
-            f"agent {task.agent_name}: the model answered with text instead of calling "
-            f"{answer.SUBMIT_TOOL} within maxToolIterations={task.agent.max_tool_iterations} "
-            "rounds, and no user is there to answer it (human_in_the_loop is false); raise "
-            "spec.maxToolIterations or instruct the agent to submit its result"
-        )
-    state.messages.append({"role": "user", "content": answer.REMINDER})
-    state.rounds += 1
-    return None
-
-
-async def _submit(
-    task: capabilities.AgentTask,
-    state: TurnState,
-    log: TurnLog,
-    memory: sessions.Memory | None,
-) -> capabilities.NodeResult:
-    """End the turn with the submitted values (saved to the memory, as a final answer is)."""
-    assert task.answer is not None and state.submitted is not None
-    values = answer.submitted(task.answer, state.submitted)
-    detail = log.detail() | ({"agent": state.agent} if state.agent else {})
-    if memory is not None:
-        detail["memory"] = await _save(task.agent, memory, state.messages, state, log)
-    return capabilities.NodeResult(
-        output=envelope.from_value(values), usage=log.usage, detail=detail
-    )
-
-
 async def _compress(
     spec: agent_api.AgentSpec,
-    state: TurnState,
-    log: TurnLog,
+    state: turn_state.TurnState,
+    log: turn_state.TurnLog,
     env: Mapping[str, str],
     redactor: secrets.Redactor,
 ) -> None:
@@ -503,28 +303,37 @@ async def _compress(
     state.messages = result.messages
 
 
-async def _save(
+async def _finish(
     spec: agent_api.AgentSpec,
-    memory: sessions.Memory,
+    state: turn_state.TurnState,
+    log: turn_state.TurnLog,
+    memory: sessions.Memory | None,
+    output: dict[str, Any],
     messages: list[dict[str, Any]],
-    state: TurnState,
-    log: TurnLog,
-) -> dict[str, Any]:
-    """Save the finished conversation to the turn's memory; its compaction counts in the log."""
-    saved, compacted = await memory.save(messages, state.base_turns)
-    if compacted is not None and compacted.reply is not None:
-        log.add_reply(compacted.reply, spec.model.name)
-    if compacted is not None and compacted.record is not None:
-        log.add_compression({**compacted.record, "of": "memory"})
-    return saved
+) -> capabilities.NodeResult:
+    """End the turn with ``output``, first saving the finished ``messages`` to the memory.
+
+    The memory's compaction counts in the log like any model call, so it is in the detail.
+    """
+    saved = None
+    if memory is not None:
+        saved, compacted = await memory.save(messages, state.base_turns)
+        if compacted is not None and compacted.reply is not None:
+            log.add_reply(compacted.reply, spec.model.name)
+        if compacted is not None and compacted.record is not None:
+            log.add_compression({**compacted.record, "of": "memory"})
+    detail = log.detail() | ({"agent": state.agent} if state.agent else {})
+    if saved is not None:
+        detail["memory"] = saved
+    return capabilities.NodeResult(output=output, usage=log.usage, detail=detail)
 
 
 def _pause_for_approval(
     task: capabilities.AgentTask,
     ctx: capabilities.NodeContext,
     registry: tools.ToolRegistry,
-    state: TurnState,
-    log: TurnLog,
+    state: turn_state.TurnState,
+    log: turn_state.TurnLog,
     reply: model_client.ModelReply,
 ) -> capabilities.Pause | None:
     """Under supervised autonomy, pause when the reply calls tools that are not read-only."""
@@ -556,8 +365,8 @@ def _after_confirmation(
     task: capabilities.AgentTask,
     ctx: capabilities.NodeContext,
     registry: tools.ToolRegistry,
-    state: TurnState,
-    log: TurnLog,
+    state: turn_state.TurnState,
+    log: turn_state.TurnLog,
     decided: Mapping[str, approval.Ruling],
 ) -> capabilities.Pause | None:
     """After a confirmation: the client request for the confirmed client calls, or None.
@@ -600,8 +409,8 @@ def _pause_for_review(
     task: capabilities.AgentTask,
     ctx: capabilities.NodeContext,
     registry: tools.ToolRegistry,
-    state: TurnState,
-    log: TurnLog,
+    state: turn_state.TurnState,
+    log: turn_state.TurnLog,
     reply: model_client.ModelReply,
 ) -> capabilities.Pause | None:
     """Pause for a human when the reply calls request_human_review with usable arguments."""
@@ -628,8 +437,8 @@ def _pause_for_review(
 
 
 async def _after_review(
-    state: TurnState,
-    log: TurnLog,
+    state: turn_state.TurnState,
+    log: turn_state.TurnLog,
     registry: tools.ToolRegistry,
     ctx: capabilities.NodeContext,
     redactor: secrets.Redactor,
@@ -688,8 +497,8 @@ def _pending_records(calls: Sequence[model_client.ToolCallRequest]) -> list[dict
 
 
 async def _run_round(
-    state: TurnState,
-    log: TurnLog,
+    state: turn_state.TurnState,
+    log: turn_state.TurnLog,
     registry: tools.ToolRegistry,
     ctx: capabilities.NodeContext,
     redactor: secrets.Redactor,

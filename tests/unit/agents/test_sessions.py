@@ -253,6 +253,29 @@ async def test_a_session_over_its_bound_is_compacted_through_compression(
     print(f"stored session after 100 turns: {sizes[-1]} bytes (largest {max(sizes)})")
 
 
+async def test_a_submitted_answer_counts_its_memory_s_compaction_in_its_detail(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    sessions = session_files.FileStore(tmp_path)
+    agents = {"helper": _agent(model_server, memory={"maxBytes": 8192})}
+    schema = {"type": "object", "properties": {"answer": {"type": "string"}}}
+    submitting = {**TICKET_NODE, "agent": {**TICKET_NODE["agent"], "answer": {"schema": schema}}}
+    submit = Reply.calls(ToolCall("submit_result", {"answer": "shipped " + "x" * 200}))
+    compacting = []
+    for turn in range(100):
+        model_server.script(submit, Reply.text("summary so far: " + "x" * 200))
+        value = {"ticket": "T", "text": f"question {turn} " + "y" * 200}
+        node = (await _run([submitting], agents, sessions, model_server, value)).nodes["answer"]
+        model_server.drop_script()  # the summary is left over when the memory was not compacted
+        assert node.output["json"] == {"answer": "shipped " + "x" * 200}
+        if node.detail["memory"]["compacted"]:
+            compacting.append(node)
+    # the summary is a model call of the turn that submitted: in its usage and in its detail
+    assert compacting and all(n.usage.llm_calls == 2 for n in compacting)
+    assert all(n.detail["llmCalls"] == 2 for n in compacting)
+    assert all(n.detail["compressions"][-1]["of"] == "memory" for n in compacting)
+
+
 async def test_retention_keeps_the_most_recently_written_sessions_up_to_max_sessions(
     model_server: ScriptedModelServer, tmp_path: Path
 ) -> None:

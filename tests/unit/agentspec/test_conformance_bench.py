@@ -4,23 +4,11 @@ The WayFlow half needs wayflowcore in its own environment, so it is the bench's 
 runs the same cases, documents and model scripts on agentflows (``--agentflows-only``).
 """
 
-import subprocess
-import sys
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[3]
+from tests.support import processes
 
 
 def test_every_conformance_case_passes_on_agentflows() -> None:
-    result = subprocess.run(
-        [sys.executable, "bench/agentspec_conformance.py", "--agentflows-only"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        timeout=300,
-        check=False,
-    )
+    result = processes.run_bench("agentspec_conformance.py", "--agentflows-only")
     rows = result.stdout.splitlines()
     failed = [row for row in rows if "agentflows FAIL" in row]
     assert failed == [], result.stdout + result.stderr
