@@ -27,6 +27,8 @@ from typing import Any
 
 from aiohttp import web
 
+from agentflows.controller import cache, context, settings, snapshots, workqueue
+from agentflows.controller import metrics as metrics_mod
 from agentflows.kube import client as kube
 from agentflows.kube import kubeconfig, mounted
 from agentflows.kube import snapshot as snapshot_mod
@@ -172,6 +174,27 @@ class FakeFlowRunApi:
             return _error(422, f"the patch does not apply: {exc}")
         self.flowrun = updated
         return web.json_response(updated)
+
+
+@contextlib.asynccontextmanager
+async def controller_on(fake: FakeFlowRunApi) -> AsyncIterator[context.Controller]:
+    """The operator's controller over ``fake``'s API, its cache holding only the FlowRun.
+
+    Nothing else has reached the cache (no Flow, Agent or pod): a test stores what its case
+    has seen, and calls a reconciler (``flowruns.reconcile``) itself; the work queue runs none.
+    """
+    async with fake.client() as api:
+        config = settings.OperatorConfig(namespaces=(fake.namespace,), metrics_port=None)
+        ctl = context.Controller(api=api, config=config, metrics=metrics_mod.Metrics())
+        ctl.cache = cache.Cache(api, config.namespaces, config.owns, ctl.enqueue)
+        ctl.snapshots = snapshots.Snapshots(ctl.cache)
+
+        async def not_run(key: workqueue.Key) -> float | None:
+            return None
+
+        ctl.queue = workqueue.WorkQueue(not_run, workers=1)
+        ctl.cache.stored(fake.flowrun)
+        yield ctl
 
 
 def _error(status: int, message: str) -> web.Response:

@@ -14,9 +14,8 @@ from typing import Any
 
 import pytest
 
-from agentflows.controller import cache, context, flowruns, settings, snapshots, workqueue
-from agentflows.controller import metrics as metrics_mod
-from tests.support.fake_flowrun_api import FakeFlowRunApi
+from agentflows.controller import context, flowruns, workqueue
+from tests.support.fake_flowrun_api import FakeFlowRunApi, controller_on
 
 NAMESPACE, RUN = "team", "support-1"
 
@@ -37,18 +36,7 @@ AGENT = _object(
 @pytest.fixture
 async def operator() -> AsyncIterator[tuple[FakeFlowRunApi, context.Controller]]:
     fake = FakeFlowRunApi(NAMESPACE, RUN, spec={"flow": "support"})
-    async with fake.client() as api:
-        config = settings.OperatorConfig(namespaces=(NAMESPACE,), metrics_port=None)
-        ctl = context.Controller(api=api, config=config, metrics=metrics_mod.Metrics())
-        ctl.cache = cache.Cache(api, config.namespaces, config.owns, ctl.enqueue)
-        ctl.snapshots = snapshots.Snapshots(ctl.cache)
-
-        async def not_run(key: workqueue.Key) -> float | None:
-            return None
-
-        ctl.queue = workqueue.WorkQueue(not_run, workers=1)
-        # Only the FlowRun's watch event has arrived.
-        ctl.cache.stored(fake.flowrun)
+    async with controller_on(fake) as ctl:  # only the FlowRun's watch event has arrived
         yield fake, ctl
 
 

@@ -16,9 +16,8 @@ from typing import Any
 
 import pytest
 
-from agentflows.controller import cache, context, flowruns, settings, snapshots, workqueue
-from agentflows.controller import metrics as metrics_mod
-from tests.support.fake_flowrun_api import FakeFlowRunApi
+from agentflows.controller import context, flowruns, workqueue
+from tests.support.fake_flowrun_api import FakeFlowRunApi, controller_on
 
 NAMESPACE, RUN = "team", "review-1"
 
@@ -51,17 +50,7 @@ async def operator_on(
     attempt, lost, max_attempts, backoff = request.param
     fake = FakeFlowRunApi(NAMESPACE, RUN, spec={"flow": "f"}, status=_status(attempt, lost))
     fake.snapshot(_flow(max_attempts, backoff))
-    async with fake.client() as api:
-        config = settings.OperatorConfig(namespaces=(NAMESPACE,), metrics_port=None)
-        ctl = context.Controller(api=api, config=config, metrics=metrics_mod.Metrics())
-        ctl.cache = cache.Cache(api, config.namespaces, config.owns, ctl.enqueue)
-        ctl.snapshots = snapshots.Snapshots(ctl.cache)
-
-        async def not_run(key: workqueue.Key) -> float | None:
-            return None
-
-        ctl.queue = workqueue.WorkQueue(not_run, workers=1)
-        ctl.cache.stored(fake.flowrun)
+    async with controller_on(fake) as ctl:
         yield fake, ctl
 
 
