@@ -132,6 +132,8 @@ def call_as(kubeconfig: Path, method: str, path: str, body: Any) -> kube_client.
                     await api.merge_patch(path, body)
                 elif method == "get":
                     await api.get(path)
+                elif method == "delete":
+                    await api.delete(path)
                 else:
                     await api.create(path, body)
             except kube_client.ApiError as exc:
@@ -347,6 +349,33 @@ def test_a_runner_pod_token_reads_no_configmap_of_the_namespace_not_even_its_run
     assert listed is not None and listed.status == 403, listed
     (tool_dir / "release").touch()
     assert runs.wait_phase("peek-1", "Succeeded", "Failed")["phase"] == "Succeeded"
+
+
+def test_a_runner_pod_token_may_neither_list_nor_delete_agentsessions(
+    control_plane: Cluster, runs: FlowRuns, tool_dir: Path
+) -> None:
+    # a list would show every memory's conversations of the namespace, a delete would remove
+    # them: retention, which needs both, is the operator's (controller/retention.py)
+    other = {
+        "apiVersion": "agentflows.io/v1alpha1",
+        "kind": "AgentSession",
+        "metadata": {"name": "payroll-s-1"},
+        "spec": {"memory": "payroll", "session": "S-1", "agent": "payroll"},
+    }
+    runs.custom.create_namespaced_custom_object(
+        "agentflows.io", "v1alpha1", runs.namespace, "agentsessions", other
+    )
+    runs.apply(slow_flow("nosy", tool_dir), flowrun("nosy-1", "nosy"))
+    wait_for((tool_dir / "nosy.started").exists, 120, "the tool runs")
+    pod_token = runs.pod_kubeconfig("nosy-1-1")
+    sessions = kube_client.path_of("agentsessions", runs.namespace)
+    listed = call_as(pod_token, "get", sessions, None)
+    assert listed is not None and listed.status == 403, listed
+    deleted = call_as(pod_token, "delete", f"{sessions}/payroll-s-1", None)
+    assert deleted is not None and deleted.status == 403, deleted
+    assert runs.get("agentsessions", "payroll-s-1") is not None
+    (tool_dir / "release").touch()
+    assert runs.wait_phase("nosy-1", "Succeeded", "Failed")["phase"] == "Succeeded"
 
 
 def test_an_output_offloaded_by_one_attempt_reaches_the_next_through_its_pods_volume(

@@ -17,7 +17,7 @@ import pytest
 
 from tests.cluster.harness import Cluster, wait_for
 from tests.cluster.operator_fixtures import *  # noqa: F403
-from tests.cluster.operator_fixtures import FlowRuns
+from tests.cluster.operator_fixtures import FlowRuns, OperatorProcess
 from tests.support.fixtures import *  # noqa: F403
 from tests.support.model_server import Reply, ScriptedModelServer
 
@@ -48,12 +48,12 @@ def _documents(server: ScriptedModelServer) -> list[dict[str, Any]]:
     ]
 
 
-def _start(runs: FlowRuns, name: str, text: str) -> None:
+def _start(runs: FlowRuns, name: str, text: str, ticket: str = "T-42") -> None:
     runs.apply(
         {
             "kind": "FlowRun",
             "metadata": {"name": name},
-            "spec": {"flow": "answer", "input": {"ticket": "T-42", "text": text}},
+            "spec": {"flow": "answer", "input": {"ticket": ticket, "text": text}},
         }
     )
 
@@ -166,3 +166,33 @@ def test_fifty_parallel_map_items_write_one_agentsession_without_losing_a_turn(
     assert spec["turns"] == 50
     assert sorted(c["request"] for c in spec["conversations"]) == sorted(str(i) for i in range(50))
     assert all(c["turns"] == 1 and len(c["messages"]) == 2 for c in spec["conversations"])
+
+
+def test_the_operator_retires_sessions_beyond_max_sessions_when_a_run_of_the_memory_ends(
+    control_plane: Cluster,
+    runs: FlowRuns,
+    model_server: ScriptedModelServer,
+    operator: OperatorProcess,
+) -> None:
+    # the runner may not list or delete AgentSessions; the operator applies the Agent's bounds
+    agent, flow = _documents(model_server)
+    agent["spec"]["memory"] = {"maxSessions": 2}
+    runs.apply(agent, flow)
+    for ticket in ("T-1", "T-2", "T-3"):
+        model_server.script(Reply.text("noted"))
+        _start(runs, f"run-{ticket.lower()}", "hello", ticket=ticket)
+        assert runs.wait_phase(f"run-{ticket.lower()}", "Succeeded", "Failed")["phase"] == (
+            "Succeeded"
+        )
+
+    def kept() -> list[str] | None:
+        items = runs.custom.list_namespaced_custom_object(
+            "agentflows.io", "v1alpha1", runs.namespace, "agentsessions"
+        )["items"]
+        found = sorted(item["spec"]["session"] for item in items)
+        return found if found == ["T-2", "T-3"] else None
+
+    assert wait_for(kept, 60, "the operator retires T-1") == ["T-2", "T-3"]
+    retired = f'agentflows_sessions_retired_total{{namespace="{runs.namespace}"}} 1.0'
+    assert retired in operator.metrics()
+    assert f"memory {runs.namespace}/support: 1 session(s) retired" in operator.log_tail(200)

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from agentflows.agents import sessions
+from agentflows.api import agent as agent_api
 from agentflows.api import agentsession as agentsession_api
 
 #: Characters of the session kept readable in its file name.
@@ -63,6 +64,10 @@ class FileStore:
         path = self.path(memory, session)
         async with self._locks.setdefault(path, asyncio.Lock()):
             return await asyncio.to_thread(_delete, path)
+
+    async def retain(self, memory: str, limits: agent_api.AgentMemory) -> sessions.Retired:
+        """Enforce the memory's retention now (locally, after each write)."""
+        return await sessions.enforce_retention(self, memory, limits)
 
 
 def _list(directory: Path, memory: str | None) -> list[sessions.SessionInfo]:

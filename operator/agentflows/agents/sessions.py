@@ -29,9 +29,13 @@ The rules:
   summary written by the model, :func:`agentflows.agents.compression.compress_over`). If the
   session is still over ``maxBytes`` — the model failed, or many requests share the session —
   its least recently written conversations go first, then the oldest messages.
-- Retention, enforced after each write: sessions of the memory not written for
+- Retention (:func:`enforce_retention`): sessions of the memory not written for
   ``memory.maxAgeSeconds`` are deleted, and beyond ``memory.maxSessions`` the least recently
-  written go.
+  written go. Locally it runs after each write (:meth:`Store.retain`). On the cluster the
+  operator runs it when a run ends, for every memory the run may write (:func:`memories`), with
+  the strictest bounds of the Agents writing each: the runner's identity may not list or delete
+  AgentSessions, so a run (or a tool holding its token) cannot read or remove the sessions of
+  memories its Agents do not name.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from typing import Any, Protocol
 from agentflows.agents import compression, secrets
 from agentflows.api import agent as agent_api
 from agentflows.api import agentsession as agentsession_api
+from agentflows.api import flow as flow_api
 from agentflows.api import times
 from agentflows.engine import capabilities
 
@@ -65,6 +70,9 @@ class StoreError(Exception):
         super().__init__(message)
         self.retryable = retryable
 
+
+#: The sessions retention retired after a write (None: the store leaves retention to another).
+Retired = list[str] | None
 
 Change = Callable[[agentsession_api.AgentSessionSpec | None], agentsession_api.AgentSessionSpec]
 
@@ -103,6 +111,10 @@ class Store(Protocol):
 
     async def delete(self, memory: str, session: str) -> bool:
         """Delete one session; False when there was none."""
+        ...
+
+    async def retain(self, memory: str, limits: agent_api.AgentMemory) -> Retired:
+        """Apply the memory's retention after a write (:func:`enforce_retention`), or leave it."""
         ...
 
 
@@ -220,10 +232,12 @@ class Memory:
 
         try:
             await self.store.update(self.memory, self.session, self.agent_name, change)
-            retired = await enforce_retention(self.store, self.memory, self.agent.memory)
+            retired = await self.store.retain(self.memory, self.agent.memory)
         except StoreError as exc:
             raise self._failed("save", exc) from None
-        saved = {**record, "saved": True, "compacted": done, "retired": len(retired)}
+        saved = {**record, "saved": True, "compacted": done}
+        if retired is not None:
+            saved["retired"] = len(retired)
         return saved, compacted
 
     def _failed(self, action: str, exc: StoreError) -> capabilities.CapabilityError:
@@ -288,6 +302,52 @@ async def enforce_retention(store: Store, memory: str, limits: agent_api.AgentMe
     for info in retired:
         await store.delete(memory, info.session)
     return [info.session for info in retired]
+
+
+def memories(
+    flows: Mapping[str, flow_api.FlowSpec], agents: Mapping[str, agent_api.AgentSpec]
+) -> dict[str, agent_api.AgentMemory]:
+    """The memories a run's turns may write, each with the strictest bounds of its writers.
+
+    A turn writes the memory of its node's ``memory`` (else its Agent's): ``shared``, or the
+    Agent's name; not when ``skip``, nor without a ``session`` (the node's, else the Agent's).
+    Its bounds are its Agent's ``memory``; where several Agents write one memory, the smallest
+    ``maxSessions`` and ``maxAgeSeconds`` of theirs apply (locally each write applies its own).
+    """
+    found: dict[str, agent_api.AgentMemory] = {}
+
+    def add(name: str, settings: agent_api.Memory | None, session: str | None) -> None:
+        agent = agents.get(name)
+        if agent is None:
+            return
+        chosen = settings or agent.memory
+        if chosen.skip or (session or agent.session) is None:
+            return
+        memory = chosen.shared or name
+        found[memory] = strictest(found.get(memory), agent.memory)
+
+    for name in agents:  # sub-agents' and handoffs' turns use their Agent's own settings
+        add(name, None, None)
+    for flow in flows.values():
+        for node in flow.nodes:
+            for body in (node, node.map):
+                if body is not None and body.agent is not None:
+                    add(body.agent.name, body.agent.memory, body.agent.session)
+    return found
+
+
+def strictest(
+    kept: agent_api.AgentMemory | None, limits: agent_api.AgentMemory
+) -> agent_api.AgentMemory:
+    """``limits`` with the smaller ``maxSessions`` and ``maxAgeSeconds`` of the two."""
+    if kept is None:
+        return limits
+    return kept.model_copy(
+        update={
+            "max_sessions": min(kept.max_sessions, limits.max_sessions),
+            "max_age_seconds": min(kept.max_age_seconds, limits.max_age_seconds),
+        }
+    )
 
 
 def _without_system(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -421,7 +421,8 @@ class AgentMemory(Memory):
         default=30 * 86400,
         ge=60,
         le=common.INT_MAX,
-        description="Sessions not written for this long are deleted (on the next write).",
+        description="Sessions not written for this long are deleted (locally on the next write; "
+        "on a cluster when a run of the memory ends).",
     )
     max_bytes: int = Field(
         default=256 * 1024,

@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 from typing import Any
 
+from agentflows.api import agent as agent_api
 from agentflows.controller import cache, flowtriggers, settings, snapshots, tooldiscovery, workqueue
 from agentflows.controller import metrics as metrics_mod
 from agentflows.kube import client as kube
@@ -40,6 +41,10 @@ class Controller:
     ended_at: dict[tuple[str, str, int], float] = dataclasses.field(default_factory=dict)
     #: What a Flow's or Agent's last validation was computed from, and what it found.
     validated: dict[tuple[str, str, str], Any] = dataclasses.field(default_factory=dict)
+    #: (namespace, memory) -> the bounds retention applies at its next reconcile.
+    retention: dict[tuple[str, str], agent_api.AgentMemory] = dataclasses.field(
+        default_factory=dict
+    )
 
     def flow_lock(self, namespace: str, flow: str) -> asyncio.Lock:
         """The admission lock of a Flow."""

@@ -2,8 +2,9 @@
 
 :func:`finish` is the one place a run becomes Succeeded, Failed or Cancelled: it writes the
 phase (and, for cancellation and timeouts, deletes the runner pod), observes the run's metrics
-once, exports the run's own trace span (:mod:`agentflows.tracing`), and wakes the Flow's queued
-runs. :func:`after_finished` deletes a finished run when the
+once, exports the run's own trace span (:mod:`agentflows.tracing`), asks for retention of the
+memories its turns may have written (:mod:`agentflows.controller.retention`), and wakes the
+Flow's queued runs. :func:`after_finished` deletes a finished run when the
 Flow's ``ttlSecondsAfterFinished`` has passed; :func:`enforce_history` (key kind History) keeps
 only the newest ``successfulRunsHistoryLimit`` / ``failedRunsHistoryLimit`` finished runs.
 """
@@ -16,7 +17,7 @@ from agentflows import tracing
 from agentflows.api import flow as flow_api
 from agentflows.api import times, wellknown
 from agentflows.api.flowrun import RunPhase
-from agentflows.controller import attempts, cache, context, runstate, workqueue
+from agentflows.controller import attempts, cache, context, retention, runstate, workqueue
 from agentflows.kube import client as kube
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,8 @@ async def finish(
     snapshot = await ctl.snapshots.of_run(ctl.api, run.obj) if run.attempt else None
     flow_spec = snapshot.flow if snapshot else None
     models = attempts.agent_models(snapshot.agents) if snapshot else {}
+    if snapshot is not None:
+        retention.note(ctl, run.namespace, snapshot)
     ctl.metrics.run_finished(run.namespace, run.flow, phase.value, run.status, flow_spec, models)
     ctl.snapshots.forget(run.namespace, run.name)
     if flow_spec is None or flow_spec.concurrency.policy is flow_api.ConcurrencyPolicy.QUEUE:

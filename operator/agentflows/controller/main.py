@@ -32,6 +32,7 @@ from agentflows.controller import (
     flows,
     flowtriggers,
     leader,
+    retention,
     settings,
     snapshots,
     tooldiscovery,
@@ -53,6 +54,7 @@ def dispatch(ctl: context.Controller) -> workqueue.Reconciler:
         workqueue.HISTORY: finishing.enforce_history,
         workqueue.SUMMARY: flows.summarize,
         workqueue.BUDGET: budgets.reconcile,
+        workqueue.SESSIONS: retention.reconcile,
     }
 
     async def reconcile(key: workqueue.Key) -> float | None:

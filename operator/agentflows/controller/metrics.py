@@ -98,6 +98,12 @@ class Metrics:
             ["kind"],
             registry=r,
         )
+        self.sessions_retired = prometheus_client.Counter(
+            "agentflows_sessions_retired_total",
+            "AgentSessions deleted by retention (maxSessions, maxAgeSeconds), by namespace.",
+            ["namespace"],
+            registry=r,
+        )
         self.validations = prometheus_client.Counter(
             "agentflows_validations_total",
             "Flows and Agents validated (only when they or what they reach changed).",

@@ -42,6 +42,8 @@ HISTORY = "History"
 SUMMARY = "Summary"
 #: A namespace's Budget: windows rolled over, gauges, held runs looked at again.
 BUDGET = "Budget"
+#: A memory's AgentSessions (the key's name is the memory), checked against its retention.
+SESSIONS = "Sessions"
 
 
 @dataclasses.dataclass(frozen=True, order=True)

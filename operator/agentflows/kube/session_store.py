@@ -33,6 +33,7 @@ from agentflows.kube import objects
 if TYPE_CHECKING:  # imported when a session is read or written: every runner builds a store
     # before its first node, and most runs have no agent with a session
     from agentflows.agents import sessions
+    from agentflows.api import agent as agent_api
     from agentflows.api import agentsession as agentsession_api
 
 #: Times an update that lost a race is tried (fifty parallel writers need about fifty).
@@ -115,6 +116,15 @@ class SessionStore:
                 return False
             raise _store_error(exc) from None
         return True
+
+    async def retain(self, memory: str, limits: agent_api.AgentMemory) -> sessions.Retired:
+        """None: on the cluster the operator enforces retention when a run ends.
+
+        The runner's identity may get, create and update AgentSessions, not list or delete them
+        (``config/rbac/runner/role.yaml``); :mod:`agentflows.controller.retention` calls
+        :func:`agentflows.agents.sessions.enforce_retention` on this store as the operator.
+        """
+        return None
 
     async def _get(self, name: str) -> dict[str, Any] | None:
         try:
