@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import re
+import typing
+from collections.abc import Iterator
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
@@ -114,6 +116,60 @@ class ApiModel(BaseModel):
     def to_wire(self) -> dict[str, Any]:
         """Return the JSON form as written in YAML, without unset optional fields."""
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+    @classmethod
+    def model_rebuild(
+        cls,
+        *,
+        force: bool = False,
+        raise_errors: bool = True,
+        _parent_namespace_depth: int = 2,
+        _types_namespace: Any = None,
+    ) -> bool | None:
+        """Build the models of this model's fields first, then this one, which reuses them.
+
+        pydantic builds a deferred model (on its first use) by generating the schemas of the
+        models it contains inline, without keeping them on those models: each of them, used
+        on its own later (a FlowSpec inside Flow, then FlowSpec alone), is generated again. A
+        model whose fields' models are built already takes their schemas as they are, so each
+        model's schema is generated once (issue 25: ``agentflows run`` builds 4 outer models
+        instead of 10 before its first node). A model being built is not built again from
+        inside (recursive models).
+        """
+        if not force and cls.__pydantic_complete__:
+            return None
+        if cls not in _BUILDING:
+            _BUILDING.add(cls)
+            try:
+                for model in _field_models(cls):
+                    if not model.__pydantic_complete__ and model not in _BUILDING:
+                        model.model_rebuild(raise_errors=False)
+            finally:
+                _BUILDING.discard(cls)
+        return super().model_rebuild(
+            force=force,
+            raise_errors=raise_errors,
+            _parent_namespace_depth=_parent_namespace_depth + 1,
+            _types_namespace=_types_namespace,
+        )
+
+
+#: Models whose fields' models are being built (:meth:`ApiModel.model_rebuild`).
+_BUILDING: set[type[BaseModel]] = set()
+
+
+def _field_models(cls: type[BaseModel]) -> Iterator[type[ApiModel]]:
+    """The API models named in ``cls``'s field types (inside lists, maps, unions, Annotated)."""
+    pending: list[Any] = [field.annotation for field in cls.model_fields.values()]
+    seen: set[int] = set()
+    while pending:
+        kind = pending.pop()
+        if id(kind) in seen:
+            continue
+        seen.add(id(kind))
+        if isinstance(kind, type) and issubclass(kind, ApiModel):
+            yield kind
+        pending.extend(typing.get_args(kind))
 
 
 class ObjectMeta(BaseModel):
