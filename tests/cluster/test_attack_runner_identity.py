@@ -24,6 +24,8 @@ from tests.cluster.harness import Cluster, wait_for
 from tests.cluster.kube_fixtures import grant_deciders
 from tests.cluster.operator_fixtures import *  # noqa: F403
 from tests.cluster.operator_fixtures import FlowRuns, python_tool
+from tests.support.fixtures import *  # noqa: F403
+from tests.support.model_server import Reply, ScriptedModelServer
 
 pytestmark = pytest.mark.cluster
 
@@ -134,6 +136,8 @@ def call_as(kubeconfig: Path, method: str, path: str, body: Any) -> kube_client.
                     await api.get(path)
                 elif method == "delete":
                     await api.delete(path)
+                elif method == "put":
+                    await api.request("PUT", path, body)
                 else:
                     await api.create(path, body)
             except kube_client.ApiError as exc:
@@ -376,6 +380,71 @@ def test_a_runner_pod_token_may_neither_list_nor_delete_agentsessions(
     assert runs.get("agentsessions", "payroll-s-1") is not None
     (tool_dir / "release").touch()
     assert runs.wait_phase("nosy-1", "Succeeded", "Failed")["phase"] == "Succeeded"
+
+
+def _agentsession(name: str, memory: str, **metadata: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "agentflows.io/v1alpha1",
+        "kind": "AgentSession",
+        "metadata": {"name": name, **metadata},
+        "spec": {"memory": memory, "session": "S-1", "agent": memory},
+    }
+
+
+def test_a_runner_pod_token_writes_only_sessions_of_the_memories_its_runs_agents_name(
+    control_plane: Cluster, runs: FlowRuns, tool_dir: Path, model_server: ScriptedModelServer
+) -> None:
+    agent = {
+        "kind": "Agent",
+        "metadata": {"name": "support"},
+        "spec": {
+            "model": {"name": "openai/scripted-model", "apiBase": model_server.url, "retries": 0},
+            "session": "T-1",
+        },
+    }
+    slow = slow_flow("mem", tool_dir)
+    slow["spec"]["nodes"].append({"id": "reply", "agent": {"name": "support", "prompt": "hi"}})
+    model_server.script(Reply.text("noted"))
+    runs.apply(agent, slow, flowrun("mem-1", "mem"))
+    wait_for((tool_dir / "mem.started").exists, 120, "the tool runs")
+    pod_token = runs.pod_kubeconfig("mem-1-1")
+    sessions = kube_client.path_of("agentsessions", runs.namespace)
+
+    refused = call_as(pod_token, "create", sessions, _agentsession("payroll-s-2", "payroll"))
+    assert refused is not None and refused.status == 403, refused
+    assert "may write only the AgentSessions of the memories its run's Agents name" in (
+        refused.message
+    )
+    assert "not memory payroll" in refused.message
+    runs.custom.create_namespaced_custom_object(
+        "agentflows.io", "v1alpha1", runs.namespace, "agentsessions",
+        _agentsession("payroll-s-1", "payroll"),
+    )  # fmt: skip
+    stored = runs.get("agentsessions", "payroll-s-1")
+    assert stored is not None
+    forged = {**stored, "spec": {**stored["spec"], "turns": 99}}
+    refused = call_as(pod_token, "put", f"{sessions}/payroll-s-1", forged)
+    assert refused is not None and refused.status == 403, refused
+    # a session of its own memory it may write; the grant is the run's own Role
+    assert call_as(pod_token, "create", sessions, _agentsession("support-s-1", "support")) is None
+    role = json.loads(
+        control_plane.kubectl(
+            "get", "role", "mem-1-agentflows-sessions", "-n", runs.namespace, "-o", "json"
+        ).stdout
+    )
+    assert role["rules"][0]["resourceNames"] == ["mem-1/support"]
+    assert role["metadata"]["ownerReferences"][0]["name"] == "mem-1"
+
+    (tool_dir / "release").touch()
+    assert runs.wait_phase("mem-1", "Succeeded", "Failed")["phase"] == "Succeeded"
+    saved = [
+        item["spec"]
+        for item in runs.custom.list_namespaced_custom_object(
+            "agentflows.io", "v1alpha1", runs.namespace, "agentsessions"
+        )["items"]
+        if item["spec"]["session"] == "T-1"
+    ]
+    assert [(s["memory"], s["turns"]) for s in saved] == [("support", 1)]
 
 
 def test_an_output_offloaded_by_one_attempt_reaches_the_next_through_its_pods_volume(

@@ -192,5 +192,7 @@ async def _begin(ctl: context_mod.Controller, run: runstate.RunContext) -> float
     run.status.snapshot_digest = snapshot.digest
     run.set_phase(RunPhase.PENDING, RunReason.ATTEMPT_STARTED, "attempt 1: starting the runner pod")
     body = attempts.pod_body(ctl, run, snapshot)
-    _, refusal = await asyncio.gather(run.save(ctl), attempts.post_pod(ctl, run, body))
+    _, refusal = await asyncio.gather(
+        run.save(ctl), attempts.post_attempt(ctl, run, snapshot, body)
+    )
     return await attempts.created(ctl, run, body, refusal)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from agentflows.agents import sessions
 from agentflows.api import agent as agent_api
 from agentflows.api import flow as flow_api
 from agentflows.api import retry, times
@@ -113,12 +114,42 @@ async def created(
     return None
 
 
+async def post_grants(
+    ctl: context.Controller, run: runstate.RunContext, grants: list[dict[str, Any]]
+) -> kube.ApiError | None:
+    """Create the run's Role and RoleBinding (AlreadyExists is fine); the API's refusal."""
+    for grant in grants:
+        path = kube.path_of(f"{grant['kind'].lower()}s", run.namespace)
+        try:
+            await ctl.api.create(path, grant)
+        except kube.ApiError as exc:
+            if not exc.conflict:
+                return exc
+    return None
+
+
+async def post_attempt(
+    ctl: context.Controller,
+    run: runstate.RunContext,
+    snapshot: snapshots.Snapshot,
+    body: dict[str, Any],
+) -> kube.ApiError | None:
+    """Create the grant of the memories the run may write, then the pod; a refusal of either.
+
+    The grant (:func:`pods.sessions_grant`) comes first, so the pod's first session write
+    finds it; a refused grant is shown as a refused pod (condition, Event, retried).
+    """
+    memories = sorted(sessions.memories(snapshot.flows, snapshot.agents))
+    refusal = await post_grants(ctl, run, pods.sessions_grant(body, run.obj, memories))
+    return refusal or await post_pod(ctl, run, body)
+
+
 async def create_pod(
     ctl: context.Controller, run: runstate.RunContext, snapshot: snapshots.Snapshot
 ) -> float | None:
     """Create the current attempt's pod (idempotent); its record goes with the next write."""
     body = pod_body(ctl, run, snapshot)
-    return await created(ctl, run, body, await post_pod(ctl, run, body))
+    return await created(ctl, run, body, await post_attempt(ctl, run, snapshot, body))
 
 
 async def _refused(

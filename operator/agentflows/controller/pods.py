@@ -73,6 +73,65 @@ def secrets_volume(refs: dict[str, set[str]]) -> dict[str, Any] | None:
     }
 
 
+#: The verb a run's Role grants on ``<run>/<memory>``: the runner policy asks the authorizer
+#: for it before a runner writes an AgentSession (``config/policies/runner_own_run.yaml``).
+SESSIONS_VERB = "write"
+
+
+def sessions_grant(
+    pod: dict[str, Any], owner: dict[str, Any], memories: list[str]
+) -> list[dict[str, Any]]:
+    """The Role and RoleBinding letting ``pod``'s run write the sessions of ``memories``.
+
+    RBAC cannot name the memories a run's Agents name (a session's name is known only at run
+    time, and every run shares one ServiceAccount), so the Role grants a verb of our own,
+    :data:`SESSIONS_VERB`, on the resource names ``<run>/<memory>``, where ``<run>`` is the pod
+    name without its ``-<attempt>`` as the policy reads it from the pod-bound token. The policy
+    asks the authorizer whether the caller may ``write`` ``<its run>/<the session's memory>``:
+    only this run's Role says yes. Owned by the FlowRun (garbage-collected with it). Empty
+    when the run writes no memory.
+    """
+    if not memories:
+        return []
+    meta = pod["metadata"]
+    run = str(meta["name"]).rsplit("-", 1)[0]
+    name = objects.derived(run, "-agentflows-sessions")
+    labels = {k: v for k, v in meta["labels"].items() if k in (wellknown.RUN, wellknown.FLOW)}
+    common_meta = {
+        "name": name,
+        "namespace": meta["namespace"],
+        "labels": {wellknown.MANAGED_BY: wellknown.MANAGER, **labels},
+        "ownerReferences": [objects.owner_reference(owner, controller=False, block=False)],
+    }
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": common_meta,
+        "rules": [
+            {
+                "apiGroups": ["agentflows.io"],
+                "resources": ["agentsessions"],
+                "verbs": [SESSIONS_VERB],
+                "resourceNames": [f"{run}/{memory}" for memory in sorted(memories)],
+            }
+        ],
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": common_meta,
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [
+            {
+                "kind": "ServiceAccount",
+                "name": pod["spec"]["serviceAccountName"],
+                "namespace": meta["namespace"],
+            }
+        ],
+    }
+    return [role, binding]
+
+
 def runner_env(spec: runner_api.RunnerSpec) -> list[dict[str, Any]]:
     """The Flow's ``runner.env`` as container env, without a variable of the operator's.
 

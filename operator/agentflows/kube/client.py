@@ -339,6 +339,8 @@ def path_of(
         base = "/apis/batch/v1"
     elif plural in ("leases",):
         base = "/apis/coordination.k8s.io/v1"
+    elif plural in ("roles", "rolebindings"):
+        base = "/apis/rbac.authorization.k8s.io/v1"
     else:
         base = GROUP_PATH
     path = base + (f"/namespaces/{namespace}" if namespace else "") + f"/{plural}"

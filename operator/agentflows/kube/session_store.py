@@ -57,7 +57,7 @@ class SessionStore:
     async def read(self, memory: str, session: str) -> agentsession_api.AgentSessionSpec | None:
         """The stored session, or None."""
         found = await self._get(objects.session_name(memory, session))
-        return None if found is None else _spec_of(found)
+        return None if found is None else _spec_of(found, memory, session)
 
     async def update(self, memory: str, session: str, agent: str, change: sessions.Change) -> None:
         """Apply ``change`` with a resourceVersion-checked replace, retried on conflicts."""
@@ -65,7 +65,7 @@ class SessionStore:
         tries = CONFLICT_BACKOFF.tries()
         while True:
             current = await self._get(name)
-            spec = change(None if current is None else _spec_of(current))
+            spec = change(None if current is None else _spec_of(current, memory, session))
             body = await self._body(name, spec, current)
             try:
                 if current is None:
@@ -181,10 +181,27 @@ class SessionStore:
         return self._owners[agent]
 
 
-def _spec_of(found: dict[str, Any]) -> agentsession_api.AgentSessionSpec:
+def _spec_of(
+    found: dict[str, Any], memory: str, session: str
+) -> agentsession_api.AgentSessionSpec:
+    """The stored spec, when it is the session asked for.
+
+    Another run's Agents may create an AgentSession under any name (the policy checks only
+    that its ``spec.memory`` is theirs), so one planted under this session's name is refused,
+    never loaded into this memory's conversation.
+    """
+    from agentflows.agents import sessions
     from agentflows.api import agentsession as agentsession_api
 
-    return agentsession_api.AgentSessionSpec.model_validate(found.get("spec") or {})
+    spec = agentsession_api.AgentSessionSpec.model_validate(found.get("spec") or {})
+    if (spec.memory, spec.session) != (memory, session):
+        name = found.get("metadata", {}).get("name")
+        raise sessions.StoreError(
+            f"AgentSession {name} holds session {spec.session!r} of memory {spec.memory!r}, not "
+            f"{session!r} of {memory!r}: this memory's Agents did not write it; delete it "
+            f"(kubectl delete agentsession {name})"
+        )
+    return spec
 
 
 def _info(metadata: dict[str, Any]) -> sessions.SessionInfo:
