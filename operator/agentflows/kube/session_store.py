@@ -181,9 +181,7 @@ class SessionStore:
         return self._owners[agent]
 
 
-def _spec_of(
-    found: dict[str, Any], memory: str, session: str
-) -> agentsession_api.AgentSessionSpec:
+def _spec_of(found: dict[str, Any], memory: str, session: str) -> agentsession_api.AgentSessionSpec:
     """The stored spec, when it is the session asked for.
 
     Another run's Agents may create an AgentSession under any name (the policy checks only
