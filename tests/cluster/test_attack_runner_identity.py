@@ -138,6 +138,14 @@ def call_as(kubeconfig: Path, method: str, path: str, body: Any) -> kube_client.
                     await api.delete(path)
                 elif method == "put":
                     await api.request("PUT", path, body)
+                elif method == "dry-run patch":  # how a confined runner reads a session
+                    await api.request(
+                        "PATCH",
+                        path,
+                        {},
+                        params={"dryRun": "All"},
+                        content_type=kube_client.MERGE_PATCH,
+                    )
                 else:
                     await api.create(path, body)
             except kube_client.ApiError as exc:
@@ -425,8 +433,15 @@ def test_a_runner_pod_token_writes_only_sessions_of_the_memories_its_runs_agents
     forged = {**stored, "spec": {**stored["spec"], "turns": 99}}
     refused = call_as(pod_token, "put", f"{sessions}/payroll-s-1", forged)
     assert refused is not None and refused.status == 403, refused
+    # nor read it: no get (admission never sees one), and the read it has is confined
+    refused = call_as(pod_token, "get", f"{sessions}/payroll-s-1", None)
+    assert refused is not None and refused.status == 403, refused
+    refused = call_as(pod_token, "dry-run patch", f"{sessions}/payroll-s-1", None)
+    assert refused is not None and refused.status == 403, refused
+    assert "not memory payroll" in refused.message
     # a session of its own memory it may write; the grant is the run's own Role
     assert call_as(pod_token, "create", sessions, _agentsession("support-s-1", "support")) is None
+    assert call_as(pod_token, "dry-run patch", f"{sessions}/support-s-1", None) is None
     role = json.loads(
         control_plane.kubectl(
             "get", "role", "mem-1-agentflows-sessions", "-n", runs.namespace, "-o", "json"

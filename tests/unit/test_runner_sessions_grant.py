@@ -83,13 +83,13 @@ def test_a_run_writing_no_memory_gets_no_grant() -> None:
     assert grant == []
 
 
-def test_the_operator_may_grant_write_and_the_runner_may_not_list_or_delete() -> None:
+def test_the_operator_may_grant_write_and_the_runner_may_not_get_list_or_delete() -> None:
     operator = yaml.safe_load((REPO / "config/rbac/role.yaml").read_text())
     [own] = [r for r in operator["rules"] if "agentsessions" in r["resources"]]
     assert {"write", "list", "delete"} <= set(own["verbs"])
     runner = yaml.safe_load((REPO / "config/rbac/runner/role.yaml").read_text())
     [rule] = [r for r in runner["rules"] if "agentsessions" in r["resources"]]
-    assert sorted(rule["verbs"]) == ["create", "get", "update"]
+    assert sorted(rule["verbs"]) == ["create", "patch", "update"]
 
 
 class _Planted:

@@ -1,16 +1,17 @@
 """AgentSession retention on the cluster: the operator deletes what a memory no longer keeps.
 
-The runner's identity may get, create and update AgentSessions by name, never list or delete
-them (``config/rbac/runner/role.yaml``): a list would show every memory's sessions of the
-namespace, a delete would remove them. So retention, which needs both, is the operator's.
-When a run ends (:func:`agentflows.controller.finishing.finish`), :func:`note` records, for
-every memory the run's turns may write (:func:`agentflows.agents.sessions.memories`), the
-strictest bounds seen, and enqueues the memory (key kind :data:`workqueue.SESSIONS`, the key's
-name is the memory). :func:`reconcile` lists that memory's sessions (metadata only) and deletes
-those past ``maxAgeSeconds`` or beyond ``maxSessions`` (:func:`sessions.enforce_retention`,
-the rule the local store applies after each write). Many runs ending on one memory cost one
-list: a key waiting in the queue is not added twice. The bounds are kept in memory only; a
-restart loses those not yet applied, and the memory's next run ending applies them again.
+The runner's identity may read (a dry-run patch), create and update AgentSessions by name,
+never list or delete them (``config/rbac/runner/role.yaml``): a list would show every
+memory's sessions of the namespace, a delete would remove them. So retention, which needs
+both, is the operator's. When a run ends (:func:`agentflows.controller.finishing.finish`),
+:func:`note` records, for every memory the run's turns may write
+(:func:`agentflows.agents.sessions.memories`), the strictest bounds seen, and enqueues the
+memory (key kind :data:`workqueue.SESSIONS`, the key's name is the memory). :func:`reconcile`
+lists that memory's sessions (metadata only) and deletes those past ``maxAgeSeconds`` or
+beyond ``maxSessions`` (:func:`sessions.enforce_retention`, the rule the local store applies
+after each write). Many runs ending on one memory cost one list: a key waiting in the queue
+is not added twice. The bounds are kept in memory only; a restart loses those not yet
+applied, and the memory's next run ending applies them again.
 """
 
 from __future__ import annotations

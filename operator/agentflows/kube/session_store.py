@@ -14,6 +14,9 @@ of the namespace can be mistaken for one.
 - Owned by the Agent that first wrote it (not blocking its deletion: a runner may not set
   finalizers), so deleting the Agent deletes its sessions. When the Agent cannot be read, the
   session is written without an owner rather than not at all.
+- The runner's store is ``confined``: it reads with a dry-run empty merge patch, which
+  admission sees (a GET it never sees), so the runner policy confines its reads to the memories
+  its run's Agents name, as it confines its writes.
 - An update reads the object, applies the change and replaces it with the resourceVersion it
   read; a conflict (another writer was first, or created it first) reads again and re-applies,
   up to :data:`CONFLICT_RETRIES` tries with a short random backoff (:data:`CONFLICT_BACKOFF`).
@@ -46,9 +49,13 @@ _METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=
 class SessionStore:
     """AgentSessions in one namespace (see module docstring)."""
 
-    def __init__(self, client: kube_client.Client, namespace: str) -> None:
+    def __init__(
+        self, client: kube_client.Client, namespace: str, *, confined: bool = False
+    ) -> None:
+        """``confined``: read as the runner does (below); people and the operator GET."""
         self.client = client
         self.namespace = namespace
+        self.confined = confined
         self._owners: dict[str, dict[str, Any] | None] = {}
 
     def _path(self, name: str | None = None) -> str:
@@ -120,15 +127,34 @@ class SessionStore:
     async def retain(self, memory: str, limits: agent_api.AgentMemory) -> sessions.Retired:
         """None: on the cluster the operator enforces retention when a run ends.
 
-        The runner's identity may get, create and update AgentSessions, not list or delete them
-        (``config/rbac/runner/role.yaml``); :mod:`agentflows.controller.retention` calls
+        The runner's identity may patch (a confined read), create and update AgentSessions,
+        not get, list or delete them (``config/rbac/runner/role.yaml``);
+        :mod:`agentflows.controller.retention` calls
         :func:`agentflows.agents.sessions.enforce_retention` on this store as the operator.
         """
         return None
 
     async def _get(self, name: str) -> dict[str, Any] | None:
+        """The object, or None. Confined, a read is a dry-run empty merge patch.
+
+        Admission never sees a GET, so a runner allowed to get AgentSessions could read every
+        memory's by name. A dry-run patch changes nothing and returns the object as stored, and
+        admission sees it as an update of that object: the runner policy lets it through only
+        for a memory the run's Agents name, as it does a write. The runner's Role has patch and
+        no get (``config/rbac/runner/role.yaml``).
+        """
         try:
-            found: dict[str, Any] = await self.client.get(self._path(name))
+            found: dict[str, Any] = (
+                await self.client.request(
+                    "PATCH",
+                    self._path(name),
+                    {},
+                    params={"dryRun": "All"},
+                    content_type=kube_client.MERGE_PATCH,
+                )
+                if self.confined
+                else await self.client.get(self._path(name))
+            )
         except kube_client.ApiError as exc:
             if exc.not_found:
                 return None

@@ -205,7 +205,7 @@ async def run_attempt(
                 caps=host.LiveCapabilities(
                     resolver,
                     env=env,
-                    session_store=session_store.SessionStore(client, namespace),
+                    session_store=session_store.SessionStore(client, namespace, confined=True),
                     file_access=_file_access(configmaps),
                     listener=stream_log.LogListener(),
                 ),
