@@ -127,3 +127,22 @@ async def test_the_flows_page_of_a_user_bound_in_two_namespaces_shows_those_twos
     assert f"2 flow(s) in {first}, {second}" in page
     assert f"<h2>{first}/flow-{first}</h2>" in page and f"<h2>{second}/flow-{second}</h2>" in page
     assert third not in page
+
+
+async def test_a_forwarded_system_identity_is_refused_where_the_api_server_would_obey_it(
+    console: test_utils.TestClient, three_namespaces: list[str]
+) -> None:
+    # the console's account may impersonate anyone (here: admin), so the API server itself
+    # would list the third namespace for system:masters: only the console's refusal stops it
+    third = three_namespaces[2]
+    masters = {"X-Forwarded-User": "carol", "X-Forwarded-Groups": "staff, system:masters"}
+    answer = await console.get("/runs", params={"namespace": third}, headers=masters)
+    page = await answer.text()
+    assert answer.status == 403, page
+    assert "the group 'system:masters', a Kubernetes system identity" in page
+    assert f"run-{third}" not in page
+    operator = {"X-Forwarded-User": "system:serviceaccount:agentflows-system:agentflows-operator"}
+    answer = await console.get("/runs", params={"namespace": third}, headers=operator)
+    page = await answer.text()
+    assert answer.status == 403, page
+    assert "a Kubernetes system" in page and f"run-{third}" not in page
