@@ -155,12 +155,90 @@ def test_a_tools_memory_hog_is_oom_killed_at_the_pods_limit_and_the_node_says_so
     assert container.state.terminated.exit_code == 1
 
 
-# A python tool's attempt at the runner's key: its file and the runner's environment.
+# Issue 19, items 2 and 3 in the pod: a fork bomb as the runner's uid, and processes that try
+# to outlive their tool (a setsid child, and a daemon's double fork).
+_BOMB = """
+import json, os, sys
+json.load(sys.stdin)
+read, write = os.pipe()
+started = 0
+for _ in range(150):
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        os.close(write)
+        os.read(read, 1)
+        os._exit(0)
+    started += 1
+print(json.dumps(started))
+"""
+_SPAWN = """
+import json, os, subprocess, sys
+marker = json.load(sys.stdin)["marker"]
+sleeper = [sys.executable, "-c", "import time; time.sleep(300)", marker]
+subprocess.Popen(sleeper, start_new_session=True)
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.execv(sys.executable, sleeper)
+    os._exit(0)
+print(json.dumps("spawned"))
+"""
+_SURVIVORS = """
+import json, os
+found = []
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            if MARKER.encode() in handle.read():
+                found.append(pid)
+    except OSError:
+        pass
+print(json.dumps(found))
+"""
+
+
+def test_a_tools_fork_bomb_stops_at_the_limit_and_no_process_it_starts_outlives_it_in_the_pod(
+    runs: FlowRuns,
+) -> None:
+    marker = "marker-" + uuid.uuid4().hex
+    runs.apply(
+        {
+            "kind": "Flow",
+            "metadata": {"name": "left"},
+            "spec": {
+                "nodes": [
+                    {"id": "bomb", "tool": python_tool(_BOMB, {})},
+                    {"id": "spawn", "tool": python_tool(_SPAWN, {"marker": marker})},
+                    {"id": "hold", "tool": python_tool(_HOLD, {})},
+                ],
+                "edges": [{"from": "bomb", "to": "spawn"}, {"from": "spawn", "to": "hold"}],
+            },
+        },
+        {"kind": "FlowRun", "metadata": {"name": "left-1"}, "spec": {"flow": "left"}},
+    )
+    pod = _held_pod(runs, "left-1", 1)
+    nodes = runs.status("left-1")["nodes"]
+    started = nodes["bomb"]["output"]["json"]
+    assert 0 < started < 64, started  # the runner's uid, not root: the limit holds for it too
+    assert nodes["spawn"]["output"]["json"] == "spawned"
+    # the container's whole process table, seen from outside every tool's own namespace
+    survivors = _exec(runs.cluster, runs.namespace, pod, _SURVIVORS.replace("MARKER", repr(marker)))
+    assert json.loads(survivors) == []
+    _release(runs.cluster, runs.namespace, pod)
+    assert runs.wait_phase("left-1", "Succeeded", "Failed")["phase"] == "Succeeded"
+
+
+TOKEN_FILE = f"{runner_api.SERVICE_ACCOUNT_DIR}/token"
+# A python tool's attempt at the runner's key and identity: the key's file, the runner's
+# environment, and the pod's service-account token.
 _STEAL = f"""
 import json, os, sys
 json.load(sys.stdin)
 found = {{}}
-for path in ({KEY_FILE!r}, "/proc/1/environ"):
+for path in ({KEY_FILE!r}, "/proc/1/environ", {TOKEN_FILE!r}):
     try:
         with open(path, "rb") as handle:
             found[path] = "read %d bytes" % len(handle.read())
@@ -237,7 +315,11 @@ def test_the_model_key_is_in_no_environment_and_no_tool_can_read_it_but_the_mode
     assert status["phase"] == "Succeeded", status
     # The tool ran as the runner's uid, next to the file, and could not read it.
     assert status["output"] == {
-        "steal": {KEY_FILE: "Permission denied", "/proc/1/environ": "Permission denied"},
+        "steal": {
+            KEY_FILE: "Permission denied",
+            "/proc/1/environ": "Permission denied",
+            TOKEN_FILE: "Permission denied",
+        },
         "answer": "answered",
     }
     [request] = pod_model_server.requests

@@ -49,6 +49,7 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from agentflows.agents import secrets, tool_launcher
+from agentflows.api import runner as runner_api
 
 #: Environment variables passed through from the host (see module docstring).
 BASIC_ENV = frozenset(
@@ -106,8 +107,8 @@ def command(argv: Sequence[str], limits: Limits, scratch: str | None = None) -> 
     """The command line that runs ``argv`` contained under ``limits``, started by this process.
 
     ``scratch`` is the command's working directory, removed when it ends; without it the
-    launcher makes one. The runner's secrets directory (:func:`agentflows.agents.secrets.root`)
-    is hidden from the command (the launcher's Landlock ruleset).
+    launcher makes one. What holds this process's credentials is hidden from the command (the
+    launcher's Landlock ruleset, :func:`hidden_paths`).
     """
     numbers = [limits.memory_bytes, limits.cpu_seconds, limits.file_bytes, limits.processes]
     script = os.path.abspath(tool_launcher.__file__)
@@ -118,10 +119,23 @@ def command(argv: Sequence[str], limits: Limits, scratch: str | None = None) -> 
         *map(str, numbers),
         str(os.getpid()),
         scratch or "-",
-        str(secrets.root()),
+        os.pathsep.join(hidden_paths()) or "-",
         "--",
         *argv,
     ]
+
+
+def hidden_paths(environ: Mapping[str, str] = os.environ) -> list[str]:
+    """What a contained command may not read: where this process's credentials are.
+
+    The runner's secret files (:func:`agentflows.agents.secrets.root`), the pod's
+    service-account token (the runner's identity), and the kubeconfig files of
+    ``$KUBECONFIG`` (the CLI's or a runner's cluster credentials). A tool runs as its caller's
+    uid in a pod, so file modes alone cannot keep these from it.
+    """
+    kubeconfigs = [p for p in environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+    found = [str(secrets.root(environ)), runner_api.SERVICE_ACCOUNT_DIR, *kubeconfigs]
+    return [os.path.abspath(p) for p in found]
 
 
 def protect_this_process() -> None:

@@ -34,14 +34,16 @@ The process tree it starts is::
   program gives privileges back), the resource limits, no file descriptor but 0-2, and the
   scratch directory as its working directory (owned by its uid, and its ``HOME`` when the
   launcher is root).
-- **The hidden directory** (when it exists) is closed to the command by a Landlock ruleset
-  (:func:`_hide`): reading a file is allowed beneath everything except that directory, so the
-  command may list it but not read what it holds, whatever its uid. In a pod the runner and its
-  tools share a uid (without ``CAP_SETUID`` there is no other), so file modes alone cannot keep
-  the runner's secret files from a tool; Landlock needs no privilege (only ``no_new_privs``).
-  Where the kernel has no Landlock (before Linux 5.13, or not enabled) and the command's
-  identity could read a hidden file, the launcher refuses to start it (exit 126, saying why)
-  rather than run it next to the secrets.
+- **The hidden paths** (those that exist: the runner's secret files, the pod's service-account
+  token, the kubeconfig files of ``$KUBECONFIG``;
+  :func:`agentflows.agents.containment.hidden_paths`) are closed to the command by a Landlock
+  ruleset (:func:`_hide`): reading a file is allowed beneath everything except them, so the
+  command may list a hidden directory but not read what it holds, whatever its uid. In a pod
+  the runner and its tools share a uid (without ``CAP_SETUID`` there is no other), so file
+  modes alone cannot keep the runner's credentials from a tool; Landlock needs no privilege
+  (only ``no_new_privs``). Where the kernel has no Landlock (before Linux 5.13, or not
+  enabled) and the command's identity could read a hidden file, the launcher refuses to start
+  it (exit 126, saying why) rather than run it next to the credentials.
 
 Where a PID namespace cannot be made (no ``CAP_SYS_ADMIN``: a non-root user, or a container
 without it), the launcher falls back to what it did before namespaces: it becomes a child
@@ -198,7 +200,8 @@ class _Launch:
         self.parent = parent
         self.scratch = argv[separator - 2]
         hidden = argv[separator - 1]
-        self.hidden = os.path.realpath(hidden) if hidden != "-" else None
+        #: Paths the command may not read (their realpaths; ``-``: none).
+        self.hidden = [os.path.realpath(p) for p in hidden.split(os.pathsep) if hidden != "-"]
         self.target = list(argv[separator + 1 :])
         self.root = os.geteuid() == 0
         self.uid = UID_BASE + os.getpid() if self.root else os.getuid()
@@ -306,10 +309,11 @@ class _Launch:
                 signal.signal(signum, signal.SIG_DFL)
             memory, cpu, files, processes = self.limits
             _call("prctl", _PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-            if self.hidden is not None and os.path.isdir(self.hidden):
+            present = [p for p in self.hidden if os.path.lexists(p)]
+            if present:
                 # Before the identity changes: the directories on the way are listed as the
                 # launcher's user (a Landlock domain survives setuid, and everything after).
-                _hide(self.hidden)
+                _hide(present)
             if self.root:
                 os.setgroups([])
                 os.setgid(self.gid)
@@ -385,13 +389,14 @@ def _cover(directory: str, entries: set[str]) -> None:
     os.close(original)
 
 
-def _hide(hidden: str) -> None:
-    """Allow this process (and what it starts) to read files anywhere but beneath ``hidden``.
+def _hide(hidden: Sequence[str]) -> None:
+    """Allow this process (and what it starts) to read files anywhere but ``hidden`` paths.
 
     A Landlock ruleset handling only ``READ_FILE``, with a rule for every entry of each directory
-    on the way from ``/`` down to ``hidden`` except the next one on the way (symlinks are left
-    out: what they point to is covered where it is). Without Landlock, exits 126 if this identity
-    could read a file beneath ``hidden``; else it has nothing to hide from.
+    on the way from ``/`` down to a hidden path except those on the way to one and the hidden
+    paths themselves (symlinks are left out: what they point to is covered where it is).
+    Without Landlock, exits 126 if this identity could read a hidden file; else it has nothing
+    to hide from.
     """
     import ctypes
 
@@ -401,14 +406,18 @@ def _hide(hidden: str) -> None:
         _SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(handled), ctypes.sizeof(handled), 0
     )
     if ruleset < 0:
-        _refuse_unless_unreadable(hidden, os.strerror(ctypes.get_errno()))
+        why = os.strerror(ctypes.get_errno())
+        for path in hidden:
+            _refuse_unless_unreadable(path, why)
         return
-    parts = [part for part in hidden.split("/") if part]
-    for depth, part in enumerate(parts):
-        directory = "/" + "/".join(parts[:depth])
+    ways: set[str] = set()
+    for path in hidden:
+        parts = [part for part in path.split("/") if part]
+        ways.update("/" + "/".join(parts[:depth]) for depth in range(len(parts)))
+    for directory in sorted(ways):
         for entry in os.listdir(directory):
             path = os.path.join(directory, entry)
-            if entry == part or os.path.islink(path):
+            if path in hidden or path in ways or os.path.islink(path):
                 continue
             try:
                 fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -432,14 +441,14 @@ def _refuse_unless_unreadable(hidden: str, why: str) -> None:
     """Exit 126 when this process could read a file beneath ``hidden`` (no Landlock: ``why``)."""
     message = (
         f"agentflows tool launcher: refusing to start the tool: it could read the runner's "
-        f"secrets under {hidden} and the kernel offers no Landlock to prevent it ({why}; "
+        f"credentials in {hidden} and the kernel offers no Landlock to prevent it ({why}; "
         f"Linux 5.13 or later with Landlock enabled is needed)\n"
     )
-    for root, _, names in os.walk(hidden):
-        for name in names:
-            if os.access(os.path.join(root, name), os.R_OK):
-                os.write(2, message.encode())
-                os._exit(126)
+    files = [hidden] if os.path.isfile(hidden) else []
+    files += [os.path.join(root, name) for root, _, names in os.walk(hidden) for name in names]
+    if any(os.access(path, os.R_OK) for path in files):
+        os.write(2, message.encode())
+        os._exit(126)
 
 
 def main(argv: Sequence[str]) -> int:

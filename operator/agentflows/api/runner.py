@@ -28,6 +28,8 @@ CONFIGMAPS_ROOT_ENV = "AGENTFLOWS_CONFIGMAPS_ROOT"
 #: Where the runner pod's secrets volume is mounted: a file ``<Secret name>/<key>`` for each
 #: Secret key the run's Flows and Agents name (read by the runner only; closed to its tools).
 RUNNER_SECRETS_ROOT = "/var/run/agentflows/secrets"
+#: Where the kubelet mounts a pod's service-account token (the runner's identity).
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 #: Most files volumes on one runner pod.
 MAX_FILES_VOLUMES = 16
 #: A files volume's name, prefixed with ``files-``, is a pod volume name (a 63-character label).

@@ -36,10 +36,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from agentflows.api import runner as runner_api
 from agentflows.kube.kubeconfig_types import Config as Config
 from agentflows.kube.kubeconfig_types import ConfigError as ConfigError
 
-SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+SERVICE_ACCOUNT_DIR = Path(runner_api.SERVICE_ACCOUNT_DIR)
 _PLAIN_CLUSTER_KEYS = frozenset(
     {"server", "certificate-authority", "certificate-authority-data", "insecure-skip-tls-verify"}
 )

@@ -164,6 +164,27 @@ print(json.dumps({"listed": os.listdir(root + "/db"), "found": found}))
     assert set(seen["found"].values()) == {"Permission denied"}, seen
 
 
+async def test_tool_cannot_read_the_kubeconfig_of_the_process_that_runs_it(
+    ctx: capabilities.NodeContext, open_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # world-readable, in a directory anyone may search: only the launcher's Landlock stops it
+    config = open_dir / "kube" / "config"
+    config.parent.mkdir()
+    config.write_text("users: [{name: runner, user: {token: " + SECRET_VALUE + "}}]\n")
+    config.chmod(0o644)
+    monkeypatch.setenv("KUBECONFIG", f"{open_dir / 'missing'}{os.pathsep}{config}")
+    script = """
+import json, sys
+path = json.load(sys.stdin)["path"]
+try:
+    print(json.dumps(open(path).read()))
+except OSError as exc:
+    print(json.dumps(exc.strerror))
+"""
+    result = await call(ctx, script, {"path": str(config)})
+    assert result.output["json"] == "Permission denied"
+
+
 async def test_tool_writing_a_huge_file_is_stopped_at_the_file_size_limit(
     ctx: capabilities.NodeContext,
 ) -> None:
