@@ -7,7 +7,9 @@ It measures, per executed node, the wall time of a full run of:
 - ``fanout-1-32-1``: one node, 32 parallel nodes, one node that joins them (34 nodes);
 - ``loop-100``: one node run 100 times by a loop (agentflows: the node and the branch that
   sends it back, 201 nodes executed with the exit; LangGraph: the node and a conditional
-  edge, 100), printed per node next to ``chain-100``'s;
+  edge, 100), printed per node next to ``chain-100``'s, and beside it the loop's nodes unrolled
+  into a DAG (50 iterations: the same jq and a branch per iteration, no back edge), which
+  parts what looping adds from what the loop's nodes do more than the chain's;
 
 in agentflows (``compile_flow`` + ``run_flow`` with a ``MemoryStore``) and in LangGraph
 (``StateGraph`` + ``ainvoke``, with an ``InMemorySaver`` and without a checkpointer). Then it
@@ -123,6 +125,25 @@ def af_loop_spec(iterations: int) -> flow_api.FlowSpec:
 
 #: The loop's per-node work: the previous iteration's count plus one (jq over the run scope).
 AF_LOOP_STEP = "=(.nodes.step.json // 0) + 1"
+#: Iterations of the unrolled loop: its 2 nodes an iteration must fit in a Flow's node limit.
+UNROLLED_ITERATIONS = LOOP_ITERATIONS // 2
+
+
+def af_unrolled_spec(iterations: int) -> flow_api.FlowSpec:
+    """The loop's nodes, unrolled: no back edge, the same jq and a branch per iteration.
+
+    ``s<i>`` counts from ``s<i-1>``'s count as ``step`` does from its previous iteration's;
+    ``a<i>`` branches on the count as ``again`` does (its case and default both lead on).
+    """
+    nodes: list[dict[str, Any]] = []
+    for i in range(1, iterations + 1):
+        after = f"s{i + 1}" if i < iterations else "done"
+        count = f"=(.nodes.s{i - 1}.json // 0) + 1"
+        nodes.append({"id": f"s{i}", "transform": count})
+        branch = {"value": f"=.nodes.s{i}.json", "cases": {str(iterations): after}}
+        nodes.append({"id": f"a{i}", "branch": {**branch, "default": after}})
+    nodes.append({"id": "done", "transform": AF_TRANSFORM})
+    return flow_api.FlowSpec.model_validate({"nodes": nodes})
 
 
 def af_runner(spec: flow_api.FlowSpec, expected_nodes: int) -> Runner:
@@ -478,6 +499,9 @@ def main() -> None:
         paired = {
             "agentflows loop": af_runner(af_loop_spec(LOOP_ITERATIONS), 2 * LOOP_ITERATIONS + 1),
             "agentflows chain": af_runner(af_chain_spec(LOOP_ITERATIONS), LOOP_ITERATIONS),
+            "agentflows unrolled": af_runner(
+                af_unrolled_spec(UNROLLED_ITERATIONS), 2 * UNROLLED_ITERATIONS + 1
+            ),
             "langgraph+saver loop": lg_runner(
                 lg_loop_graph(LOOP_ITERATIONS),
                 {"count": 0},
@@ -489,7 +513,10 @@ def main() -> None:
             ),
         }
         times = await measure(paired, options.reps, budget, warmup)
-        executed = {"agentflows loop": 2 * LOOP_ITERATIONS + 1}
+        executed = {
+            "agentflows loop": 2 * LOOP_ITERATIONS + 1,
+            "agentflows unrolled": 2 * UNROLLED_ITERATIONS + 1,
+        }
         loop_vs_chain.update(
             {e: per_node_us(t, executed.get(e, LOOP_ITERATIONS))[0] for e, t in times.items()}
         )
@@ -527,6 +554,13 @@ def main() -> None:
         f" ({af_loop:.1f} / {af_chain:.1f} µs), langgraph+saver {lg_loop / lg_chain:.2f}"
         f" ({lg_loop:.1f} / {lg_chain:.1f} µs); loop ratio agentflows / langgraph+saver"
         f" {af_loop / lg_loop:.2f} per node, {af_per_iteration / lg_loop:.2f} per iteration"
+    )
+    af_unrolled = loop_vs_chain["agentflows unrolled"]
+    print(
+        f"  agentflows, the loop's nodes unrolled ({UNROLLED_ITERATIONS} iterations, no back"
+        f" edge; {af_unrolled:.1f} µs per node): loop / unrolled {af_loop / af_unrolled:.2f}"
+        f" (what looping adds), unrolled / chain {af_unrolled / af_chain:.2f} (the loop's"
+        " nodes' work against the chain's constant)"
     )
     print(
         f"  nodes executed in loop-{LOOP_ITERATIONS}: agentflows {2 * LOOP_ITERATIONS + 1} (the"

@@ -195,6 +195,7 @@ def _condition(kind: str, status: str, reason: str, message: str) -> dict[str, A
 def runner_pod(i: int, stage: int, rv: int, run_name: str | None = None) -> dict[str, Any]:
     """Run ``i``'s pod at ``stage`` 0 (created) .. 3 (Succeeded): controller/pods.py's spec."""
     from agentflows.api import flow as flow_api
+    from agentflows.api import flowrun as flowrun_api
     from agentflows.controller import pods, settings
 
     run = flowrun(i, 1, rv, run_name)
@@ -205,7 +206,9 @@ def runner_pod(i: int, stage: int, rv: int, run_name: str | None = None) -> dict
             ]
         }
     )
-    pod = pods.runner_pod(run, 1, "research", {"research": spec}, {}, settings.OperatorConfig())
+    config = settings.OperatorConfig()
+    run_status = flowrun_api.status_of(run)
+    pod = pods.runner_pod(run, 1, "research", {"research": spec}, {}, config, status=run_status)
     meta = pod["metadata"]
     meta.update(
         uid=f"10000000-0000-4000-8000-{i:012d}",
@@ -427,7 +430,7 @@ class Probe:
     """The work queue both sides feed, and the moments the bench waits for."""
 
     def __init__(self, held: int) -> None:
-        from agentflows.controller import workqueue
+        from agentflows.controller.runtime import workqueue
 
         self.workqueue = workqueue
         self.held = held
@@ -542,7 +545,8 @@ def run_kopf(server: str, held: int) -> dict[str, Any]:
     from agentflows.api import agent as agent_api
     from agentflows.api import flow as flow_api
     from agentflows.api import wellknown
-    from agentflows.controller import cache, workqueue
+    from agentflows.controller import cache
+    from agentflows.controller.runtime import workqueue
 
     logging.getLogger("kopf").setLevel(logging.WARNING)
     registry = kopf.OperatorRegistry()

@@ -72,7 +72,8 @@ def cluster(kubeconfig: str | None) -> Iterator[Cluster]:
         yield Cluster(kubeconfig, audit if audit.exists() else None, kubelet, private=False)
         return
     state_dir = controlplane.temporary_state_dir()
-    plane = controlplane.start(state_dir, audit=True)
+    # the process kubelet: the figures are the operator's, and a test session's real node may be up
+    plane = controlplane.start(state_dir, audit=True, node_kind="process")
     try:
         audit = controlplane.audit_log(state_dir)
         yield Cluster(str(plane.kubeconfig("admin")), audit, plane.pids["kubelet"], private=True)

@@ -58,8 +58,8 @@ sys.path.insert(0, str(REPO))
 from tests.support import api_counts, model_server  # noqa: E402
 
 from agentflows.api import runner as runner_spec  # noqa: E402
+from agentflows.api import snapshot as snapshot_api  # noqa: E402
 from agentflows.kube import client as kube  # noqa: E402
-from agentflows.kube import snapshot as snapshot_mod  # noqa: E402
 
 ACCOUNT = "agentflows-runner"
 MODEL = "openai/scripted-model"
@@ -83,7 +83,8 @@ def cluster(kubeconfig: str | None) -> Iterator[Path]:
     from devcluster import controlplane
 
     state_dir = controlplane.temporary_state_dir()
-    plane = controlplane.start(state_dir)
+    # the process kubelet: this measures the runner's start (a test session's real node may be up)
+    plane = controlplane.start(state_dir, node_kind="process")
     try:
         yield plane.kubeconfig("admin")
     finally:
@@ -153,7 +154,7 @@ async def create_run(api: kube.Client, namespace: str, spec: dict[str, Any], vol
     mounted.parent.mkdir(parents=True)
     mounted.write_text(text)
     status = {"attempt": 1, "pod": f"{name}-1", "phase": "Running", "startTime": now}
-    status["snapshotDigest"] = snapshot_mod.digest_of(text)
+    status["snapshotDigest"] = snapshot_api.digest_of(text)
     await api.merge_patch(
         kube.path_of("flowruns", namespace, name, sub="status"), {"status": status}
     )

@@ -155,9 +155,10 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument(
         "--node",
         choices=controlplane.NODE_KINDS,
-        default="process",
-        help="process: the process kubelet (no container runtime); real: containerd, kubelet, "
-        "kube-proxy and kube-scheduler (root; hack/install-node installs what it needs)",
+        default="real",
+        help="real (default): containerd, kubelet, kube-proxy and kube-scheduler (root; "
+        "hack/install-node installs what it needs); process: the process kubelet, for a machine "
+        "without a container runtime",
     )
     up.set_defaults(run=_up)
     commands.add_parser("down", help="stop everything, remove the state").set_defaults(run=_down)

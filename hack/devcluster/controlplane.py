@@ -5,12 +5,14 @@ Called by ``hack/control-plane`` (``up``/``down``/``status``/``env``) and by the
 and a log in the state directory: etcd (loopback, data under the state directory, no fsync),
 kube-apiserver (TLS on 127.0.0.1, static-token users, Node+RBAC authorization, service-account
 token issuing), kube-controller-manager (every default controller, per-controller service-account
-credentials) and the process kubelet (:mod:`devcluster.kubelet`). Every port is picked free at
-start, so several control planes (a developer's and a test run's) coexist. :func:`stop` ends all
-of it, including processes the kubelet started for pods, and removes the state directory.
-``start(node_kind="real")`` (``hack/control-plane up --node real``) runs a real node instead of
-the process kubelet: containerd, the kubelet, kube-proxy and kube-scheduler, with the API server
-on the pod bridge (:mod:`devcluster.node`); :func:`stop` then also restores the host.
+credentials) and, by default, a real node: containerd, the kubelet, kube-proxy and
+kube-scheduler, with the API server on the pod bridge (:mod:`devcluster.node`; one per machine).
+``start(node_kind="process")`` (``hack/control-plane up --node process``) runs the process
+kubelet instead (:mod:`devcluster.kubelet`: pods' commands as local processes), for a machine
+without a container runtime and for benchmarks that measure the operator, not the node. Every
+port is picked free at start, so several control planes with a process kubelet coexist.
+:func:`stop` ends all of it, including the pods, removes the state directory and, for a real
+node, restores the host.
 
 The static users, all with token authentication:
 
@@ -36,7 +38,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -49,6 +50,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from devcluster import build, images, node, pki
+from devcluster.ports import free_port
 
 DEFAULT_STATE_DIR = Path(os.environ.get("AGENTFLOWS_CP_DIR", "/tmp/agentflows-cp"))
 NODE_NAME = "agentflows-dev"
@@ -171,12 +173,6 @@ class ControlPlane:
         data["state_dir"] = Path(data["state_dir"])
         data["ca_cert"] = Path(data["ca_cert"])
         return cls(**data)
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _write_kubeconfig(path: Path, server: str, ca_cert: Path, user: str, token: str) -> None:
@@ -461,7 +457,7 @@ def _prepare(state_dir: Path, node_kind: str, held_by: int | None) -> tuple[Cont
     real = node_kind == "real"
     keys = pki.generate(state_dir / "pki", SERVICE_IP, node.NODE_IP if real else None)
     names = ["etcd", "etcd-peer", "kube-apiserver", "kube-controller-manager", "kubelet"]
-    ports = {name: _free_port() for name in names + (list(_REAL_NODE_PORTS) if real else [])}
+    ports = {name: free_port() for name in names + (list(_REAL_NODE_PORTS) if real else [])}
     node_users = _NODE_USERS if real else {}
     tokens = {u: secrets.token_hex(24) for u in [*USERS, _CONTROLLER_MANAGER_USER, *node_users]}
     host = node.NODE_IP if real else "127.0.0.1"
@@ -606,13 +602,14 @@ def start(
     timeout: float = 240,
     *,
     audit: bool = False,
-    node_kind: str = "process",
+    node_kind: str = "real",
     held_by: int | None = None,
 ) -> ControlPlane:
     """Start the whole control plane in ``state_dir`` and wait until it serves and a Node is Ready.
 
     With ``audit``, the API server writes :func:`audit_log` (see the module docstring).
-    ``node_kind`` is ``"process"`` (the process kubelet) or ``"real"`` (:mod:`devcluster.node`).
+    ``node_kind`` is ``"real"`` (:mod:`devcluster.node`) or ``"process"`` (the process kubelet, for
+    a machine without a container runtime).
     ``held_by`` is the pid of the process that will stop it (a test session): if that process
     dies first, the next real node started on this host stops this one instead of failing.
 

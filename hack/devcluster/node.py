@@ -36,6 +36,12 @@ POD_CIDR = "10.244.0.0/24"
 # The bridge's own address: the node's InternalIP, and the API server's bind address, so pods
 # reach it directly and through the ``kubernetes`` Service.
 NODE_IP = "10.244.0.1"
+# The bridge's MAC address, set when it is made (locally administered, from NODE_IP). A bridge
+# whose address was never set takes the lowest of its ports' (the pods' veths): deleting a pod
+# whose veth had it changes the gateway's MAC under every other pod, whose ARP entry then points
+# nowhere until it expires; their connections to the node and the API server time out for tens
+# of seconds. A set address is kept whatever the ports.
+BRIDGE_MAC = "02:00:" + ":".join(f"{int(octet):02x}" for octet in NODE_IP.split("."))
 CNI_BIN_DIR = "/usr/lib/cni"
 SYSCTLS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")
 # Paths the kubelet or libcni create on the host whatever their configuration says.
@@ -145,7 +151,7 @@ def prepare_host(state_dir: Path) -> None:
     directory = node_dir(state_dir)
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "host.json").write_text(json.dumps(host, indent=2))
-    _run("ip", "link", "add", BRIDGE, "type", "bridge")
+    _run("ip", "link", "add", BRIDGE, "address", BRIDGE_MAC, "type", "bridge")
     _run("ip", "addr", "add", f"{NODE_IP}/24", "dev", BRIDGE)
     _run("ip", "link", "set", BRIDGE, "up")
     OWNER_RECORD.write_text(f"{state_dir}\n")

@@ -9,8 +9,9 @@ Two session clusters, each started on first use and stopped at the end of the se
   from the ``Dockerfile`` and imported into its containerd (:func:`devcluster.appimage.load_into_node`).
   Only one real node runs on a machine, so every module that wants one shares this one.
 
-A test module says which it runs on with a module-level ``NODE = "real"`` (default
-``"process"``); the module-scoped :func:`control_plane` hands it that cluster, so ``namespace``,
+Every module runs on the real node unless it says ``NODE = "process"`` at module level (only
+the process kubelet's own tests do: ``hack/control-plane up --node process`` is for machines
+without a container runtime); the module-scoped :func:`control_plane` hands it that cluster, so ``namespace``,
 ``crds``, the operator fixtures and everything else built on ``control_plane`` work on either.
 The terminal summary says which node kind each module used and, for the real node, the RSS of
 its own processes and the p50 of the kubelet's pod start latency (its
@@ -122,8 +123,8 @@ def real_cluster() -> Iterator[Cluster]:
 
 @pytest.fixture(scope="module")
 def control_plane(request: pytest.FixtureRequest) -> Cluster:
-    """The session cluster this module's ``NODE`` names (``"process"`` unless it says ``"real"``)."""
-    kind = getattr(request.module, "NODE", "process")
+    """The session cluster this module's ``NODE`` names (``"real"`` unless it says ``"process"``)."""
+    kind = getattr(request.module, "NODE", "real")
     if kind not in controlplane.NODE_KINDS:
         pytest.fail(f"{request.module.__name__}.NODE must be one of {controlplane.NODE_KINDS}")
     cluster: Cluster = request.getfixturevalue(f"{kind}_cluster")

@@ -1,15 +1,19 @@
 """Fixtures for tests of the operator on the real control plane.
 
 ``operator`` (per module): the CRDs, config/rbac and config/policies applied as they are, and
-``agentflows operator`` running as a subprocess with a kubeconfig that holds a TokenRequest token
-of the ``agentflows-system/agentflows-operator`` ServiceAccount, so it has exactly the
-permissions config/rbac grants. ``flow_namespace``: a fresh namespace with the runner's
-ServiceAccount, Role and RoleBinding from config/rbac/runner. Wire them in with
-``from tests.cluster.operator_fixtures import *``.
+the operator running as the ``agentflows-system/agentflows-operator`` ServiceAccount, so it has
+exactly the permissions config/rbac grants: on the real node the chart's Deployment in a
+container (:class:`OperatorPod`), else ``agentflows operator`` as a subprocess with a kubeconfig
+that holds a TokenRequest token of that account (:class:`OperatorProcess`). ``flow_namespace``:
+a fresh namespace with the runner's ServiceAccount, Role and RoleBinding from
+config/rbac/runner. The servers a test starts for its runs listen at :func:`pod_host`. Wire them
+in with ``from tests.cluster.operator_fixtures import *``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
 import socket
@@ -25,25 +29,113 @@ import pytest
 import yaml
 from kubernetes import client
 
-from tests.cluster.harness import REPO, Cluster, wait_for
+from agentflows.api import runner as runner_api
+from tests.cluster.harness import KUBECTL, REPO, Cluster, Helm, wait_for
 from tests.support.model_server import Reply, ScriptedModelServer
+from tests.support.tool_board import ToolBoard
 
+from devcluster.ports import free_port  # isort: skip
 from devcluster import appimage, node  # isort: skip  (hack/ is on sys.path through the harness)
 
-__all__ = ["FlowRuns", "OperatorProcess", "flow_namespace", "operator", "pod_model_server", "runs"]
+#: What ``from tests.cluster.operator_fixtures import *`` gives a module: its fixtures and the
+#: types and helpers a module names to drive the operator.
+__all__ = [
+    "FlowRuns",
+    "Operator",
+    "OperatorPod",
+    "OperatorProcess",
+    "flow_namespace",
+    "operator",
+    "pod_model_server",
+    "running_operator",
+    "runs",
+    "tool_board",
+]
 
 OPERATOR_NAMESPACE = "agentflows-system"
+#: ``checkout``: the ``operator`` fixture runs the operator from the checkout even on the real
+#: node (a way to debug it: breakpoints, a changed source without rebuilding the image).
+OPERATOR_FROM = "AGENTFLOWS_TEST_OPERATOR"
 OPERATOR_ACCOUNT = "agentflows-operator"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+class Operator:
+    """An operator the tests drive: started, stopped, restarted, read through its metrics server
+    (``/readyz``, ``/metrics``) and its log. :class:`OperatorPod` (the chart's Deployment, in a
+    container on the real node) and :class:`OperatorProcess` (``agentflows operator`` run from
+    the checkout) are the two kinds."""
+
+    def __init__(
+        self, log_path: Path, args: Sequence[str] = (), env: Mapping[str, str] | None = None
+    ) -> None:
+        self.log_path = log_path
+        self.args = list(args)
+        self.env = dict(env or {})
+
+    @property
+    def address(self) -> str:
+        """``host:port`` of its metrics server (``/metrics``, ``/readyz``, ``/healthz``)."""
+        raise NotImplementedError
+
+    @property
+    def alive(self) -> bool:
+        raise NotImplementedError
+
+    @property
+    def identity(self) -> str:
+        """Its name on a Lease."""
+        raise NotImplementedError
+
+    def launch(self) -> None:
+        """Start it and return at once (:meth:`start` also waits for /readyz)."""
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def check_running(self) -> None:
+        """Fail the test, with the log's tail, if it has exited."""
+        raise NotImplementedError
+
+    def remove(self) -> None:
+        """Stop it for good (the next module starts its own)."""
+        self.stop()
+
+    def start(self) -> None:
+        self.launch()
+        wait_for(self.ready, 120, "the operator's /readyz")
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def ready(self) -> bool:
+        """True once the operator answers /readyz with 200 (its cache holds the first lists)."""
+        return self.readyz()[0] == 200
+
+    def readyz(self) -> tuple[int, str]:
+        """The status and body of /readyz (0 and "" while nothing listens)."""
+        self.check_running()
+        try:
+            with urllib.request.urlopen(f"http://{self.address}/readyz", timeout=5) as response:
+                return int(response.status), response.read().decode()
+        except urllib.error.HTTPError as exc:
+            return int(exc.code), exc.read().decode()
+        except OSError:
+            return 0, ""
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://{self.address}/metrics", timeout=5) as response:
+            text: str = response.read().decode()
+            return text
+
+    def log_tail(self, lines: int = 60) -> str:
+        if not self.log_path.exists():
+            return ""
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
 
-class OperatorProcess:
+class OperatorProcess(Operator):
     """``agentflows operator`` (with extra ``args``) as a child process; its log goes to a file."""
 
     def __init__(
@@ -53,19 +145,16 @@ class OperatorProcess:
         args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
     ) -> None:
+        super().__init__(log_path, args, env)
         self.kubeconfig = kubeconfig
-        self.log_path = log_path
-        self.args = list(args)
-        self.env = dict(env or {})
-        self.metrics_port = _free_port()
+        self.metrics_port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> None:
-        self.launch()
-        wait_for(self.ready, 60, "the operator's /readyz")
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.metrics_port}"
 
     def launch(self) -> None:
-        """Start the process and return at once (:meth:`start` also waits for /readyz)."""
         # The image a real node has (the process kubelet ignores images).
         image = f"agentflows:{appimage.app_version()}"
         env = {**os.environ, "AGENTFLOWS_RUNNER_IMAGE": image, **self.env}
@@ -89,23 +178,10 @@ class OperatorProcess:
                 start_new_session=True,
             )
 
-    def ready(self) -> bool:
-        """True once the operator answers /readyz with 200 (its cache holds the first lists)."""
-        return self.readyz()[0] == 200
-
-    def readyz(self) -> tuple[int, str]:
-        """The status and body of /readyz (0 and "" while nothing listens)."""
+    def check_running(self) -> None:
         assert self.process is not None
         if self.process.poll() is not None:
             pytest.fail(f"the operator exited with {self.process.returncode}:\n{self.log_tail()}")
-        url = f"http://127.0.0.1:{self.metrics_port}/readyz"
-        try:
-            with urllib.request.urlopen(url, timeout=5) as response:
-                return int(response.status), response.read().decode()
-        except urllib.error.HTTPError as exc:
-            return int(exc.code), exc.read().decode()
-        except OSError:
-            return 0, ""
 
     def stop(self) -> None:
         if self.process is None or self.process.poll() is not None:
@@ -117,10 +193,6 @@ class OperatorProcess:
             self.process.kill()
             self.process.wait(timeout=10)
 
-    def restart(self) -> None:
-        self.stop()
-        self.start()
-
     @property
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -131,16 +203,152 @@ class OperatorProcess:
         assert self.process is not None
         return f"{socket.gethostname()}_{self.process.pid}"
 
-    def metrics(self) -> str:
-        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        with urllib.request.urlopen(url, timeout=5) as response:
-            text: str = response.read().decode()
-            return text
 
-    def log_tail(self, lines: int = 60) -> str:
-        if not self.log_path.exists():
-            return ""
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+#: The chart's operator Deployment as the tests run it: one replica, no Lease (as
+#: :class:`OperatorProcess` runs by default), the chart's defaults otherwise.
+OPERATOR_VALUES = ("operator.replicas=1", "operator.leaderElection.enabled=false")
+
+
+class OperatorPod(Operator):
+    """The operator as a platform team runs it: the chart's Deployment (``helm template`` of
+    ``charts/agentflows``, :data:`OPERATOR_VALUES`) in a container of the image built from the
+    Dockerfile, on the real node, with its ServiceAccount's token mounted by the kubelet and the
+    API server reached through the ``kubernetes`` Service.
+
+    Extra ``args`` are appended to the container's command and ``env`` is set in its
+    environment. Stopping scales the Deployment to 0 (the pod gets SIGTERM and its grace
+    period); starting scales it to 1. The log file gathers every pod's log (``kubectl logs -f``
+    of each pod, from its start), so it outlives the pods as the process's log file does.
+    """
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        log_path: Path,
+        args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(log_path, args, env)
+        self.cluster = cluster
+        self.metrics_port = 8080
+        self.pod: client.V1Pod | None = None
+        self._followers: list[subprocess.Popen[bytes]] = []
+        self._followed: set[str] = set()
+
+    def deployment(self) -> dict[str, Any]:
+        """The chart's Deployment with this operator's args and env."""
+        rendered = Helm(self.cluster)(
+            "template", "agentflows", str(REPO / "charts/agentflows"),
+            "--namespace", OPERATOR_NAMESPACE,
+            "--show-only", "templates/operator-deployment.yaml",
+            *(arg for value in OPERATOR_VALUES for arg in ("--set", value)),
+        ).stdout  # fmt: skip
+        document: dict[str, Any] = yaml.safe_load(rendered)
+        container = document["spec"]["template"]["spec"]["containers"][0]
+        container["command"] = [*container["command"], *self.args]
+        env = [e for e in container.get("env", []) if e["name"] not in self.env]
+        container["env"] = [*env, *({"name": k, "value": v} for k, v in self.env.items())]
+        return document
+
+    @property
+    def name(self) -> str:
+        return "agentflows-operator"
+
+    def _scale(self, replicas: int) -> None:
+        self.cluster.kubectl(
+            "scale", "deployment", self.name, "-n", OPERATOR_NAMESPACE, f"--replicas={replicas}"
+        )
+
+    def _pods(self) -> list[client.V1Pod]:
+        found = self.cluster.core().list_namespaced_pod(
+            OPERATOR_NAMESPACE, label_selector="app.kubernetes.io/component=operator"
+        )
+        return list(found.items)
+
+    def launch(self) -> None:
+        found = self.cluster.kubectl(
+            "get", "deployment", self.name, "-n", OPERATOR_NAMESPACE, check=False
+        )
+        if found.returncode != 0:
+            self.cluster.apply(self.deployment())
+        else:
+            self._scale(1)
+        self.pod = None
+
+    def check_running(self) -> None:
+        if self.pod is None:  # launched: its pod, once the Deployment has made it
+            live = [p for p in self._pods() if p.metadata.deletion_timestamp is None]
+            if not live:
+                return
+            self.pod = live[0]
+        pod = self.cluster.core().read_namespaced_pod(self.pod.metadata.name, OPERATOR_NAMESPACE)
+        self.pod = pod
+        for status in pod.status.container_statuses or []:
+            if status.restart_count or status.state.terminated:
+                pytest.fail(f"the operator's container ended: {status}\n{self.log_tail()}")
+        if pod.status.phase == "Running" and pod.metadata.name not in self._followed:
+            self._follow(pod.metadata.name)
+
+    def _follow(self, pod: str) -> None:
+        self._followed.add(pod)
+        argv = [KUBECTL, f"--kubeconfig={self.cluster.kubeconfig()}", "logs", "-f"]
+        with self.log_path.open("ab") as log:
+            follower = subprocess.Popen(
+                [*argv, "-n", OPERATOR_NAMESPACE, pod],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self._followers.append(follower)
+
+    @property
+    def address(self) -> str:
+        if self.pod is None or not self.pod.status.pod_ip:
+            return "0.0.0.0:0"  # nothing listens yet: readyz answers 0
+        return f"{self.pod.status.pod_ip}:{self.metrics_port}"
+
+    def stop(self) -> None:
+        if self.pod is None:
+            return
+        self._scale(0)
+        wait_for(lambda: not self._pods(), 120, "the operator's pod gone")
+        for follower in self._followers:
+            try:
+                follower.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                follower.kill()
+        self._followers.clear()
+        self.pod = None
+
+    def remove(self) -> None:
+        """Stop it and delete its Deployment (the next module applies its own)."""
+        self.stop()
+        self.cluster.kubectl(
+            "delete", "deployment", self.name, "-n", OPERATOR_NAMESPACE, "--ignore-not-found"
+        )
+
+    @property
+    def alive(self) -> bool:
+        if self.pod is None:
+            return False
+        try:
+            pod = self.cluster.core().read_namespaced_pod(
+                self.pod.metadata.name, OPERATOR_NAMESPACE
+            )
+        except client.ApiException:
+            return False
+        statuses = pod.status.container_statuses or []
+        return (
+            pod.metadata.deletion_timestamp is None
+            and pod.status.phase == "Running"
+            and all(s.restart_count == 0 and s.state.running for s in statuses)
+        )
+
+    @property
+    def identity(self) -> str:
+        """Its name on the Lease: the pod's (``POD_NAME``)."""
+        assert self.pod is not None
+        return str(self.pod.metadata.name)
 
 
 def _apply_dir(cluster: Cluster, directory: str) -> None:
@@ -198,24 +406,41 @@ def install_operator(cluster: Cluster, directory: Path) -> Path:
     return _operator_kubeconfig(cluster, directory / "kubeconfig")
 
 
+@contextlib.contextmanager
+def running_operator(
+    cluster: Cluster, directory: Path, env: Mapping[str, str] | None = None
+) -> Iterator[Operator]:
+    """The operator installed from config/ (:func:`install_operator`) and running with ``env``
+    until the block ends: on the real node the chart's Deployment in a container
+    (:class:`OperatorPod`); on a process kubelet, or with ``AGENTFLOWS_TEST_OPERATOR=checkout``
+    (to debug it), ``agentflows operator`` from the checkout (:class:`OperatorProcess`)."""
+    kubeconfig = install_operator(cluster, directory)
+    log = directory / "operator.log"
+    running: Operator
+    if cluster.cp.node == "real" and os.environ.get(OPERATOR_FROM) != "checkout":
+        running = OperatorPod(cluster, log, env=env)
+    else:
+        running = OperatorProcess(kubeconfig, log, env=env)
+    running.start()
+    try:
+        yield running
+    finally:
+        running.remove()
+        print(f"operator log: {running.log_path}")
+
+
 @pytest.fixture(scope="module")
 def operator(
     control_plane: Cluster, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[OperatorProcess]:
-    """The operator, installed from config/ and running with its ServiceAccount's token.
+) -> Iterator[Operator]:
+    """The operator, installed from config/ and running with its ServiceAccount's token
+    (:func:`running_operator`).
 
     Module-scoped: it watches every namespace, so it must be gone before other modules create
     FlowRuns that they drive by hand (tests/cluster/test_runner.py).
     """
-    directory = tmp_path_factory.mktemp("operator")
-    kubeconfig = install_operator(control_plane, directory)
-    process = OperatorProcess(kubeconfig, directory / "operator.log")
-    process.start()
-    try:
-        yield process
-    finally:
-        process.stop()
-        print(f"operator log: {process.log_path}")
+    with running_operator(control_plane, tmp_path_factory.mktemp("operator")) as running:
+        yield running
 
 
 def prepare_flow_namespace(cluster: Cluster, namespace: str) -> None:
@@ -237,8 +462,14 @@ def prepare_flow_namespace(cluster: Cluster, namespace: str) -> None:
 
 
 @pytest.fixture
-def flow_namespace(control_plane: Cluster, namespace: str, operator: OperatorProcess) -> str:
-    """A namespace that can run flows (:func:`prepare_flow_namespace`), with the operator on."""
+def flow_namespace(control_plane: Cluster, namespace: str, operator: Operator) -> str:
+    """A namespace that can run flows (:func:`prepare_flow_namespace`), with the operator on.
+
+    On: a test that stops the module's operator and fails before it starts it again leaves it
+    stopped, and every later test of the module would wait for a reconcile that never comes.
+    """
+    if not operator.alive:
+        operator.start()
     prepare_flow_namespace(control_plane, namespace)
     return namespace
 
@@ -281,7 +512,26 @@ class FlowRuns:
             status = self.status(name)
             return status if status.get("phase") in phases else None
 
-        return wait_for(reached, timeout, f"FlowRun {name} in {phases}")
+        try:
+            return wait_for(reached, timeout, f"FlowRun {name} in {phases}")
+        except pytest.fail.Exception as exc:
+            pytest.fail(f"{exc}\n{self.describe(name)}")
+
+    def describe(self, name: str) -> str:
+        """The run's status and its pods, as a failed wait reports them (CI keeps no cluster)."""
+        run = self.get("flowruns", name)
+        status = (run or {}).get("status") or {}
+        nodes = {n: r.get("phase") for n, r in (status.get("nodes") or {}).items()}
+        kept = {k: v for k, v in status.items() if k not in ("nodes", "usage", "output")}
+        pods = [
+            (p.metadata.name, p.status.phase, p.metadata.deletion_timestamp is not None)
+            for p in self.pods(name)
+        ]
+        return (
+            f"FlowRun {self.namespace}/{name}: "
+            + ("gone" if run is None else json.dumps(kept, sort_keys=True))
+            + f"\nnodes: {nodes}\npods (name, phase, deleting): {pods}"
+        )
 
     def wait_node(self, name: str, node: str, phase: str, timeout: float = 180) -> dict[str, Any]:
         def reached() -> dict[str, Any] | None:
@@ -309,26 +559,67 @@ class FlowRuns:
         return list(found.items)
 
     def pod_kubeconfig(self, pod_name: str) -> Path:
-        """The kubeconfig (pod-bound token) the process kubelet wrote for a running pod."""
-        from devcluster import podfiles
+        """A kubeconfig holding a running pod's own (pod-bound) service-account token.
 
-        pod = self.cluster.pod(self.namespace, pod_name)
-        directory = podfiles.pod_dir_name(self.namespace, pod_name, pod.metadata.uid)
-        return self.cluster.cp.state_dir / "pods" / directory / "kubeconfig"
+        On the real node the token is read where the kubelet mounted it, with ``kubectl exec``
+        as the admin: the test stands for whoever may exec into the pod. The process kubelet
+        writes it beside the pod's files.
+        """
+        if self.cluster.cp.node != "real":
+            from devcluster import podfiles
+
+            pod = self.cluster.pod(self.namespace, pod_name)
+            directory = podfiles.pod_dir_name(self.namespace, pod_name, pod.metadata.uid)
+            return self.cluster.cp.state_dir / "pods" / directory / "kubeconfig"
+        token = self.cluster.kubectl(
+            "exec", "-n", self.namespace, pod_name, "--",
+            "cat", f"{runner_api.SERVICE_ACCOUNT_DIR}/token",
+        ).stdout  # fmt: skip
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {"name": "cluster", "cluster": {
+                    "server": self.cluster.cp.server,
+                    "certificate-authority": str(self.cluster.cp.ca_cert),
+                }},
+            ],
+            "users": [{"name": pod_name, "user": {"token": token.strip()}}],
+            "contexts": [{"name": "pod", "context": {"cluster": "cluster", "user": pod_name}}],
+            "current-context": "pod",
+        }  # fmt: skip
+        path = self.cluster.cp.state_dir / f"pod-{self.namespace}-{pod_name}.kubeconfig"
+        path.write_text(yaml.safe_dump(config))
+        path.chmod(0o600)
+        return path
+
+
+def pod_host(cluster: Cluster) -> str:
+    """The address a server of the test listens on so that the run's pods reach it: the node's
+    bridge address on the real node (its pods are in containers), else loopback."""
+    return node.NODE_IP if cluster.cp.node == "real" else "127.0.0.1"
 
 
 @pytest.fixture
-def pod_model_server(
-    request: pytest.FixtureRequest, control_plane: Cluster
-) -> Iterator[ScriptedModelServer]:
-    """A scripted model server where the run's pods reach it: the node's bridge address for a
-    module on the real node (``NODE = "real"``: its pods are in containers), else loopback."""
-    real = getattr(request.module, "NODE", "process") == "real"
-    server = ScriptedModelServer(host=node.NODE_IP if real else "127.0.0.1").start()
+def pod_model_server(control_plane: Cluster) -> Iterator[ScriptedModelServer]:
+    """A scripted model server where the run's pods reach it (:func:`pod_host`)."""
+    server = ScriptedModelServer(host=pod_host(control_plane)).start()
     try:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def tool_board(control_plane: Cluster) -> Iterator[ToolBoard]:
+    """Files the test shares with its runs' python tools, where the pods reach them
+    (:func:`pod_host`): counts, journals and release marks that outlive the pods. (It asks for
+    the control plane: the bridge address exists once the node is up.)"""
+    board = ToolBoard(host=pod_host(control_plane)).start()
+    try:
+        yield board
+    finally:
+        board.stop()
 
 
 @pytest.fixture

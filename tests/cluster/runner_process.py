@@ -21,9 +21,9 @@ from typing import Any
 
 import pydantic
 
-from agentflows.api import agent as agent_api
-from agentflows.api import flow as flow_api
+from agentflows.api import flowrun as flowrun_api
 from agentflows.api import runner as runner_api
+from agentflows.api import snapshot as snapshot_api
 from agentflows.controller import pods
 from agentflows.kube import client as kube_client
 from agentflows.kube import mounted, status_store
@@ -76,7 +76,7 @@ async def prepare(
             "data": {snapshot_mod.SNAPSHOT_KEY: text},
         },
     )
-    prepared = {"attempt": 1, "snapshotDigest": snapshot_mod.digest_of(text), **(status or {})}
+    prepared = {"attempt": 1, "snapshotDigest": snapshot_api.digest_of(text), **(status or {})}
     path = kube_client.path_of("flowruns", namespace, name, sub="status")
     stored: dict[str, Any] = await api.merge_patch(path, {"status": prepared})
     return stored
@@ -90,17 +90,15 @@ def volume_root(cluster: Cluster, namespace: str, name: str) -> Path:
 async def fill_volume(cluster: Cluster, api: kube_client.Client, namespace: str, name: str) -> Path:
     """Fill the run's ConfigMaps volume as a new pod's kubelet would; return its root."""
     run = await api.get(kube_client.path_of("flowruns", namespace, name))
-    found = await api.get(
-        kube_client.path_of("configmaps", namespace, snapshot_mod.snapshot_name(name))
-    )
-    document = json.loads(found["data"][snapshot_mod.SNAPSHOT_KEY])
+    taken = await snapshot_mod.read_snapshot(api, namespace, name)
     try:
-        flows = {k: flow_api.FlowSpec.model_validate(v) for k, v in document["flows"].items()}
-        agents = {k: agent_api.AgentSpec.model_validate(v) for k, v in document["agents"].items()}
-        volume = pods.config_map_volume(run, flows, agents)
+        volume = pods.config_map_volume(
+            run, flowrun_api.status_of(run), taken.flow_specs, taken.agent_specs
+        )
     except pydantic.ValidationError:  # a run that is to fail with FlowInvalid
         snapshot = (snapshot_mod.snapshot_name(name), snapshot_mod.SNAPSHOT_KEY)
-        volume = mounted.volume([snapshot], status_store.offloaded_parts(run.get("status") or {}))
+        offloaded = status_store.offloaded_parts(flowrun_api.status_of(run))
+        volume = mounted.volume([snapshot], offloaded)
     root = volume_root(cluster, namespace, name)
     await kubelet_volume.fill(api, namespace, volume, root)
     return root

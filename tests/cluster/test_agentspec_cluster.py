@@ -159,10 +159,10 @@ def desk_run(name: str) -> dict[str, Any]:
 
 
 def test_a_swarm_run_paused_after_a_handoff_resumes_in_a_new_pod_with_the_recipient(
-    control_plane: Cluster, runs: FlowRuns, model_server: ScriptedModelServer, tmp_path: Path
+    control_plane: Cluster, runs: FlowRuns, pod_model_server: ScriptedModelServer, tmp_path: Path
 ) -> None:
-    apply_swarm(control_plane, runs, model_server, tmp_path)
-    model_server.script(
+    apply_swarm(control_plane, runs, pod_model_server, tmp_path)
+    pod_model_server.script(
         Reply.calls(ToolCall("handoff_conversation", {"agent": "billing"})),
         Reply.calls(ToolCall("ledger", {"invoice": 42}, id="c1")),
     )
@@ -175,7 +175,7 @@ def test_a_swarm_run_paused_after_a_handoff_resumes_in_a_new_pod_with_the_recipi
         "no running pod",
     )
 
-    model_server.script(Reply.text("Invoice 42 was paid on May 2."))
+    pod_model_server.script(Reply.text("Invoice 42 was paid on May 2."))
     answered = cli(
         control_plane, "respond", "desk-1", "agent", "-n", runs.namespace, "--data", '"paid"'
     )
@@ -184,27 +184,27 @@ def test_a_swarm_run_paused_after_a_handoff_resumes_in_a_new_pod_with_the_recipi
     assert status["phase"] == "Succeeded", status.get("message")
     assert status["output"] == "Invoice 42 was paid on May 2."
     assert status["nodes"]["agent"]["detail"]["agent"] == "billing"
-    resumed = model_server.requests[2].messages
+    resumed = pod_model_server.requests[2].messages
     assert (resumed[0]["content"], resumed[-1]["content"]) == ("You handle billing.", "paid")
     assert [p.metadata.name for p in runs.pods("desk-1")] == ["desk-1-1", "desk-1-2"]
 
 
 def test_a_runner_pod_killed_after_a_handoff_is_followed_by_one_that_asks_the_recipient(
-    control_plane: Cluster, runs: FlowRuns, model_server: ScriptedModelServer, tmp_path: Path
+    control_plane: Cluster, runs: FlowRuns, pod_model_server: ScriptedModelServer, tmp_path: Path
 ) -> None:
     # handoff: always, so billing is reached only through front's handoffs (no sub-agents):
     # the run's snapshot holds it all the same
-    apply_swarm(control_plane, runs, model_server, tmp_path, handoff="always")
-    model_server.script(
+    apply_swarm(control_plane, runs, pod_model_server, tmp_path, handoff="always")
+    pod_model_server.script(
         Reply.calls(ToolCall("handoff_conversation", {"agent": "billing"})),
         Reply.text("never received: its pod is deleted first", delay=60),
         Reply.text("Invoice 42 was paid on May 2."),
     )
     runs.apply(desk_run("desk-2"))
     try:
-        wait_for(lambda: len(model_server.requests) == 2, 180, "billing asked in the first pod")
+        wait_for(lambda: len(pod_model_server.requests) == 2, 180, "billing asked in the first pod")
     except pytest.fail.Exception:
-        pytest.fail(f"billing never asked: {runs.status('desk-2')}, {model_server.requests}")
+        pytest.fail(f"billing never asked: {runs.status('desk-2')}, {pod_model_server.requests}")
 
     def kept() -> dict[str, Any] | None:
         record = (runs.status("desk-2").get("nodes") or {}).get("agent") or {}
@@ -216,23 +216,23 @@ def test_a_runner_pod_killed_after_a_handoff_is_followed_by_one_that_asks_the_re
     status = runs.wait_phase("desk-2", "Succeeded", "Failed")
     assert status["phase"] == "Succeeded", status.get("message")
     assert status["output"] == "Invoice 42 was paid on May 2."
-    systems = [r.messages[0]["content"] for r in model_server.requests]
+    systems = [r.messages[0]["content"] for r in pod_model_server.requests]
     assert systems == ["You are the front desk.", "You handle billing.", "You handle billing."]
     assert [p.metadata.name for p in runs.pods("desk-2")] == ["desk-2-2"]
 
 
 def test_llm_nodes_a_map_a_parallel_map_and_a_sub_flow_run_as_imported_flows(
-    control_plane: Cluster, runs: FlowRuns, model_server: ScriptedModelServer, tmp_path: Path
+    control_plane: Cluster, runs: FlowRuns, pod_model_server: ScriptedModelServer, tmp_path: Path
 ) -> None:
     path = tmp_path / "digest.yaml"
     text = (SPEC.parent / "digest.yaml").read_text()
-    path.write_text(text.replace("http://127.0.0.1:8000/v1", model_server.url))
+    path.write_text(text.replace("http://127.0.0.1:8000/v1", pod_model_server.url))
     imported = cli(control_plane, "import", str(path))
     assert imported.returncode == 0, imported.stderr
     documents = list(yaml.safe_load_all(imported.stdout))
     assert sorted(d["kind"] for d in documents).count("Flow") > 1, "sub-flows are Flows"
     runs.apply(*documents)
-    model_server.script(
+    pod_model_server.script(
         Reply.text("Kopf runs operators."),
         Reply.text("jq filters JSON."),
         Reply.text('{"headline": "Two tools", "count": 2}'),

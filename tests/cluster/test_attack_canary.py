@@ -4,9 +4,9 @@ The namespace holds a Secret with a unique canary value that the Flows reference
 Flow author may (an http tool's secret header), so the runner pod really receives it. Each run
 then tries one way to get the value out: the jq environment (``$ENV``, ``env``) in a transform,
 an output and a template; a python tool printing its environment to its result and stderr; an
-http tool whose loopback server echoes the secret header back in its response. Whatever becomes
-of each run, the value (plain or base64) must not appear in any FlowRun, Event, ConfigMap, runner
-pod log (the process kubelet's log files) or the operator's log.
+http tool whose server (on the node's bridge address) echoes the secret header back in its
+response. Whatever becomes of each run, the value (plain or base64) must not appear in any
+FlowRun, Event, ConfigMap, runner pod log (``kubectl logs``) or the operator's log.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import base64
 import http.server
 import json
-import threading
+import urllib.parse
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -24,7 +24,8 @@ from kubernetes import client
 
 from tests.cluster.harness import Cluster
 from tests.cluster.operator_fixtures import *  # noqa: F403
-from tests.cluster.operator_fixtures import FlowRuns, OperatorProcess, python_tool
+from tests.cluster.operator_fixtures import FlowRuns, Operator, pod_host, python_tool
+from tests.support.http_serving import ServedHTTP
 
 pytestmark = pytest.mark.cluster
 
@@ -52,14 +53,11 @@ class _Echo(http.server.BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def echo_url() -> Iterator[str]:
-    """A loopback HTTP server that echoes request headers (runner pods are local processes)."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/echo"
-    server.shutdown()
-    server.server_close()
+def echo_url(control_plane: Cluster) -> Iterator[str]:
+    """An HTTP server that echoes request headers, where the runner pods reach it."""
+    host = pod_host(control_plane)
+    with ServedHTTP(_Echo, host) as server:
+        yield f"{server.origin}/echo"
 
 
 @pytest.fixture
@@ -84,7 +82,7 @@ def echo_node(url: str, node_id: str = "echo") -> dict[str, Any]:
             "http": {
                 "url": url,
                 "secretHeaders": {"X-Canary": {"secretKeyRef": {"name": "canary", "key": "value"}}},
-                "allowHosts": ["127.0.0.1"],
+                "allowHosts": [urllib.parse.urlsplit(url).hostname],
             },
             "args": {},
         },
@@ -120,7 +118,7 @@ def attempts(url: str) -> dict[str, dict[str, Any]]:
     }
 
 
-def evidence(cluster: Cluster, runs: FlowRuns, operator: OperatorProcess) -> dict[str, str]:
+def evidence(cluster: Cluster, runs: FlowRuns, operator: Operator) -> dict[str, str]:
     """Everything a user or an operator could read afterwards, by where it came from."""
     custom = client.CustomObjectsApi(cluster.api())
     core = cluster.core()
@@ -139,9 +137,10 @@ def evidence(cluster: Cluster, runs: FlowRuns, operator: OperatorProcess) -> dic
         found[f"Event {event.metadata.name}"] = f"{event.reason} {event.message}"
     for config_map in core.list_namespaced_config_map(runs.namespace).items:
         found[f"ConfigMap {config_map.metadata.name}"] = json.dumps(config_map.data)
-    pods_dir = cluster.cp.state_dir / "pods"
-    for log in sorted(pods_dir.glob(f"{runs.namespace}_*/*.log")):
-        found[f"pod log {log.parent.name}/{log.name}"] = log.read_text(errors="replace")
+    for pod in core.list_namespaced_pod(runs.namespace).items:
+        name = pod.metadata.name
+        logs = cluster.kubectl("logs", "-n", runs.namespace, name, "--all-containers")
+        found[f"pod log {name}"] = logs.stdout
     found["operator log"] = operator.log_path.read_text(errors="replace")
     return found
 
@@ -149,7 +148,7 @@ def evidence(cluster: Cluster, runs: FlowRuns, operator: OperatorProcess) -> dic
 def test_a_canary_secret_never_appears_after_runs_that_try_every_path_to_it(
     control_plane: Cluster,
     runs: FlowRuns,
-    operator: OperatorProcess,
+    operator: Operator,
     canary: str,
     echo_url: str,
 ) -> None:

@@ -26,40 +26,49 @@ from tests.cluster.operator_fixtures import *  # noqa: F403
 from tests.cluster.operator_fixtures import FlowRuns, python_tool
 from tests.support.fixtures import *  # noqa: F403
 from tests.support.model_server import Reply, ScriptedModelServer
+from tests.support.tool_board import CLIENT, ToolBoard
 
 pytestmark = pytest.mark.cluster
 
 EDITOR = "mallory"
 RUNNER = "agentflows-runner"
-COUNT = """
+COUNT = (
+    CLIENT
+    + """
 import json, sys
 args = json.load(sys.stdin)
-with open(args["count"], "a") as handle:
-    handle.write("ran\\n")
+append(args["count"], "ran\\n")
 print(json.dumps({"shipped": True}))
 """
+)
 # Holds the first attempt while the test forges with the attempt's pod token; a later attempt
 # passes at once. (A contained tool cannot read that token itself: the test stands for whoever
 # holds it, e.g. someone allowed to exec into the pod.)
-HOLD_ONCE = """
-import json, os, sys, time
+HOLD_ONCE = (
+    CLIENT
+    + """
+import json, sys, time
 args = json.load(sys.stdin)
-if os.path.exists(args["started"]):
+if exists(args["started"]):
     print(json.dumps({"again": True}))
     sys.exit(0)
-open(args["started"], "w").close()
-while not os.path.exists(args["release"]):
+append(args["started"])
+while not exists(args["release"]):
     time.sleep(0.1)
 print(json.dumps({"released": True}))
 """
-SLOW = """
-import json, os, sys, time
+)
+SLOW = (
+    CLIENT
+    + """
+import json, sys, time
 args = json.load(sys.stdin)
-open(args["started"], "w").close()
-while not os.path.exists(args["release"]):
+append(args["started"])
+while not exists(args["release"]):
     time.sleep(0.1)
 print(json.dumps({"released": True}))
 """
+)
 
 
 def flow(name: str, nodes: list[dict[str, Any]], **spec: Any) -> dict[str, Any]:
@@ -70,17 +79,17 @@ def flowrun(name: str, flow_name: str) -> dict[str, Any]:
     return {"kind": "FlowRun", "metadata": {"name": name}, "spec": {"flow": flow_name}}
 
 
-def gate_flow(name: str, tool_dir: Path, approvers: dict[str, Any] | None) -> dict[str, Any]:
+def gate_flow(name: str, tool_board: ToolBoard, approvers: dict[str, Any] | None) -> dict[str, Any]:
     """review (approval) -> ship (a counted python tool)."""
     approval: dict[str, Any] = {"message": "Ship it?"}
     if approvers is not None:
         approval["approvers"] = approvers
-    ship = python_tool(COUNT, {"count": str(tool_dir / f"{name}.shipped")})
+    ship = python_tool(COUNT, {"count": str(tool_board / f"{name}.shipped")})
     return flow(name, [{"id": "review", "approval": approval}, {"id": "ship", "tool": ship}])
 
 
-def shipped(tool_dir: Path, name: str) -> int:
-    path = tool_dir / f"{name}.shipped"
+def shipped(tool_board: ToolBoard, name: str) -> int:
+    path = tool_board / f"{name}.shipped"
     return len(path.read_text().splitlines()) if path.exists() else 0
 
 
@@ -170,17 +179,17 @@ def forged_approval() -> dict[str, Any]:
 
 
 def test_a_runner_token_minted_by_an_editor_can_neither_record_an_approval_nor_decide(
-    control_plane: Cluster, runs: FlowRuns, editor: str, tool_dir: Path
+    control_plane: Cluster, runs: FlowRuns, editor: str, tool_board: ToolBoard, tmp_path: Path
 ) -> None:
     runs.apply(
-        gate_flow("gated", tool_dir, {"users": ["carol"]}),
-        gate_flow("open", tool_dir, None),
+        gate_flow("gated", tool_board, {"users": ["carol"]}),
+        gate_flow("open", tool_board, None),
         flowrun("gated-1", "gated"),
         flowrun("open-1", "open"),
     )
     runs.wait_phase("gated-1", "Waiting")
     runs.wait_phase("open-1", "Waiting")
-    minted = minted_kubeconfig(control_plane, runs.namespace, tool_dir / "minted")
+    minted = minted_kubeconfig(control_plane, runs.namespace, tmp_path / "minted")
 
     record = {"status": {"nodes": {"review": forged_approval()}}}
     refused = call_as(minted, "merge", status_path(runs.namespace, "gated-1"), record)
@@ -201,22 +210,22 @@ def test_a_runner_token_minted_by_an_editor_can_neither_record_an_approval_nor_d
         status = runs.status(run)
         assert status["nodes"]["review"]["phase"] == "Waiting"
         assert "decision" not in status["requests"]["review"]
-    assert shipped(tool_dir, "gated") == shipped(tool_dir, "open") == 0
+    assert shipped(tool_board, "gated") == shipped(tool_board, "open") == 0
 
 
 # ----- item 30: a tool approving its own run -----------------------------------------------------
 
 
 def test_the_runs_own_pod_token_can_neither_approve_its_run_nor_delete_its_request(
-    control_plane: Cluster, runs: FlowRuns, tool_dir: Path
+    control_plane: Cluster, runs: FlowRuns, tool_board: ToolBoard
 ) -> None:
     grant_deciders(control_plane, runs.namespace)
     hold = python_tool(
         HOLD_ONCE,
-        {"started": str(tool_dir / "self.started"), "release": str(tool_dir / "release")},
+        {"started": str(tool_board / "self.started"), "release": str(tool_board / "release")},
         timeout=300,
     )
-    ship = python_tool(COUNT, {"count": str(tool_dir / "self.shipped")})
+    ship = python_tool(COUNT, {"count": str(tool_board / "self.shipped")})
     runs.apply(
         flow(
             "self",
@@ -238,7 +247,7 @@ def test_the_runs_own_pod_token_can_neither_approve_its_run_nor_delete_its_reque
         ),
         flowrun("self-1", "self"),
     )
-    wait_for((tool_dir / "self.started").exists, 120, "the first attempt's tool runs")
+    wait_for((tool_board / "self.started").exists, 120, "the first attempt's tool runs")
     wait_for(lambda: "review" in (runs.status("self-1").get("requests") or {}), 120, "the request")
     pod_token = runs.pod_kubeconfig("self-1-1")
     path = status_path(runs.namespace, "self-1")
@@ -257,7 +266,7 @@ def test_the_runs_own_pod_token_can_neither_approve_its_run_nor_delete_its_reque
     status = runs.wait_phase("self-1", "Waiting", "Succeeded", "Failed")
     assert status["phase"] == "Waiting", status.get("message")
     assert "decision" not in status["requests"]["review"]
-    assert shipped(tool_dir, "self") == 0
+    assert shipped(tool_board, "self") == 0
 
     # a real decision by the approver still ships, once
     alice = control_plane.kubectl(
@@ -267,16 +276,16 @@ def test_the_runs_own_pod_token_can_neither_approve_its_run_nor_delete_its_reque
         user="alice", check=False,
     )  # fmt: skip
     assert alice.returncode == 0, alice.stderr
-    (tool_dir / "release").touch()
+    (tool_board / "release").touch()
     status = runs.wait_phase("self-1", "Succeeded", "Failed")
     assert status["phase"] == "Succeeded", status.get("message")
-    assert shipped(tool_dir, "self") == 1
+    assert shipped(tool_board, "self") == 1
 
 
 def test_a_waiting_run_whose_request_was_deleted_fails_with_request_missing(
-    control_plane: Cluster, runs: FlowRuns, tool_dir: Path
+    control_plane: Cluster, runs: FlowRuns, tool_board: ToolBoard
 ) -> None:
-    runs.apply(gate_flow("lost", tool_dir, None), flowrun("lost-1", "lost"))
+    runs.apply(gate_flow("lost", tool_board, None), flowrun("lost-1", "lost"))
     runs.wait_phase("lost-1", "Waiting")
     control_plane.kubectl(
         "patch", "flowrun", "lost-1", "-n", runs.namespace, "--subresource=status",
@@ -285,22 +294,22 @@ def test_a_waiting_run_whose_request_was_deleted_fails_with_request_missing(
     status = runs.wait_phase("lost-1", "Failed", timeout=60)
     assert status["reason"] == "RequestMissing"
     assert "review (review) wait for a request that was deleted" in status["message"]
-    assert shipped(tool_dir, "lost") == 0
+    assert shipped(tool_board, "lost") == 0
 
 
 # ----- items 28 and 29: operator keys and operator-owned ConfigMaps ------------------------------
 
 
-def slow_flow(name: str, tool_dir: Path) -> dict[str, Any]:
-    args = {"started": str(tool_dir / f"{name}.started"), "release": str(tool_dir / "release")}
+def slow_flow(name: str, tool_board: ToolBoard) -> dict[str, Any]:
+    args = {"started": str(tool_board / f"{name}.started"), "release": str(tool_board / "release")}
     return flow(name, [{"id": "wait", "tool": python_tool(SLOW, args, timeout=300)}])
 
 
 def test_a_runner_pod_cannot_write_operator_keys_nor_configmaps_the_operator_owns(
-    control_plane: Cluster, runs: FlowRuns, tool_dir: Path
+    control_plane: Cluster, runs: FlowRuns, tool_board: ToolBoard
 ) -> None:
-    runs.apply(slow_flow("spend", tool_dir), flowrun("spend-1", "spend"))
-    wait_for((tool_dir / "spend.started").exists, 120, "the tool runs")
+    runs.apply(slow_flow("spend", tool_board), flowrun("spend-1", "spend"))
+    wait_for((tool_board / "spend.started").exists, 120, "the tool runs")
     pod_token = runs.pod_kubeconfig("spend-1-1")
     run = runs.run("spend-1")
 
@@ -335,7 +344,7 @@ def test_a_runner_pod_cannot_write_operator_keys_nor_configmaps_the_operator_own
                    {"status": {"currentNode": "wait"}}) is None  # fmt: skip
     offloaded = {**planted, "metadata": {**planted["metadata"], "name": "spend-1-out-x-0"}}
     assert call_as(pod_token, "create", configmaps, offloaded) is None
-    (tool_dir / "release").touch()
+    (tool_board / "release").touch()
     assert runs.wait_phase("spend-1", "Succeeded", "Failed")["phase"] == "Succeeded"
 
 
@@ -343,15 +352,15 @@ def test_a_runner_pod_cannot_write_operator_keys_nor_configmaps_the_operator_own
 
 
 def test_a_runner_pod_token_reads_no_configmap_of_the_namespace_not_even_its_runs_own(
-    control_plane: Cluster, runs: FlowRuns, tool_dir: Path
+    control_plane: Cluster, runs: FlowRuns, tool_board: ToolBoard
 ) -> None:
     # RBAC's get cannot be confined by admission: the runner gets no get, and its pod is given
     # the ConfigMaps its run reads as a volume instead
     control_plane.core().create_namespaced_config_map(
         runs.namespace, {"metadata": {"name": "team-settings"}, "data": {"db": "password"}}
     )
-    runs.apply(slow_flow("peek", tool_dir), flowrun("peek-1", "peek"))
-    wait_for((tool_dir / "peek.started").exists, 120, "the tool runs")
+    runs.apply(slow_flow("peek", tool_board), flowrun("peek-1", "peek"))
+    wait_for((tool_board / "peek.started").exists, 120, "the tool runs")
     pod_token = runs.pod_kubeconfig("peek-1-1")
     for name in ("team-settings", "peek-1-snapshot"):
         path = kube_client.path_of("configmaps", runs.namespace, name)
@@ -359,12 +368,12 @@ def test_a_runner_pod_token_reads_no_configmap_of_the_namespace_not_even_its_run
         assert refused is not None and refused.status == 403, (name, refused)
     listed = call_as(pod_token, "get", kube_client.path_of("configmaps", runs.namespace), None)
     assert listed is not None and listed.status == 403, listed
-    (tool_dir / "release").touch()
+    (tool_board / "release").touch()
     assert runs.wait_phase("peek-1", "Succeeded", "Failed")["phase"] == "Succeeded"
 
 
 def test_a_runner_pod_token_may_neither_list_nor_delete_agentsessions(
-    control_plane: Cluster, runs: FlowRuns, tool_dir: Path
+    control_plane: Cluster, runs: FlowRuns, tool_board: ToolBoard
 ) -> None:
     # a list would show every memory's conversations of the namespace, a delete would remove
     # them: retention, which needs both, is the operator's (controller/retention.py)
@@ -377,8 +386,8 @@ def test_a_runner_pod_token_may_neither_list_nor_delete_agentsessions(
     runs.custom.create_namespaced_custom_object(
         "agentflows.io", "v1alpha1", runs.namespace, "agentsessions", other
     )
-    runs.apply(slow_flow("nosy", tool_dir), flowrun("nosy-1", "nosy"))
-    wait_for((tool_dir / "nosy.started").exists, 120, "the tool runs")
+    runs.apply(slow_flow("nosy", tool_board), flowrun("nosy-1", "nosy"))
+    wait_for((tool_board / "nosy.started").exists, 120, "the tool runs")
     pod_token = runs.pod_kubeconfig("nosy-1-1")
     sessions = kube_client.path_of("agentsessions", runs.namespace)
     listed = call_as(pod_token, "get", sessions, None)
@@ -386,7 +395,7 @@ def test_a_runner_pod_token_may_neither_list_nor_delete_agentsessions(
     deleted = call_as(pod_token, "delete", f"{sessions}/payroll-s-1", None)
     assert deleted is not None and deleted.status == 403, deleted
     assert runs.get("agentsessions", "payroll-s-1") is not None
-    (tool_dir / "release").touch()
+    (tool_board / "release").touch()
     assert runs.wait_phase("nosy-1", "Succeeded", "Failed")["phase"] == "Succeeded"
 
 
@@ -400,21 +409,28 @@ def _agentsession(name: str, memory: str, **metadata: Any) -> dict[str, Any]:
 
 
 def test_a_runner_pod_token_writes_only_sessions_of_the_memories_its_runs_agents_name(
-    control_plane: Cluster, runs: FlowRuns, tool_dir: Path, model_server: ScriptedModelServer
+    control_plane: Cluster,
+    runs: FlowRuns,
+    tool_board: ToolBoard,
+    pod_model_server: ScriptedModelServer,
 ) -> None:
     agent = {
         "kind": "Agent",
         "metadata": {"name": "support"},
         "spec": {
-            "model": {"name": "openai/scripted-model", "apiBase": model_server.url, "retries": 0},
+            "model": {
+                "name": "openai/scripted-model",
+                "apiBase": pod_model_server.url,
+                "retries": 0,
+            },
             "session": "T-1",
         },
     }
-    slow = slow_flow("mem", tool_dir)
+    slow = slow_flow("mem", tool_board)
     slow["spec"]["nodes"].append({"id": "reply", "agent": {"name": "support", "prompt": "hi"}})
-    model_server.script(Reply.text("noted"))
+    pod_model_server.script(Reply.text("noted"))
     runs.apply(agent, slow, flowrun("mem-1", "mem"))
-    wait_for((tool_dir / "mem.started").exists, 120, "the tool runs")
+    wait_for((tool_board / "mem.started").exists, 120, "the tool runs")
     pod_token = runs.pod_kubeconfig("mem-1-1")
     sessions = kube_client.path_of("agentsessions", runs.namespace)
 
@@ -450,7 +466,7 @@ def test_a_runner_pod_token_writes_only_sessions_of_the_memories_its_runs_agents
     assert role["rules"][0]["resourceNames"] == ["mem-1/support"]
     assert role["metadata"]["ownerReferences"][0]["name"] == "mem-1"
 
-    (tool_dir / "release").touch()
+    (tool_board / "release").touch()
     assert runs.wait_phase("mem-1", "Succeeded", "Failed")["phase"] == "Succeeded"
     saved = [
         item["spec"]
@@ -523,9 +539,9 @@ def test_a_snapshot_planted_before_its_run_exists_is_replaced_by_the_operators(
 
 
 def test_a_snapshot_changed_while_its_run_waits_is_refused_by_the_next_attempt(
-    control_plane: Cluster, runs: FlowRuns, editor: str, tool_dir: Path
+    control_plane: Cluster, runs: FlowRuns, editor: str, tool_board: ToolBoard
 ) -> None:
-    runs.apply(gate_flow("swap", tool_dir, None), flowrun("swap-1", "swap"))
+    runs.apply(gate_flow("swap", tool_board, None), flowrun("swap-1", "swap"))
     runs.wait_phase("swap-1", "Waiting")
     control_plane.core(EDITOR).patch_namespaced_config_map(
         "swap-1-snapshot", runs.namespace, {"data": {"snapshot.json": snapshot_of("swap", "x")}}
@@ -538,4 +554,4 @@ def test_a_snapshot_changed_while_its_run_waits_is_refused_by_the_next_attempt(
     status = runs.wait_phase("swap-1", "Failed", "Succeeded")
     assert status["phase"] == "Failed" and status["reason"] == "SnapshotMissing", status
     assert "is not the snapshot the operator wrote for this run" in status["message"]
-    assert shipped(tool_dir, "swap") == 0
+    assert shipped(tool_board, "swap") == 0

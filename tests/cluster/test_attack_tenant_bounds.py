@@ -22,16 +22,15 @@ import pytest
 from agentflows.api import flowrun
 from tests.cluster.harness import Cluster, wait_for
 from tests.cluster.operator_fixtures import *  # noqa: F403
-from tests.cluster.operator_fixtures import FlowRuns, OperatorProcess
+from tests.cluster.operator_fixtures import FlowRuns, Operator
+from tests.support import tenant_documents
 from tests.support.fixtures import *  # noqa: F403
 
 pytestmark = pytest.mark.cluster
 
-NODE = "real"
-
 
 def test_a_run_whose_input_is_over_the_limit_fails_at_once_naming_the_field(
-    runs: FlowRuns, operator: OperatorProcess
+    runs: FlowRuns, operator: Operator
 ) -> None:
     runs.apply(
         {
@@ -79,26 +78,8 @@ def test_an_editor_cannot_set_the_operators_variables_and_the_api_server_names_t
         return answer.stdout.strip() == "yes"
 
     wait_for(may_create_flows, 60, "bob's edit role reaches flows")
-    flow = {
-        "apiVersion": "agentflows.io/v1alpha1",
-        "kind": "Flow",
-        "metadata": {"name": "spend"},
-        "spec": {
-            "nodes": [{"id": "a", "transform": "=1"}],
-            "runner": {"env": [{"name": "AGENTFLOWS_BUDGET", "value": ""}]},
-        },
-    }
-    agent = {
-        "apiVersion": "agentflows.io/v1alpha1",
-        "kind": "Agent",
-        "metadata": {"name": "tools"},
-        "spec": {
-            "model": {"name": "openai/gpt-4o-mini"},
-            "tools": [
-                {"name": "srv", "mcp": {"command": "srv", "env": {"AGENTFLOWS_ATTEMPT": "9"}}}
-            ],
-        },
-    }
+    flow = tenant_documents.flow_emptying_the_budget()
+    agent = tenant_documents.agent_setting_the_attempt()
     for document, field in ((flow, "spec.runner.env[0]"), (agent, "spec.tools[0].mcp")):
         refused = control_plane.kubectl(
             "apply", "-n", runs.namespace, "-f", "-", user="bob", stdin=json.dumps(document),

@@ -22,7 +22,7 @@ import pytest
 from agentflows.triggers import common
 from tests.cluster.harness import Cluster, wait_for
 from tests.cluster.operator_fixtures import *  # noqa: F403
-from tests.cluster.operator_fixtures import FlowRuns, OperatorProcess
+from tests.cluster.operator_fixtures import FlowRuns, Operator
 from tests.cluster.test_operator_triggers import event_watch, flowruns_of
 from tests.support.fixtures import *  # noqa: F403
 
@@ -98,14 +98,14 @@ def ready(runs: FlowRuns, name: str) -> dict[str, Any] | None:
     return condition if condition and condition["status"] == "True" else None
 
 
-def suspended_lines(operator: OperatorProcess, namespace: str) -> list[str]:
+def suspended_lines(operator: Operator, namespace: str) -> list[str]:
     prefix = f"trigger {namespace}/bad/"
     text = operator.log_path.read_text(errors="replace")
     return [line for line in text.splitlines() if prefix in line and "suspended" in line]
 
 
 def test_a_looping_trigger_filter_delays_no_other_flows_runs_and_is_suspended_with_its_reason(
-    runs: FlowRuns, operator: OperatorProcess
+    runs: FlowRuns, operator: Operator
 ) -> None:
     namespace = runs.namespace
     runs.apply(flow("good", [probe_trigger("probe", namespace, '.event.object.type == "Normal"')]))

@@ -16,14 +16,13 @@ import pytest
 
 from tests.cluster.harness import Cluster, wait_for
 from tests.cluster.operator_fixtures import *  # noqa: F403
-from tests.cluster.operator_fixtures import FlowRuns, OperatorProcess
+from tests.cluster.operator_fixtures import FlowRuns, Operator
 from tests.cluster.test_attack_trigger_filter import flow, ready
 from tests.cluster.test_operator_triggers import event_watch, flowruns_of
 from tests.support.fixtures import *  # noqa: F403
 
 pytestmark = pytest.mark.cluster
 
-NODE = "real"
 
 TRIGGER = {
     "name": "runs",
@@ -55,7 +54,7 @@ def post_about_a_run(cluster: Cluster, namespace: str, name: str) -> None:
     cluster.core().create_namespaced_event(namespace, body)
 
 
-def start_the_seed_of_a_trigger_on_its_runs(runs: FlowRuns, operator: OperatorProcess) -> None:
+def start_the_seed_of_a_trigger_on_its_runs(runs: FlowRuns, operator: Operator) -> None:
     """Flow echo, triggered by its namespace's FlowRun Events, watched; then its run seed."""
     runs.apply(flow("echo", [TRIGGER]))
     wait_for(lambda: ready(runs, "echo"), 60, "the Flow's TriggersReady")
@@ -83,7 +82,7 @@ def run_for(runs: FlowRuns, about: str) -> dict[str, Any] | None:
 
 
 def test_a_trigger_on_its_runs_events_is_not_fed_by_its_own_runs(
-    runs: FlowRuns, operator: OperatorProcess
+    runs: FlowRuns, operator: Operator
 ) -> None:
     start_the_seed_of_a_trigger_on_its_runs(runs, operator)
     assert runs.wait_phase("seed", "Succeeded", "Failed")["phase"] == "Succeeded"
@@ -111,7 +110,7 @@ def test_a_trigger_on_its_runs_events_is_not_fed_by_its_own_runs(
 
 
 def test_a_trigger_fed_by_its_own_runs_says_so_in_the_flows_status(
-    runs: FlowRuns, operator: OperatorProcess
+    runs: FlowRuns, operator: Operator
 ) -> None:
     start_the_seed_of_a_trigger_on_its_runs(runs, operator)
 

@@ -20,14 +20,12 @@ import pytest
 
 from tests.cluster.harness import REPO, Cluster, wait_for
 from tests.cluster.operator_fixtures import *  # noqa: F403
-from tests.cluster.operator_fixtures import FlowRuns, OperatorProcess
+from tests.cluster.operator_fixtures import FlowRuns, Operator
 from tests.cluster.test_attack_trigger_filter import flow, post_probe
 from tests.cluster.test_operator_triggers import flowruns_of
 from tests.support.fixtures import *  # noqa: F403
 
 pytestmark = pytest.mark.cluster
-
-NODE = "real"
 
 
 def events_trigger(namespace: str | None) -> dict[str, Any]:
@@ -100,7 +98,7 @@ def test_a_trigger_naming_a_namespace_its_writer_may_not_read_is_refused(
 
 
 def test_a_trigger_without_a_namespace_gets_only_its_flows_namespace_events_and_says_so(
-    tenants: FlowRuns, team_a: str, operator: OperatorProcess
+    tenants: FlowRuns, team_a: str, operator: Operator
 ) -> None:
     own = tenants.namespace
     assert apply_as(tenants, "bob", flow("own", [events_trigger(None)])).returncode == 0

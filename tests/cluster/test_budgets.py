@@ -22,7 +22,7 @@ import pytest
 
 from tests.cluster.harness import REPO, Cluster, wait_for
 from tests.cluster.operator_fixtures import *  # noqa: F403
-from tests.cluster.operator_fixtures import FlowRuns, OperatorProcess
+from tests.cluster.operator_fixtures import FlowRuns, Operator
 from tests.support.fixtures import *  # noqa: F403
 from tests.support.model_server import API_KEY, Reply, ScriptedModelServer
 
@@ -81,18 +81,18 @@ def run_to_end(runs: FlowRuns, server: ScriptedModelServer, name: str) -> dict[s
 def test_a_namespace_over_its_budget_holds_new_runs_until_it_is_raised_or_refuses_them(
     control_plane: Cluster,
     runs: FlowRuns,
-    operator: OperatorProcess,
-    model_server: ScriptedModelServer,
+    operator: Operator,
+    pod_model_server: ScriptedModelServer,
 ) -> None:
-    set_up(control_plane, runs, model_server)
+    set_up(control_plane, runs, pod_model_server)
     for n in (1, 2):
-        status = run_to_end(runs, model_server, f"spend-{n}")
+        status = run_to_end(runs, pod_model_server, f"spend-{n}")
         assert status["phase"] == "Succeeded", status.get("message")
         wait_for(lambda n=n: day_usage(runs).get("tokens") == n * RUN_TOKENS, 30, "charged")
     assert day_usage(runs)["used"].startswith("800/1000 tokens, $0.000")
 
     # 200 tokens left: the runner's cap stops the third run as limits.maxTokens would
-    stopped = run_to_end(runs, model_server, "spend-3")
+    stopped = run_to_end(runs, pod_model_server, "spend-3")
     assert (stopped["phase"], stopped["reason"]) == ("Failed", "BudgetExceeded")
     assert stopped["message"].endswith(
         "run used 400 tokens, over Budget team/day (200 tokens left for this run)"
@@ -142,7 +142,7 @@ def test_a_namespace_over_its_budget_holds_new_runs_until_it_is_raised_or_refuse
     assert row.split()[:4] == ["team", "Hold", "1200/1000", "tokens,"]
     assert "1200/100000 tokens" in row and " day " in row
 
-    model_server.script(answer())
+    pod_model_server.script(answer())
     runs.apply(budget(5000))
     status = runs.wait_phase("spend-4", "Succeeded", "Failed")
     assert status["phase"] == "Succeeded", status.get("message")

@@ -1,6 +1,6 @@
 """``helm install`` of charts/agentflows on the real node: the operator runs in its container.
 
-The module runs on the session's shared real node (``NODE = "real"``, tests/cluster/conftest.py),
+The module runs on the session's shared real node (the default of tests/cluster/conftest.py),
 whose containerd holds ``agentflows:<appVersion>`` built from the project's ``Dockerfile``. The
 chart is installed with its defaults (two operator replicas with leader election, the image
 ``agentflows:<appVersion>`` with ``pullPolicy: IfNotPresent``) plus ``runnerNamespaces`` naming
@@ -28,7 +28,6 @@ from devcluster import appimage, build, node  # isort: skip  (hack/ is on sys.pa
 
 pytestmark = pytest.mark.cluster
 
-NODE = "real"
 
 CHART = REPO / "charts" / "agentflows"
 RELEASE = "agentflows"

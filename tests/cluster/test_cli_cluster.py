@@ -26,7 +26,6 @@ from tests.support.processes import Reading
 
 pytestmark = pytest.mark.cluster
 
-NODE = "real"
 
 SHOUT = """
 import json, sys

@@ -43,8 +43,7 @@ from tests.cluster.operator_fixtures import (
     OPERATOR_NAMESPACE,
     PIECES,
     FlowRuns,
-    OperatorProcess,
-    _free_port,
+    Operator,
     start_told,
 )
 from tests.support.model_server import ScriptedModelServer
@@ -53,6 +52,7 @@ pytestmark = pytest.mark.cluster
 
 sys.path.insert(0, str(REPO / "hack"))
 from devcluster import build  # noqa: E402
+from devcluster.ports import free_port  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -139,7 +139,7 @@ def _grant_users(cluster: Cluster) -> None:
 
 @pytest.fixture(scope="module")
 def console_kubeconfig(
-    control_plane: Cluster, operator: OperatorProcess, tmp_path_factory: pytest.TempPathFactory
+    control_plane: Cluster, operator: Operator, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Path]:
     """The chart's console account (impersonation only) and users' RBAC; its kubeconfig."""
     for document in _console_documents():
@@ -156,7 +156,7 @@ def console_kubeconfig(
 @contextlib.contextmanager
 def serving_console(kubeconfig: Path, *args: str) -> Iterator[str]:
     """``agentflows console ARGS`` with ``kubeconfig``, as a child process; its URL."""
-    port = _free_port()
+    port = free_port()
     log_path = kubeconfig.parent / f"console-{port}.log"
     with log_path.open("ab") as log:
         process = subprocess.Popen(
@@ -378,8 +378,11 @@ def test_events_log_cancel_and_rerun_from_the_run_page(
     alice.get(f"{console_url}/runs/{gate.namespace}/gate-5")
     assert "RequestCreated" in alice.find_element(By.CSS_SELECTOR, "table.events").text
     alice.find_element(By.XPATH, "//form[contains(@action, '/rerun')]/button").click()
-    WebDriverWait(alice, 30).until(lambda d: "/gate-5" not in d.current_url)
+    # the new run's generated name is "gate-" and five random characters, which may
+    # begin with "5": compare the last path segment, not a substring of the URL
+    WebDriverWait(alice, 30).until(lambda d: d.current_url.rsplit("/", 1)[1] != "gate-5")
     again = alice.current_url.rsplit("/", 1)[1]
+    assert again.startswith("gate-"), alice.current_url
     assert gate.run(again)["spec"]["input"] == {"count": 1}
     alice.get(f"{console_url}/runs/{gate.namespace}/gate-5")
     alice.find_element(By.XPATH, "//form[contains(@action, '/cancel')]/button").click()
@@ -460,22 +463,22 @@ def test_a_runs_page_shows_the_agents_answer_while_the_model_writes_it(
     runs: FlowRuns,
     console_url: str,
     browser: Callable[..., WebDriver],
-    model_server: ScriptedModelServer,
+    pod_model_server: ScriptedModelServer,
 ) -> None:
-    start_told(runs, model_server, "told-web", gap=0.3)
+    start_told(runs, pod_model_server, "told-web", gap=0.3)
     alice = browser("alice", ("editors",))
     alice.get(f"{console_url}/runs/{runs.namespace}/told-web")
     alice.execute_script("window.notReloaded = true;" + RECORD_ARRIVALS)
     text = '#live-text pre[data-stream-node="answer"]'
     try:
-        wait_for(model_server.holding.is_set, 180, "the model holding its answer")
+        wait_for(pod_model_server.holding.is_set, 180, "the model holding its answer")
         # the first three pieces are on the page while the model still holds the rest back
         shown(alice, text, "Restart the api pod", timeout=60)
         assert runs.status("told-web")["phase"] == "Running"
         assert "after" not in alice.find_element(By.CSS_SELECTOR, text).text
         screenshot(alice, "live-text")
     finally:
-        model_server.release()
+        pod_model_server.release()
     shown(alice, text, "Restart the api pod after draining its node.")
     shown(alice, '[data-field="run-phase"]', "Succeeded")
     WebDriverWait(alice, 60).until(
@@ -487,7 +490,7 @@ def test_a_runs_page_shows_the_agents_answer_while_the_model_writes_it(
     assert status["output"] == "".join(PIECES)
     assert "stream" not in json.dumps(status)
     # from the model server writing a piece to the page showing it (a figure, not a check)
-    sent = model_server.requests[-1].pieces_sent
+    sent = pod_model_server.requests[-1].pieces_sent
     latencies = piece_latencies_ms(sent, alice.execute_script("return window.arrivals"))
     each = ", ".join(f"#{n} {ms:.0f}" for n, ms in latencies.items())
     print(

@@ -13,6 +13,8 @@ from kubernetes import client
 from tests.cluster.harness import REPO, Cluster, python_pod, wait_for
 
 pytestmark = pytest.mark.cluster
+#: The process kubelet's own tests (``hack/control-plane up --node process``).
+NODE = "process"
 
 
 def _established(cluster: Cluster, name: str) -> bool:
@@ -34,7 +36,7 @@ def test_kubectl_sees_the_ready_process_node(control_plane: Cluster) -> None:
     out = control_plane.kubectl("get", "nodes", "-o", "json").stdout
     nodes = json.loads(out)["items"]
     assert [n["metadata"]["name"] for n in nodes] == [control_plane.cp.node_name]
-    # This module names no NODE: the session's process kubelet serves it.
+    # This module says NODE = "process": the session's process kubelet serves it.
     assert control_plane.cp.node == "process"
     assert nodes[0]["status"]["nodeInfo"]["containerRuntimeVersion"] == "process://1"
     ready = [c for c in nodes[0]["status"]["conditions"] if c["type"] == "Ready"]

@@ -2,7 +2,7 @@
 
 The operator runs as in ``test_operator.py`` (a subprocess with its ServiceAccount's token).
 The flows here are chains of Python tool nodes that append ``<time> start|end <run> <node>``
-lines to one journal file in the test's temporary directory, sleeping in between so that pods
+lines to one journal file on the test's board (:mod:`tests.support.tool_board`), sleeping in between so that pods
 live long enough to be hit. A node whose result was checkpointed has a ``finishedAt`` in the
 run's status; a ``start`` line for the same (run, node) later than that instant would mean a
 finished node ran again. A node that was running when its pod died may run again, and does.
@@ -27,30 +27,32 @@ from kubernetes import client, watch
 from agentflows.api import times
 from tests.cluster.harness import Cluster, controlplane, wait_for
 from tests.cluster.operator_fixtures import *  # noqa: F403
-from tests.cluster.operator_fixtures import FlowRuns, OperatorProcess, python_tool
+from tests.cluster.operator_fixtures import FlowRuns, Operator, python_tool
+from tests.support.tool_board import CLIENT, BoardFile, ToolBoard
 
 pytestmark = pytest.mark.cluster
 
 RUNS = 20
 CHAIN = ("n1", "n2", "n3", "n4", "n5")
 
-# Contained tools of a root runner run each as a uid of their own: the journal every tool
-# appends to is made writable for all of them.
-JOURNALED = """
-import json, os, sys, time
+# The journal is a file on the test's board: the pods cannot see the test's files, and the
+# journal must outlive the pods it records.
+JOURNALED = (
+    CLIENT
+    + """
+import json, sys, time
 args = json.load(sys.stdin)
-os.umask(0)
 def mark(kind):
-    with open(args["journal"], "a") as handle:
-        handle.write(f"{time.time():.6f} {kind} {args['run']} {args['node']}\\n")
+    append(args["journal"], f"{time.time():.6f} {kind} {args['run']} {args['node']}\\n")
 mark("start")
 time.sleep(args["sleep"])
 mark("end")
 print(json.dumps({"node": args["node"]}))
 """
+)
 
 
-def chain_flow(name: str, journal: Path, sleep: float) -> dict[str, Any]:
+def chain_flow(name: str, journal: BoardFile, sleep: float) -> dict[str, Any]:
     nodes = [
         {
             "id": node,
@@ -86,7 +88,7 @@ def flowrun(name: str, flow_name: str) -> dict[str, Any]:
     }
 
 
-def journal_lines(journal: Path) -> list[tuple[float, str, str, str]]:
+def journal_lines(journal: BoardFile) -> list[tuple[float, str, str, str]]:
     """(time, start|end, run, node) per line of the journal."""
     rows = []
     for line in journal.read_text().splitlines():
@@ -95,7 +97,7 @@ def journal_lines(journal: Path) -> list[tuple[float, str, str, str]]:
     return rows
 
 
-def assert_no_finished_node_ran_again(runs: FlowRuns, names: list[str], journal: Path) -> int:
+def assert_no_finished_node_ran_again(runs: FlowRuns, names: list[str], journal: BoardFile) -> int:
     """Check every run's finished nodes against the journal; return how many nodes re-ran."""
     starts: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
     ends: dict[tuple[str, str], int] = collections.Counter()
@@ -201,9 +203,9 @@ def mid_chain(status: dict[str, Any]) -> bool:
 
 
 def test_runs_survive_runner_pods_deleted_at_random_without_rerunning_finished_nodes(
-    control_plane: Cluster, runs: FlowRuns, tool_dir: Path
+    control_plane: Cluster, runs: FlowRuns, tool_board: ToolBoard
 ) -> None:
-    journal = tool_dir / "journal"
+    journal = tool_board / "journal"
     names = [f"chaos-{i:02d}" for i in range(RUNS)]
     runs.apply(chain_flow("chaos", journal, sleep=0.7), *(flowrun(n, "chaos") for n in names))
     chooser = random.Random(4)
@@ -252,9 +254,9 @@ def test_runs_survive_runner_pods_deleted_at_random_without_rerunning_finished_n
 
 
 def test_operator_restarted_twice_during_twenty_runs_makes_one_pod_per_attempt(
-    control_plane: Cluster, runs: FlowRuns, operator: OperatorProcess, tool_dir: Path
+    control_plane: Cluster, runs: FlowRuns, operator: Operator, tool_board: ToolBoard
 ) -> None:
-    journal = tool_dir / "journal"
+    journal = tool_board / "journal"
     names = [f"restart-{i:02d}" for i in range(RUNS)]
     with PodWatcher(control_plane.core(), runs.namespace) as watcher:
         runs.apply(
@@ -363,17 +365,16 @@ def apiserver(control_plane: Cluster) -> Iterator[ApiServerProcess]:
 def test_runs_in_flight_finish_after_the_api_server_is_down_for_ten_seconds(
     control_plane: Cluster,
     runs: FlowRuns,
-    operator: OperatorProcess,
+    operator: Operator,
     apiserver: ApiServerProcess,
-    tool_dir: Path,
+    tool_board: ToolBoard,
 ) -> None:
     """kube-apiserver is stopped (connections refused) for 10 s while six runs are in flight.
 
-    The runs' pods have all started first: a pod worker of the process kubelet
-    (hack/devcluster/podworker.py) ends when reporting a pod's status raises a connection error
-    (only ApiException is caught there), which would be a harness failure, not the operator's.
+    The runs' pods have all started first, so what is measured is the operator and the runners
+    riding out the outage, not pods being started through it.
     """
-    journal = tool_dir / "journal"
+    journal = tool_board / "journal"
     names = [f"away-{i}" for i in range(6)]
     runs.apply(chain_flow("away", journal, sleep=1.5), *(flowrun(n, "away") for n in names))
 

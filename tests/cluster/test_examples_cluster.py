@@ -108,25 +108,25 @@ def grant_deciders(control_plane: Cluster, namespace: str) -> None:
 
 
 def test_hello_example_greets_and_counts(
-    control_plane: Cluster, runs: FlowRuns, model_server: ScriptedModelServer
+    control_plane: Cluster, runs: FlowRuns, pod_model_server: ScriptedModelServer
 ) -> None:
-    apply_example(control_plane, runs, model_server, "hello")
+    apply_example(control_plane, runs, pod_model_server, "hello")
     info = start(control_plane, runs, "hello", "name=Ada", "loud=true")
     assert info["phase"] == "Succeeded", info["message"]
     assert info["output"] == {"greeting": "HELLO, ADA", "stats": {"letters": 10, "words": 2}}
     assert info["nodes"]["keep"]["phase"] == "Skipped"
-    assert model_server.requests == []
+    assert pod_model_server.requests == []
 
 
 def test_triage_example_classifies_finds_the_runbook_and_pages(
-    control_plane: Cluster, runs: FlowRuns, model_server: ScriptedModelServer
+    control_plane: Cluster, runs: FlowRuns, pod_model_server: ScriptedModelServer
 ) -> None:
-    model_server.script(
+    pod_model_server.script(
         Reply.text('{"severity": "sev1", "service": "api"}'),
         Reply.calls(ToolCall("find_runbook", {"keyword": "api"})),
         Reply.text('{"runbook": "runbooks/api-latency.md", "steps": ["scale out"]}'),
     )
-    apply_example(control_plane, runs, model_server, "triage")
+    apply_example(control_plane, runs, pod_model_server, "triage")
     info = start(control_plane, runs, "triage", "title=API latency above SLO")
     assert info["phase"] == "Succeeded", info["message"]
     assert info["output"] == {
@@ -135,19 +135,19 @@ def test_triage_example_classifies_finds_the_runbook_and_pages(
         "action": {"action": "page", "who": "on-call"},
     }
     assert info["nodes"]["ticket"]["phase"] == "Skipped"
-    tool_result = [m for m in model_server.requests[2].messages if m["role"] == "tool"]
+    tool_result = [m for m in pod_model_server.requests[2].messages if m["role"] == "tool"]
     assert json.loads(tool_result[0]["content"]) == {"runbook": "runbooks/api-latency.md"}
-    assert model_server.pending == 0
+    assert pod_model_server.pending == 0
 
 
 def test_research_example_waits_for_an_editor_and_publishes_after_approval(
-    control_plane: Cluster, runs: FlowRuns, model_server: ScriptedModelServer
+    control_plane: Cluster, runs: FlowRuns, pod_model_server: ScriptedModelServer
 ) -> None:
-    model_server.script(
+    pod_model_server.script(
         Reply.text('{"questions": ["What is kopf?", "Who uses it?", "How does it scale?"]}'),
         *(Reply.text('{"findings": ["a finding"]}') for _ in range(3)),
     )
-    apply_example(control_plane, runs, model_server, "research")
+    apply_example(control_plane, runs, pod_model_server, "research")
     grant_deciders(control_plane, runs.namespace)
     info = start(control_plane, runs, "research", "topic=kopf")
     assert info["phase"] == "Waiting", info["message"]
@@ -167,14 +167,14 @@ def test_research_example_waits_for_an_editor_and_publishes_after_approval(
     assert status["output"] == {"topic": "kopf", "findings": ["a finding"] * 3}
     assert status["attempt"] == 2
     assert status["nodes"]["done"]["phase"] == "Skipped"
-    assert model_server.pending == 0
+    assert pod_model_server.pending == 0
 
 
 def test_onboarding_example_asks_for_data_and_writes_a_welcome(
-    control_plane: Cluster, runs: FlowRuns, model_server: ScriptedModelServer
+    control_plane: Cluster, runs: FlowRuns, pod_model_server: ScriptedModelServer
 ) -> None:
-    model_server.script(Reply.text("Welcome, platform!\nalice is in #platform."))
-    apply_example(control_plane, runs, model_server, "onboarding")
+    pod_model_server.script(Reply.text("Welcome, platform!\nalice is in #platform."))
+    apply_example(control_plane, runs, pod_model_server, "onboarding")
     info = start(control_plane, runs, "onboarding", "team=platform")
     assert info["phase"] == "Waiting", info["message"]
     [(request_id, request)] = info["requests"].items()
@@ -194,5 +194,5 @@ def test_onboarding_example_asks_for_data_and_writes_a_welcome(
         "owner": "alice",
         "note": "Welcome, platform!\nalice is in #platform.",
     }
-    [request] = model_server.requests
+    [request] = pod_model_server.requests
     assert "owner alice, channel #platform" in request.messages[-1]["content"]

@@ -2,9 +2,9 @@
 
 The operator runs as in ``test_operator.py`` and builds the runner pod; the namespace enforces
 the restricted Pod Security Standard, so the API server checks the pod with its read-only
-ConfigMap volume. The process kubelet materialises the volume and links each mount under
-``$AGENTFLOWS_POD_ROOT`` and points the runner's ``AGENTFLOWS_FILES_ROOT`` at the files root under
-it (in a real pod the default root is the mount's own path; a Flow may not set the variable). The model is the scripted server.
+ConfigMap volume, and the real node's kubelet mounts it where the pod says (the runner's files
+root is the mount's own path; a Flow may not set ``AGENTFLOWS_FILES_ROOT``). The model is the
+scripted server, on the node's bridge address.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ NOTES = "Escalate to the on-call engineer after 15 minutes."
 
 
 def test_an_agent_reads_a_path_file_from_a_configmap_the_flow_mounts_as_a_files_volume(
-    control_plane: Cluster, runs: FlowRuns, model_server: ScriptedModelServer
+    control_plane: Cluster, runs: FlowRuns, pod_model_server: ScriptedModelServer
 ) -> None:
     control_plane.apply(
         {
@@ -42,7 +42,7 @@ def test_an_agent_reads_a_path_file_from_a_configmap_the_flow_mounts_as_a_files_
             "kind": "Agent",
             "metadata": {"name": "helper"},
             "spec": {
-                "model": {"name": "openai/scripted-model", "apiBase": model_server.url},
+                "model": {"name": "openai/scripted-model", "apiBase": pod_model_server.url},
                 "systemPrompt": "Answer from the handbook.",
                 "files": [{"path": "handbook/notes.md"}],
             },
@@ -59,12 +59,12 @@ def test_an_agent_reads_a_path_file_from_a_configmap_the_flow_mounts_as_a_files_
         },
         {"kind": "FlowRun", "metadata": {"name": "ask-1"}, "spec": {"flow": "answer"}},
     )
-    model_server.script(Reply.text("after 15 minutes"))
+    pod_model_server.script(Reply.text("after 15 minutes"))
 
     status = runs.wait_phase("ask-1", "Succeeded", "Failed")
 
     assert status["phase"] == "Succeeded", status.get("nodes", {}).get("ask")
-    assert model_server.requests[0].messages[1] == {
+    assert pod_model_server.requests[0].messages[1] == {
         "role": "user",
         "content": f'<file name="notes.md">\n{NOTES}\n</file>\n\nWhen?',
     }

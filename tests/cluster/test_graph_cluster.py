@@ -19,8 +19,6 @@ from tests.support.mermaid import ParsedMermaid
 
 pytestmark = pytest.mark.cluster
 
-NODE = "real"
-
 
 def route_flow(*extra: dict[str, Any]) -> dict[str, Any]:
     """A flow that takes one of two branches by its input, plus ``extra`` nodes at the end."""

@@ -2,8 +2,10 @@
 
 The chart is installed with the pinned helm (``hack/control-plane build-helm``). Every rendered
 manifest passes a server-side dry run first; then ``helm install`` brings up the operator as a
-Deployment, whose pod the process kubelet runs (its command runs from this working tree), and
-that operator runs Flows in a namespace of ``runnerNamespaces``. The RBAC is the real thing: a
+Deployment of the chart's two replicas (one leads on the Lease), the webhook receiver and the
+console, in containers of the image built from the Dockerfile on the real node, reached at
+their pods' addresses on the bridge; that operator runs Flows in a namespace of
+``runnerNamespaces``. The RBAC is the real thing: a
 user holding only the built-in ``edit`` role creates the Flow and FlowRun (aggregation), and one
 bound only to ``agentflows-approver`` decides the run's approval. ``helm upgrade`` with changed
 values rolls the operator while a run waits, and the run goes on. ``helm uninstall`` leaves the
@@ -15,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -32,18 +33,13 @@ from kubernetes import client
 from agentflows.api import crd
 from tests.cluster.harness import REPO, Cluster, Helm, adopt_into_helm_release, wait_for
 
+from devcluster import node  # isort: skip  (hack/ is on sys.path through the harness)
+
 pytestmark = pytest.mark.cluster
 
 CHART = REPO / "charts" / "agentflows"
 EDITOR = "alice"  # group editors; no RBAC of its own
 APPROVER = "bob"  # group viewers; no RBAC of its own
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _create_namespace(cluster: Cluster, name: str) -> None:
@@ -201,14 +197,26 @@ def _run(name: str, flow: str, value: Any = None) -> dict[str, Any]:
     return {"kind": "FlowRun", "metadata": {"name": name}, "spec": {"flow": flow, "input": value}}
 
 
-def _get(port: int, path: str) -> str | None:
-    """The body of a 200 answer on loopback ``port``, or None while nothing listens there.
+def _address(cluster: Cluster, namespace: str, component: str) -> str:
+    """``ip:8080`` of a running pod of the release's ``component`` (the chart's default port)."""
 
-    The process kubelet runs no probes (a pod is Ready once its process starts), so callers
-    poll until the server has bound its port.
-    """
+    def found() -> str | None:
+        pods = cluster.core().list_namespaced_pod(
+            namespace, label_selector=f"app.kubernetes.io/component={component}"
+        )
+        for pod in pods.items:
+            if pod.status.phase == "Running" and not pod.metadata.deletion_timestamp:
+                return f"{pod.status.pod_ip}:8080"
+        return None
+
+    return wait_for(found, 120, f"a running {component} pod in {namespace}")
+
+
+def _get(address: str, path: str) -> str | None:
+    """The body of a 200 answer from ``address`` (a pod's ``ip:port``), or None while nothing
+    answers there."""
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
+        with urllib.request.urlopen(f"http://{address}{path}", timeout=10) as response:
             return response.read().decode() if response.status == 200 else None
     except OSError:
         return None
@@ -230,15 +238,15 @@ def _upgrade_rolls_the_operator(helm: Helm, cluster: Cluster, system: str) -> No
     before = _operator_pods(cluster, system)
     helm("upgrade", "agentflows", str(CHART), "-n", system, "--reuse-values",
          "--set", "operator.workers=3", "--wait", "--timeout=5m")  # fmt: skip
+    # --wait saw the rollout done: every replica is a new pod, one at a time (maxSurge 0)
     after = wait_for(
-        lambda: (pods := _operator_pods(cluster, system)) and pods[0] not in before and pods,
+        lambda: (pods := _operator_pods(cluster, system)) and not set(pods) & set(before) and pods,
         120,
-        "the operator's pod to be replaced",
+        "the operator's pods to be replaced",
     )
-    assert "--workers=3" in cluster.pod(system, after[0]).spec.containers[0].command
-    wait_for(
-        lambda: _lease_holder(cluster, system) == after[0], 60, "the new pod to hold the Lease"
-    )
+    for pod in after:
+        assert "--workers=3" in cluster.pod(system, pod).spec.containers[0].command
+    wait_for(lambda: _lease_holder(cluster, system) in after, 60, "a new pod to hold the Lease")
 
 
 def _uninstall_leaves_only_the_crds(
@@ -259,10 +267,12 @@ def _uninstall_leaves_only_the_crds(
     )
 
 
-def _console_acts_as_the_proxys_user(port: int, team: str) -> None:
-    """The chart's console answers only for a user the proxy names, and sees what they may."""
-    wait_for(lambda: _get(port, "/healthz") is not None, 60, "the console's probe")
-    url = f"http://127.0.0.1:{port}/runs?namespace={team}"
+def _console_acts_as_the_proxys_user(address: str, team: str) -> None:
+    """The chart's console answers only for a user the proxy names, and sees what they may.
+
+    This host, at the bridge address, is the proxy the console trusts."""
+    wait_for(lambda: _get(address, "/healthz") is not None, 60, "the console's probe")
+    url = f"http://{address}/runs?namespace={team}"
     with pytest.raises(urllib.error.HTTPError) as anonymous:
         urllib.request.urlopen(url, timeout=30)
     assert anonymous.value.code == 401
@@ -276,19 +286,12 @@ def test_helm_install_upgrade_and_uninstall_with_editors_running_flows_and_appro
     control_plane: Cluster, helm: Helm, namespaces: tuple[str, str]
 ) -> None:
     system, team = namespaces
-    metrics_port, webhook_port, console_port = _free_port(), _free_port(), _free_port()
-    # One replica: the process kubelet's pods share this machine's network, where a second
-    # replica could not bind the same metrics port (tests/cluster/test_operator_leader.py runs
-    # two). It still elects itself, with the chart's Lease RBAC and POD_NAME.
+    # The chart's defaults otherwise: two operator replicas on the Lease, port 8080 in each pod.
     values = [
         "--set", f"runnerNamespaces={{{team}}}",
-        "--set", "operator.replicas=1",
-        "--set", f"operator.metricsPort={metrics_port}",
         "--set", "webhook.enabled=true",
-        "--set", f"webhook.port={webhook_port}",
         "--set", "console.enabled=true",
-        "--set", "console.trustProxyFrom=127.0.0.1/32",
-        "--set", f"console.port={console_port}",
+        "--set", f"console.trustProxyFrom={node.NODE_IP}/32",
     ]  # fmt: skip
     _check_before_install(helm, control_plane, system, values)
     # what kustomize installed for earlier test modules is handed to the release first
@@ -297,9 +300,11 @@ def test_helm_install_upgrade_and_uninstall_with_editors_running_flows_and_appro
     )
     started = time.monotonic()
     helm("install", "agentflows", str(CHART), "-n", system, *values, "--wait", "--timeout=5m")
-    wait_for(lambda: _get(metrics_port, "/healthz") is not None, 60, "the operator's probe")
-    assert "agentflows_" in (_get(metrics_port, "/metrics") or "")
-    wait_for(lambda: _get(webhook_port, "/healthz") is not None, 60, "the receiver's probe")
+    operator = _address(control_plane, system, "operator")
+    wait_for(lambda: _get(operator, "/healthz") is not None, 60, "the operator's probe")
+    assert "agentflows_" in (_get(operator, "/metrics") or "")
+    webhook = _address(control_plane, system, "webhook")
+    wait_for(lambda: _get(webhook, "/healthz") is not None, 60, "the receiver's probe")
     _bind(control_plane, team, "edit", EDITOR)
     _bind(control_plane, team, "agentflows-approver", APPROVER)
     wait_for(
@@ -312,7 +317,7 @@ def test_helm_install_upgrade_and_uninstall_with_editors_running_flows_and_appro
     print(f"helm install -> first FlowRun Succeeded: {time.monotonic() - started:.1f}s")
     assert status["phase"] == "Succeeded", status.get("message")
     assert status["output"] == {"greeting": "hello helm"}
-    _console_acts_as_the_proxys_user(console_port, team)
+    _console_acts_as_the_proxys_user(_address(control_plane, system, "console"), team)
     assert control_plane.pod(team, "hello-1-1").spec.service_account_name == "agentflows-runner"
     assert _lease_holder(control_plane, system) in _operator_pods(control_plane, system)
 

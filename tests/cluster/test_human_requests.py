@@ -24,7 +24,7 @@ from prometheus_client import parser
 
 from tests.cluster.harness import Cluster, wait_for
 from tests.cluster.operator_fixtures import *  # noqa: F403
-from tests.cluster.operator_fixtures import FlowRuns, OperatorProcess
+from tests.cluster.operator_fixtures import FlowRuns, Operator
 
 pytestmark = pytest.mark.cluster
 
@@ -36,7 +36,7 @@ TIMEOUT_DECIDER = "agentflows:timeout"
 
 
 @pytest.fixture(scope="module")
-def deciders(control_plane: Cluster, operator: OperatorProcess) -> Iterator[list[str]]:
+def deciders(control_plane: Cluster, operator: Operator) -> Iterator[list[str]]:
     """alice, bob and mallory may read FlowRuns and patch their status (the policy decides).
 
     Removed after the module: the control plane is shared, and later modules test what these
@@ -211,7 +211,7 @@ def wait_event(runs: FlowRuns, name: str, reason: str) -> client.CoreV1Event:
     return found[0]
 
 
-def samples(operator: OperatorProcess, metric: str, **labels: str) -> float | None:
+def samples(operator: Operator, metric: str, **labels: str) -> float | None:
     """The value of one sample of the operator's metrics (None when it is not there)."""
     for family in parser.text_string_to_metric_families(operator.metrics()):
         for sample in family.samples:
@@ -255,7 +255,7 @@ def assert_listed_by_the_cli(cluster: Cluster, namespace: str) -> None:
 
 
 def test_an_approver_approves_with_the_cli_and_a_new_pod_continues_the_run(
-    control_plane: Cluster, humans: FlowRuns, operator: OperatorProcess
+    control_plane: Cluster, humans: FlowRuns, operator: Operator
 ) -> None:
     runs = humans
     runs.apply(gate_flow("gate"), flowrun("gate-1", "gate", {"what": "v2"}))
@@ -563,7 +563,7 @@ def test_the_run_deadline_keeps_counting_while_a_run_waits(
 
 
 def test_a_waiting_run_is_cancelled(
-    control_plane: Cluster, humans: FlowRuns, operator: OperatorProcess
+    control_plane: Cluster, humans: FlowRuns, operator: Operator
 ) -> None:
     runs = humans
     runs.apply(gate_flow("gate"), flowrun("gate-1", "gate", {"what": "v2"}))
@@ -589,7 +589,7 @@ def test_a_waiting_run_is_cancelled(
 
 
 def test_a_run_decided_while_the_operator_is_down_continues_once_after_its_restart(
-    control_plane: Cluster, humans: FlowRuns, operator: OperatorProcess
+    control_plane: Cluster, humans: FlowRuns, operator: Operator
 ) -> None:
     runs = humans
     runs.apply(gate_flow("gate"), flowrun("gate-1", "gate", {"what": "v2"}))

@@ -25,7 +25,6 @@ from tests.cluster.operator_fixtures import FlowRuns
 
 pytestmark = pytest.mark.cluster
 
-NODE = "real"
 
 PLUGIN = """#!{python}
 import json, os

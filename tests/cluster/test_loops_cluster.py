@@ -64,10 +64,10 @@ def _pod_gone(cluster: Cluster, namespace: str, pod: str) -> bool:
 
 
 def test_review_loop_rejected_twice_and_killed_mid_iteration_reruns_no_finished_iteration(
-    control_plane: Cluster, runs: FlowRuns, model_server: ScriptedModelServer
+    control_plane: Cluster, runs: FlowRuns, pod_model_server: ScriptedModelServer
 ) -> None:
     held = threading.Event()
-    model_server.script(
+    pod_model_server.script(
         Reply.text(DRAFTS[0]),
         Reply.text(DRAFTS[1]),
         Reply.text("never delivered: its runner is killed first", hold=held),
@@ -75,7 +75,7 @@ def test_review_loop_rejected_twice_and_killed_mid_iteration_reruns_no_finished_
     )
     # the example as it ships: the default retry (maxAttempts 3). The run makes five runner
     # attempts, three of them started by decisions; only the one killed counts against it.
-    apply_example(control_plane, runs, model_server, "review-loop")
+    apply_example(control_plane, runs, pod_model_server, "review-loop")
     grant_deciders(control_plane, runs.namespace)
     try:
         info = start(control_plane, runs, "review-loop", f"topic={TOPIC}")
@@ -88,7 +88,7 @@ def test_review_loop_rejected_twice_and_killed_mid_iteration_reruns_no_finished_
         _decide(control_plane, runs, name, "review#2", decision="reject", comment=COMMENTS[1])
 
         # iteration 2's revision asks the model, which holds its reply: kill the runner there
-        wait_for(lambda: len(model_server.requests) == 3, 180, "revise#2's model request")
+        wait_for(lambda: len(pod_model_server.requests) == 3, 180, "revise#2's model request")
         status = runs.status(name)
         pod, attempt = status["pod"], status["attempt"]
         assert status["nodes"]["decide#2"]["phase"] == "Succeeded"
@@ -120,14 +120,14 @@ def test_review_loop_rejected_twice_and_killed_mid_iteration_reruns_no_finished_
 
     # the request log: draft and iteration 1's revision once each; only the revision that was
     # in flight when its pod died was asked again; each comment reached the next revision
-    prompts = [_prompt(r) for r in model_server.requests]
+    prompts = [_prompt(r) for r in pod_model_server.requests]
     assert prompts == [
         f"Write a three-sentence announcement about {TOPIC}.",
         _revise_prompt(DRAFTS[0], COMMENTS[0]),
         _revise_prompt(DRAFTS[1], COMMENTS[1]),
         _revise_prompt(DRAFTS[1], COMMENTS[1]),
     ]
-    assert model_server.pending == 0
+    assert pod_model_server.pending == 0
     nodes = status["nodes"]
     assert [nodes[k]["phase"] for k in ("review", "review#2", "review#3")] == ["Succeeded"] * 3
     assert nodes["revise"]["attempts"] == 1 and nodes["draft"]["attempts"] == 1

@@ -1,10 +1,10 @@
 """The operator on a real control plane, installed from config/ as it ships.
 
 The operator runs as a subprocess with its ServiceAccount's token (config/rbac), runner pods run
-as local processes with their pod-bound tokens (config/rbac/runner), and the admission policy
-of config/policies is on. Python tools in these flows write to files in the test's temporary
-directory, which is how the tests see what ran and how often; slow tools wait for a "release"
-file the test creates.
+in containers on the real node with their pod-bound tokens (config/rbac/runner), and the
+admission policy of config/policies is on. Python tools in these flows append to files on the
+test's board (:mod:`tests.support.tool_board`), which is how the tests see what ran and how
+often; slow tools wait for a "release" file the test writes there.
 """
 
 from __future__ import annotations
@@ -21,34 +21,37 @@ from kubernetes import client
 from agentflows.kube import client as kube_client
 from tests.cluster.harness import Cluster, wait_for
 from tests.cluster.operator_fixtures import *  # noqa: F403
-from tests.cluster.operator_fixtures import FlowRuns, OperatorProcess, python_tool
+from tests.cluster.operator_fixtures import FlowRuns, Operator, python_tool
 from tests.support.fixtures import *  # noqa: F403
 from tests.support.model_server import API_KEY, Reply, ScriptedModelServer
+from tests.support.tool_board import CLIENT, BoardFile, ToolBoard
 
 pytestmark = pytest.mark.cluster
 
-# Contained tools of a root runner run each as a uid of their own: files that several tools
-# append to (one per attempt) are made writable for all of them.
-COUNT = """
-import json, os, sys
+# The tools count their calls and wait for the release on the test's board (their pods cannot
+# see the test's files): a count outlives the pod that wrote it.
+COUNT = (
+    CLIENT
+    + """
+import json, sys
 args = json.load(sys.stdin)
-os.umask(0)
-with open(args["count"], "a") as handle:
-    handle.write("ran\\n")
+append(args["count"], "ran\\n")
 print(json.dumps({"text": args.get("text", "").upper()}))
 """
+)
 
-SLOW = """
-import json, os, sys, time
+SLOW = (
+    CLIENT
+    + """
+import json, sys, time
 args = json.load(sys.stdin)
-os.umask(0)
-with open(args["count"], "a") as handle:
-    handle.write("ran\\n")
+append(args["count"], "ran\\n")
 deadline = time.time() + 150
-while not os.path.exists(args["release"]) and time.time() < deadline:
+while not exists(args["release"]) and time.time() < deadline:
     time.sleep(0.1)
-print(json.dumps({"released": os.path.exists(args["release"])}))
+print(json.dumps({"released": exists(args["release"])}))
 """
+)
 
 
 def flow(name: str, nodes: list[dict[str, Any]], **spec: Any) -> dict[str, Any]:
@@ -63,17 +66,20 @@ def flowrun(name: str, flow_name: str, value: Any = None) -> dict[str, Any]:
     }
 
 
-def slow_flow(name: str, tool_dir: Path, **spec: Any) -> dict[str, Any]:
+def slow_flow(name: str, tool_board: ToolBoard, **spec: Any) -> dict[str, Any]:
     """first (counted) -> wait (counted, waits for the release file) -> last."""
     return flow(
         name,
         [
-            {"id": "first", "tool": python_tool(COUNT, {"count": str(tool_dir / "first.count")})},
+            {"id": "first", "tool": python_tool(COUNT, {"count": str(tool_board / "first.count")})},
             {
                 "id": "wait",
                 "tool": python_tool(
                     SLOW,
-                    {"count": str(tool_dir / "wait.count"), "release": str(tool_dir / "release")},
+                    {
+                        "count": str(tool_board / "wait.count"),
+                        "release": str(tool_board / "release"),
+                    },
                     timeout=300,
                 ),
             },
@@ -112,7 +118,7 @@ def runner_patch(
     return asyncio.run(patch())
 
 
-def lines(path: Path) -> int:
+def lines(path: BoardFile) -> int:
     return len(path.read_text().splitlines()) if path.exists() else 0
 
 
@@ -120,7 +126,7 @@ def lines(path: Path) -> int:
 
 
 def test_flow_with_transform_and_python_tool_succeeds_with_status_columns_and_events(
-    control_plane: Cluster, runs: FlowRuns, tool_dir: Path
+    control_plane: Cluster, runs: FlowRuns, tool_board: ToolBoard
 ) -> None:
     runs.apply(
         flow(
@@ -132,7 +138,7 @@ def test_flow_with_transform_and_python_tool_succeeds_with_status_columns_and_ev
                     "tool": python_tool(
                         COUNT,
                         {
-                            "count": str(tool_dir / "loud.count"),
+                            "count": str(tool_board / "loud.count"),
                             "text": "{{ .nodes.greet.json.greeting }}",
                         },
                     ),
@@ -216,13 +222,13 @@ def test_flow_with_transform_and_python_tool_succeeds_with_status_columns_and_ev
 
 
 def test_agent_node_calls_the_scripted_model_with_the_key_from_a_secret_ref(
-    control_plane: Cluster, runs: FlowRuns, model_server: ScriptedModelServer
+    control_plane: Cluster, runs: FlowRuns, pod_model_server: ScriptedModelServer
 ) -> None:
     control_plane.core().create_namespaced_secret(
         runs.namespace,
         {"metadata": {"name": "scripted-model"}, "stringData": {"api-key": API_KEY}},
     )
-    model_server.script(Reply.text("Hi, world!"))
+    pod_model_server.script(Reply.text("Hi, world!"))
     runs.apply(
         {
             "kind": "Agent",
@@ -230,7 +236,7 @@ def test_agent_node_calls_the_scripted_model_with_the_key_from_a_secret_ref(
             "spec": {
                 "model": {
                     "name": "openai/scripted-model",
-                    "apiBase": model_server.url,
+                    "apiBase": pod_model_server.url,
                     "apiKey": {"secretKeyRef": {"name": "scripted-model", "key": "api-key"}},
                     "retries": 0,
                 },
@@ -259,7 +265,7 @@ def test_agent_node_calls_the_scripted_model_with_the_key_from_a_secret_ref(
     status = runs.wait_phase("greet-1", "Succeeded", "Failed")
     assert status["phase"] == "Succeeded", status.get("message")
     assert status["output"] == {"answer": "Hi, world!"}
-    [request] = model_server.requests
+    [request] = pod_model_server.requests
     headers = {k.lower(): v for k, v in request.headers.items()}
     assert headers["authorization"] == f"Bearer {API_KEY}"
     [pod] = runs.pods("greet-1")
@@ -275,7 +281,7 @@ def test_agent_node_calls_the_scripted_model_with_the_key_from_a_secret_ref(
 
 
 def test_invalid_flow_and_agent_are_not_ready_with_path_named_messages(
-    control_plane: Cluster, runs: FlowRuns, operator: OperatorProcess
+    control_plane: Cluster, runs: FlowRuns, operator: Operator
 ) -> None:
     runs.apply(
         flow(
@@ -345,30 +351,30 @@ def test_invalid_flow_and_agent_are_not_ready_with_path_named_messages(
 
 
 def test_deleted_runner_pod_gets_a_next_attempt_and_finished_nodes_do_not_run_again(
-    control_plane: Cluster, runs: FlowRuns, tool_dir: Path
+    control_plane: Cluster, runs: FlowRuns, tool_board: ToolBoard
 ) -> None:
-    runs.apply(slow_flow("resume", tool_dir), flowrun("resume-1", "resume"))
+    runs.apply(slow_flow("resume", tool_board), flowrun("resume-1", "resume"))
     runs.wait_node("resume-1", "first", "Succeeded")
-    wait_for(lambda: lines(tool_dir / "wait.count") == 1, 120, "the slow node started")
+    wait_for(lambda: lines(tool_board / "wait.count") == 1, 120, "the slow node started")
 
     control_plane.core().delete_namespaced_pod("resume-1-1", runs.namespace)
     wait_for(lambda: runs.status("resume-1").get("attempt") == 2, 120, "attempt 2")
-    wait_for(lambda: lines(tool_dir / "wait.count") == 2, 120, "the slow node started again")
-    (tool_dir / "release").touch()
+    wait_for(lambda: lines(tool_board / "wait.count") == 2, 120, "the slow node started again")
+    (tool_board / "release").touch()
 
     status = runs.wait_phase("resume-1", "Succeeded", "Failed")
     assert status["phase"] == "Succeeded", status.get("message")
     assert status["output"] == {"released": True}
-    assert lines(tool_dir / "first.count") == 1  # finished before the pod was deleted
+    assert lines(tool_board / "first.count") == 1  # finished before the pod was deleted
     assert [p.metadata.name for p in runs.pods("resume-1")] == ["resume-1-2"]
     assert "AttemptLost" in {e.reason for e in runs.events("resume-1")}
 
 
 def test_cancel_deletes_the_pod_and_the_run_is_cancelled(
-    control_plane: Cluster, runs: FlowRuns, tool_dir: Path
+    control_plane: Cluster, runs: FlowRuns, tool_board: ToolBoard
 ) -> None:
-    runs.apply(slow_flow("cancel", tool_dir), flowrun("cancel-1", "cancel"))
-    wait_for(lambda: lines(tool_dir / "wait.count") == 1, 120, "the slow node started")
+    runs.apply(slow_flow("cancel", tool_board), flowrun("cancel-1", "cancel"))
+    wait_for(lambda: lines(tool_board / "wait.count") == 1, 120, "the slow node started")
     runs.apply({**flowrun("cancel-1", "cancel"), "spec": {"flow": "cancel", "cancel": True}})
 
     status = runs.wait_phase("cancel-1", "Cancelled")
@@ -379,16 +385,16 @@ def test_cancel_deletes_the_pod_and_the_run_is_cancelled(
 
 
 def test_restarted_operator_never_creates_a_second_pod_for_an_attempt(
-    control_plane: Cluster, runs: FlowRuns, operator: OperatorProcess, tool_dir: Path
+    control_plane: Cluster, runs: FlowRuns, operator: Operator, tool_board: ToolBoard
 ) -> None:
-    runs.apply(slow_flow("restart", tool_dir), flowrun("restart-1", "restart"))
-    wait_for(lambda: lines(tool_dir / "wait.count") == 1, 120, "the slow node started")
+    runs.apply(slow_flow("restart", tool_board), flowrun("restart-1", "restart"))
+    wait_for(lambda: lines(tool_board / "wait.count") == 1, 120, "the slow node started")
 
     operator.restart()
     # Let the restarted operator go through its initial listing while the pod still runs.
     wait_for(lambda: 'flow="restart"' in operator.metrics(), 60, "the run seen again")
     operator.stop()
-    (tool_dir / "release").touch()
+    (tool_board / "release").touch()
     wait_for(
         lambda: (runs.status("restart-1").get("result") or {}).get("phase") == "Succeeded",
         120,
@@ -400,23 +406,23 @@ def test_restarted_operator_never_creates_a_second_pod_for_an_attempt(
     assert status["phase"] == "Succeeded", status.get("message")
     assert status["attempt"] == 1
     assert [p.metadata.name for p in runs.pods("restart-1")] == ["restart-1-1"]
-    assert lines(tool_dir / "wait.count") == 1
+    assert lines(tool_board / "wait.count") == 1
 
 
 def test_concurrency_forbid_cancels_a_run_while_another_is_active(
-    control_plane: Cluster, runs: FlowRuns, tool_dir: Path
+    control_plane: Cluster, runs: FlowRuns, tool_board: ToolBoard
 ) -> None:
     runs.apply(
-        slow_flow("single", tool_dir, concurrency={"policy": "Forbid", "max": 1}),
+        slow_flow("single", tool_board, concurrency={"policy": "Forbid", "max": 1}),
         flowrun("single-1", "single"),
     )
-    wait_for(lambda: lines(tool_dir / "wait.count") == 1, 120, "the first run is active")
+    wait_for(lambda: lines(tool_board / "wait.count") == 1, 120, "the first run is active")
     runs.apply(flowrun("single-2", "single"))
 
     second = runs.wait_phase("single-2", "Cancelled")
     assert second["reason"] == "ConcurrencyForbid"
     assert runs.pods("single-2") == []
-    (tool_dir / "release").touch()
+    (tool_board / "release").touch()
     assert runs.wait_phase("single-1", "Succeeded", "Failed")["phase"] == "Succeeded"
 
 
@@ -424,15 +430,15 @@ def test_concurrency_forbid_cancels_a_run_while_another_is_active(
 
 
 def test_runner_token_may_patch_its_own_run_but_not_another(
-    control_plane: Cluster, runs: FlowRuns, tool_dir: Path
+    control_plane: Cluster, runs: FlowRuns, tool_board: ToolBoard
 ) -> None:
     runs.apply(
-        slow_flow("confined", tool_dir),
+        slow_flow("confined", tool_board),
         flowrun("confined-1", "confined"),
         flowrun("other-1", "no-such-flow"),
     )
     runs.wait_phase("other-1", "Failed")
-    wait_for(lambda: lines(tool_dir / "wait.count") == 1, 120, "the slow node started")
+    wait_for(lambda: lines(tool_board / "wait.count") == 1, 120, "the slow node started")
     kubeconfig = runs.pod_kubeconfig("confined-1-1")
     assert kubeconfig.exists()
 
@@ -455,7 +461,7 @@ def test_runner_token_may_patch_its_own_run_but_not_another(
     assert stolen.returncode != 0 and "may write only ConfigMaps" in stolen.stderr
     with pytest.raises(client.ApiException):
         control_plane.core().read_namespaced_config_map("other-1-out-x", runs.namespace)
-    (tool_dir / "release").touch()
+    (tool_board / "release").touch()
     assert runs.wait_phase("confined-1", "Succeeded", "Failed")["phase"] == "Succeeded"
 
 
@@ -496,26 +502,28 @@ def test_waiting_run_starts_the_next_attempt_when_a_request_is_decided(
 
 
 def test_queued_run_starts_when_the_active_run_finishes(
-    control_plane: Cluster, runs: FlowRuns, tool_dir: Path
+    control_plane: Cluster, runs: FlowRuns, tool_board: ToolBoard
 ) -> None:
     runs.apply(
-        slow_flow("line", tool_dir, concurrency={"policy": "Queue", "max": 1}),
+        slow_flow("line", tool_board, concurrency={"policy": "Queue", "max": 1}),
         flowrun("line-1", "line"),
     )
-    wait_for(lambda: lines(tool_dir / "wait.count") == 1, 120, "the first run is active")
+    wait_for(lambda: lines(tool_board / "wait.count") == 1, 120, "the first run is active")
     runs.apply(flowrun("line-2", "line"))
     assert runs.wait_phase("line-2", "Queued")["reason"] == "Queued"
     assert runs.pods("line-2") == []
 
-    (tool_dir / "release").touch()
+    (tool_board / "release").touch()
     assert runs.wait_phase("line-1", "Succeeded", "Failed")["phase"] == "Succeeded"
     assert runs.wait_phase("line-2", "Succeeded", "Failed")["phase"] == "Succeeded"
 
 
 def test_timeout_fails_the_run_and_deletes_its_pod(
-    control_plane: Cluster, runs: FlowRuns, tool_dir: Path
+    control_plane: Cluster, runs: FlowRuns, tool_board: ToolBoard
 ) -> None:
-    runs.apply(slow_flow("late", tool_dir, limits={"timeoutSeconds": 5}), flowrun("late-1", "late"))
+    runs.apply(
+        slow_flow("late", tool_board, limits={"timeoutSeconds": 5}), flowrun("late-1", "late")
+    )
     status = runs.wait_phase("late-1", "Failed", "Succeeded")
     assert status["phase"] == "Failed"
     assert status["reason"] == "Timeout"
@@ -523,12 +531,12 @@ def test_timeout_fails_the_run_and_deletes_its_pod(
 
 
 def test_lost_attempts_beyond_max_attempts_fail_the_run(
-    control_plane: Cluster, runs: FlowRuns, tool_dir: Path
+    control_plane: Cluster, runs: FlowRuns, tool_board: ToolBoard
 ) -> None:
-    spec = slow_flow("fragile", tool_dir)
+    spec = slow_flow("fragile", tool_board)
     spec["spec"]["retry"] = {"maxAttempts": 1, "backoffSeconds": 1}
     runs.apply(spec, flowrun("fragile-1", "fragile"))
-    wait_for(lambda: lines(tool_dir / "wait.count") == 1, 120, "the slow node started")
+    wait_for(lambda: lines(tool_board / "wait.count") == 1, 120, "the slow node started")
     control_plane.core().delete_namespaced_pod("fragile-1-1", runs.namespace)
 
     status = runs.wait_phase("fragile-1", "Failed")
@@ -553,7 +561,7 @@ def test_finished_runs_are_deleted_after_their_ttl_and_beyond_history_limits(
 
 
 def test_metrics_count_runs_by_flow_and_phase_without_run_names(
-    control_plane: Cluster, runs: FlowRuns, operator: OperatorProcess
+    control_plane: Cluster, runs: FlowRuns, operator: Operator
 ) -> None:
     runs.apply(
         flow("counted", [{"id": "only", "transform": "=1"}]), flowrun("counted-1", "counted")

@@ -2,7 +2,8 @@
 
 The operator (its ServiceAccount's token, config/rbac as it ships) lists the tools of an Agent's
 HTTP MCP servers into ``status.tools``; here the server is the test MCP server of
-tests/support/mcp_servers.py on loopback, which the operator subprocess reaches like any URL.
+tests/support/mcp_servers.py on the node's bridge address, which the operator's pod reaches like
+any URL.
 """
 
 from __future__ import annotations
@@ -13,17 +14,18 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.harness import wait_for
+from tests.cluster.harness import Cluster, wait_for
 from tests.cluster.operator_fixtures import *  # noqa: F403
-from tests.cluster.operator_fixtures import FlowRuns, OperatorProcess
+from tests.cluster.operator_fixtures import FlowRuns, Operator, pod_host
 from tests.support import mcp_servers
 
 pytestmark = pytest.mark.cluster
 
 
 @pytest.fixture
-def mcp_server() -> Iterator[mcp_servers.HttpMcpServer]:
-    server = mcp_servers.HttpMcpServer().start()
+def mcp_server(control_plane: Cluster) -> Iterator[mcp_servers.HttpMcpServer]:
+    """The test MCP server where the operator reaches it (its pod, on the real node)."""
+    server = mcp_servers.HttpMcpServer(host=pod_host(control_plane)).start()
     try:
         yield server
     finally:
@@ -87,7 +89,7 @@ def test_an_agent_with_an_http_mcp_tool_lists_the_servers_tools_in_its_status(
 
 
 def test_an_unreachable_mcp_server_is_a_condition_and_the_operator_keeps_running(
-    runs: FlowRuns, operator: OperatorProcess
+    runs: FlowRuns, operator: Operator
 ) -> None:
     url = f"http://127.0.0.1:{closed_port()}/mcp"
     runs.apply(agent("stranded", [python_tool("lookup"), {"name": "gone", "mcp": {"url": url}}]))

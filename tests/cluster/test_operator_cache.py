@@ -15,7 +15,7 @@ from agentflows.api import wellknown
 from agentflows.kube import objects
 from tests.cluster.harness import wait_for
 from tests.cluster.operator_fixtures import *  # noqa: F403
-from tests.cluster.operator_fixtures import FlowRuns, OperatorProcess
+from tests.cluster.operator_fixtures import FlowRuns, Operator
 from tests.support.fixtures import *  # noqa: F403
 
 pytestmark = pytest.mark.cluster
@@ -49,7 +49,7 @@ def flowrun(name: str, flow_name: str) -> dict[str, Any]:
     return {"kind": "FlowRun", "metadata": {"name": name}, "spec": {"flow": flow_name}}
 
 
-def validations(operator: OperatorProcess, namespace: str, flow: str) -> int:
+def validations(operator: Operator, namespace: str, flow: str) -> int:
     """How often the operator validated ``namespace/flow`` (its log says each time)."""
     marker = f"validated Flow {namespace}/{flow}:"
     return sum(marker in line for line in operator.log_path.read_text().splitlines())
@@ -61,7 +61,7 @@ def ready(runs: FlowRuns, kind: str, name: str) -> bool:
 
 
 def test_an_agent_change_revalidates_only_the_flows_that_reach_it_and_runs_never_do(
-    runs: FlowRuns, operator: OperatorProcess
+    runs: FlowRuns, operator: Operator
 ) -> None:
     namespace = runs.namespace
     runs.apply(agent("x", "one"), agent("y", "one"))

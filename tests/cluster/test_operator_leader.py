@@ -127,6 +127,12 @@ def leading(process: OperatorProcess) -> float:
     raise AssertionError(f"no agentflows_leader in the metrics of {process.identity}")
 
 
+def wait_leading(process: OperatorProcess) -> None:
+    """Wait for the gauge of a process the Lease names: it is set once the process has read
+    the answer to its Lease write, a moment after others can see the Lease name it."""
+    wait_for(lambda: leading(process) == 1.0, 30, f"agentflows_leader 1 on {process.identity}")
+
+
 def kill(process: OperatorProcess) -> float:
     """SIGKILL the process (no lease release); the monotonic time it was killed."""
     assert process.process is not None
@@ -178,7 +184,8 @@ def test_a_standby_takes_over_from_a_killed_leader_and_every_run_gets_exactly_on
     processes = [replicas.start(), replicas.start()]
     leader = replicas.leader(processes)
     standby = next(p for p in processes if p is not leader)
-    assert (leading(leader), leading(standby)) == (1.0, 0.0)
+    wait_leading(leader)
+    assert leading(standby) == 0.0
     runs.apply(one_node_flow("echo"))
 
     names = [f"run-{i:02d}" for i in range(RUNS)]
@@ -191,7 +198,7 @@ def test_a_standby_takes_over_from_a_killed_leader_and_every_run_gets_exactly_on
         killed = kill(leader)
         leader = replicas.leader([standby])
         takeovers.append(time.monotonic() - killed)
-        assert leading(leader) == 1.0
+        wait_leading(leader)
         standby = replicas.start()  # the killed one's replacement stands by
         assert leading(standby) == 0.0
     print("takeover after SIGKILL (s): " + ", ".join(f"{t:.1f}" for t in takeovers))
@@ -224,7 +231,7 @@ def test_a_leader_stopped_with_sigterm_hands_the_lease_to_the_standby(
     assert "released lease" in leader.log_path.read_text()
     assert replicas.leader([standby]) is standby
     print(f"takeover after SIGTERM: {time.monotonic() - stopped:.1f}s")
-    assert leading(standby) == 1.0
+    wait_leading(standby)
     runs.apply(flowrun("after", "echo", 2))
     status = runs.wait_phase("after", "Succeeded", "Failed")
     assert (status["phase"], status["output"]) == ("Succeeded", {"n": 2})

@@ -16,12 +16,11 @@ import pytest
 
 from tests.cluster.harness import Cluster, wait_for
 from tests.cluster.operator_fixtures import *  # noqa: F403
-from tests.cluster.operator_fixtures import FlowRuns, OperatorProcess
+from tests.cluster.operator_fixtures import FlowRuns, Operator
 from tests.support.fixtures import *  # noqa: F403
 
 pytestmark = pytest.mark.cluster
 
-NODE = "real"
 
 EVENT_WATCH = re.compile(
     r'^agentflows_trigger_watches\{api_version="v1",kind="Event"\} (\S+)$', re.MULTILINE
@@ -49,7 +48,7 @@ def cronjobs(cluster: Cluster, namespace: str) -> list[dict[str, Any]]:
     return items
 
 
-def event_watch(operator: OperatorProcess) -> str | None:
+def event_watch(operator: Operator) -> str | None:
     """The value of the operator's Event watch gauge ("1.0": established), None: no watch."""
     found = EVENT_WATCH.search(operator.metrics())
     return found.group(1) if found else None
@@ -149,7 +148,7 @@ def test_a_schedule_trigger_gets_a_cronjob_owned_by_the_flow_that_goes_with_the_
 
 
 def test_backoff_events_start_one_run_per_pod_that_succeeds_and_a_deleted_flow_stops_watching(
-    control_plane: Cluster, runs: FlowRuns, operator: OperatorProcess
+    control_plane: Cluster, runs: FlowRuns, operator: Operator
 ) -> None:
     trigger = {
         "name": "crashloop",
@@ -194,7 +193,7 @@ def test_backoff_events_start_one_run_per_pod_that_succeeds_and_a_deleted_flow_s
 
 
 def test_a_flow_with_a_bad_trigger_filter_or_input_is_not_ready_and_says_where(
-    runs: FlowRuns, operator: OperatorProcess
+    runs: FlowRuns, operator: Operator
 ) -> None:
     bad_filter = {
         "name": "events",

@@ -14,17 +14,16 @@ import pytest
 
 from tests.cluster.harness import REPO, Cluster, wait_for
 from tests.cluster.operator_fixtures import *  # noqa: F403
-from tests.cluster.operator_fixtures import FlowRuns, OperatorProcess
+from tests.cluster.operator_fixtures import FlowRuns, Operator
 
 pytestmark = pytest.mark.cluster
 
-NODE = "real"
 
 ACCOUNT = "agentflows-runner"
 
 
 def test_a_run_without_its_service_account_says_why_and_succeeds_once_it_exists(
-    control_plane: Cluster, namespace: str, operator: OperatorProcess
+    control_plane: Cluster, namespace: str, operator: Operator
 ) -> None:
     runs = FlowRuns(control_plane, namespace)
     runs.apply(

@@ -1,8 +1,9 @@
-"""The real Prometheus scrapes the operator and the webhook receiver on loopback.
+"""The real Prometheus scrapes the operator (its pod on the real node) and the webhook receiver.
 
 The pinned ``prometheus`` binary (``hack/control-plane build-prometheus``) scrapes the operator
-(job ``agentflows-operator``) and ``agentflows webhook`` (job ``agentflows-webhook``), both local
-processes, every second, and evaluates the alerts of ``config/prometheus/prometheus-rule.yaml``.
+(job ``agentflows-operator``, at its pod's address) and ``agentflows webhook`` (job
+``agentflows-webhook``, a local process on loopback) every second, and evaluates the alerts of
+``config/prometheus/prometheus-rule.yaml``.
 Two rounds of runs that succeed (an agent priced by litellm's table), fail, and wait for an
 approval that is then decided, plus webhook deliveries signed right and wrong; one approval left
 waiting; one run that stays Pending in a namespace without the runner's ServiceAccount. Every
@@ -37,13 +38,14 @@ import yaml
 from agentflows.triggers import signing
 from tests.cluster.harness import REPO, Cluster, wait_for
 from tests.cluster.operator_fixtures import *  # noqa: F403
-from tests.cluster.operator_fixtures import FlowRuns, OperatorProcess, _free_port, python_tool
+from tests.cluster.operator_fixtures import FlowRuns, Operator, python_tool
 from tests.support.fixtures import *  # noqa: F403
 from tests.support.model_server import API_KEY, Reply, ScriptedModelServer
 
 sys.path.insert(0, str(REPO / "hack"))
 
 from devcluster import build
+from devcluster.ports import free_port
 
 pytestmark = pytest.mark.cluster
 
@@ -93,7 +95,7 @@ class Process:
 @pytest.fixture(scope="module")
 def webhook_port(control_plane: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     """``agentflows webhook`` on loopback, with the admin's kubeconfig."""
-    port = _free_port()
+    port = free_port()
     directory = tmp_path_factory.mktemp("webhook")
     receiver = Process(
         [
@@ -122,7 +124,7 @@ def rule_groups() -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def prometheus(
-    operator: OperatorProcess, webhook_port: int, tmp_path_factory: pytest.TempPathFactory
+    operator: Operator, webhook_port: int, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
     """Prometheus on loopback scraping both every second; its base URL."""
     binary, _ = build.prometheus_binaries()
@@ -134,16 +136,16 @@ def prometheus(
         "scrape_configs": [
             {
                 "job_name": job,
-                "static_configs": [{"targets": [f"127.0.0.1:{port}"]}],
+                "static_configs": [{"targets": [target]}],
             }
-            for job, port in (
-                ("agentflows-operator", operator.metrics_port),
-                ("agentflows-webhook", webhook_port),
+            for job, target in (
+                ("agentflows-operator", operator.address),
+                ("agentflows-webhook", f"127.0.0.1:{webhook_port}"),
             )
         ],
     }
     (directory / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = _free_port()
+    port = free_port()
     server = Process(
         [
             str(binary), f"--config.file={directory / 'prometheus.yml'}",
@@ -219,7 +221,7 @@ def post(url: str, body: bytes, headers: dict[str, str]) -> int:
         return int(error.code)
 
 
-def set_up(control_plane: Cluster, runs: FlowRuns, model_server: ScriptedModelServer) -> None:
+def set_up(control_plane: Cluster, runs: FlowRuns, pod_model_server: ScriptedModelServer) -> None:
     """An Agent priced by litellm's table; Flows that succeed, fail, wait, take webhooks."""
     core = control_plane.core()
     model_key = {"metadata": {"name": "scripted-model"}, "stringData": {"api-key": API_KEY}}
@@ -231,7 +233,7 @@ def set_up(control_plane: Cluster, runs: FlowRuns, model_server: ScriptedModelSe
     core.create_namespaced_secret(runs.namespace, hook_key)
     model = {
         "name": "openai/gpt-4o-mini",
-        "apiBase": model_server.url,
+        "apiBase": pod_model_server.url,
         "apiKey": {"secretKeyRef": {"name": "scripted-model", "key": "api-key"}},
         "retries": 0,
     }
@@ -262,12 +264,12 @@ def set_up(control_plane: Cluster, runs: FlowRuns, model_server: ScriptedModelSe
 def run_round(
     control_plane: Cluster,
     runs: FlowRuns,
-    model_server: ScriptedModelServer,
+    pod_model_server: ScriptedModelServer,
     webhook_port: int,
     round_: int,
 ) -> None:
     """A run that succeeds, one that fails, one decided; a good and a bad webhook delivery."""
-    model_server.script(Reply.text("Hi, world!"))
+    pod_model_server.script(Reply.text("Hi, world!"))
     priced, broken, gate = (f"{name}-{round_}" for name in ("priced", "broken", "gate"))
     runs.apply(flowrun(priced, "priced"), flowrun(broken, "broken"), flowrun(gate, "gate"))
     assert runs.wait_phase(priced, "Succeeded", "Failed")["phase"] == "Succeeded"
@@ -305,14 +307,14 @@ def flowrun(name: str, flow_name: str) -> dict[str, Any]:
 def test_every_dashboard_query_and_alert_expression_returns_series_from_real_scrapes(
     control_plane: Cluster,
     runs: FlowRuns,
-    model_server: ScriptedModelServer,
+    pod_model_server: ScriptedModelServer,
     webhook_port: int,
     prometheus: str,
 ) -> None:
     stuck = stuck_namespace(control_plane)
     try:
-        set_up(control_plane, runs, model_server)
-        run_round(control_plane, runs, model_server, webhook_port, 1)
+        set_up(control_plane, runs, pod_model_server)
+        run_round(control_plane, runs, pod_model_server, webhook_port, 1)
         runs.apply(flowrun("gate-left", "gate"))
         assert runs.wait_phase("gate-left", "Waiting", "Failed")["phase"] == "Waiting"
         queries = {**dashboard_queries(), **alert_queries()}
@@ -324,7 +326,7 @@ def test_every_dashboard_query_and_alert_expression_returns_series_from_real_scr
         assert missing == []
 
         # A counter's first sample is its baseline: rates move with the second round.
-        run_round(control_plane, runs, model_server, webhook_port, 2)
+        run_round(control_plane, runs, pod_model_server, webhook_port, 2)
         moved = {
             "finished runs": "sum(rate(agentflows_run_duration_seconds_count[1m])) > 0",
             "cost": "sum(rate(agentflows_cost_usd_total[1m])) > 0",

@@ -168,8 +168,11 @@ def _follow_the_readme(reader: Reader, install: str, blocks: list[str]) -> None:
     assert "Succeeded" in listed, listed
     commands = _commands(approval)
     decide = next(c for c in commands if c.startswith("agentflows approve"))
-    before = {c: reader.run(c) for c in commands[: commands.index(decide)]}
-    reader.started_run(before, "ship")
+    before: dict[str, str] = {}
+    for command in commands[: commands.index(decide)]:
+        before[command] = reader.run(command)
+        if "agentflows start ship" in command:  # the next commands name the run it printed
+            reader.started_run(before, "ship")
     # The editor may create runs but not decide them: the same command as alice is refused.
     refused = reader.run(decide, expect=2, user=EDITOR)
     assert 'User "alice" cannot patch resource "flowruns/status"' in refused, refused

@@ -1,6 +1,6 @@
-"""The real node (``hack/control-plane up --node real``): pods in containers, and a clean ``down``.
+"""The real node (``hack/control-plane up``, its default): pods in containers, and a clean ``down``.
 
-Most tests run on the session's shared real node (``NODE = "real"``, tests/cluster/conftest.py).
+Most tests run on the session's shared real node (the default of tests/cluster/conftest.py).
 The one about ``down`` needs a node of its own, started and stopped inside the test: it is marked
 ``own_real_node``, which the conftest runs before any test asks for the shared node (only one
 real node runs per machine: the pod bridge and kube-proxy's chains are host-wide), beside the
@@ -18,13 +18,12 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from tests.cluster.harness import Cluster, controlplane
+from tests.cluster.harness import Cluster, controlplane, wait_for
 
 from devcluster import images, node  # isort: skip  (hack/ is on sys.path through the harness)
 
 pytestmark = pytest.mark.cluster
 
-NODE = "real"
 
 _RESTRICTED = {
     "runAsNonRoot": True,
@@ -82,7 +81,7 @@ def _host_snapshot() -> dict[str, object]:
     }
 
 
-def test_modules_that_name_the_real_node_share_one_session_node_running_containerd(
+def test_modules_share_one_session_real_node_running_containerd_by_default(
     control_plane: Cluster, real_cluster: Cluster
 ) -> None:
     assert control_plane is real_cluster
@@ -104,6 +103,29 @@ def test_real_node_runs_a_restricted_pod_in_a_container_on_the_pod_bridge(
     assert node_info.kubelet_version == control_plane.cp.versions["kubernetes"]
     # The API server reaches the kubelet with its client certificate (logs, exec, attach).
     assert control_plane.kubectl("logs", "restricted", "-n", namespace).returncode == 0
+
+
+def test_pod_bridge_keeps_its_address_when_pods_come_and_go(
+    control_plane: Cluster, namespace: str
+) -> None:
+    bridge = Path("/sys/class/net", node.BRIDGE)
+    # 3: NET_ADDR_SET, an address given by hand, which a bridge keeps whatever its ports
+    assert (bridge / "addr_assign_type").read_text().strip() == "3"
+    assert (bridge / "address").read_text().strip() == node.BRIDGE_MAC
+    # pods' veths join and leave; without a set address the bridge took the lowest of theirs
+    for name in ("first", "second"):
+        _run_pod(control_plane, name, namespace)
+    control_plane.core().delete_namespaced_pod("first", namespace, grace_period_seconds=0)
+    wait_for(
+        lambda: (
+            not control_plane.core()
+            .list_namespaced_pod(namespace, field_selector="metadata.name=first")
+            .items
+        ),
+        60,
+        "the first pod gone",
+    )
+    assert (bridge / "address").read_text().strip() == node.BRIDGE_MAC
 
 
 def test_real_node_pods_reach_the_api_server_through_the_kubernetes_service(

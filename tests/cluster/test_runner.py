@@ -16,6 +16,10 @@ from typing import Any
 
 import pytest
 
+from agentflows.api import agent as agent_api
+from agentflows.api import flow as flow_api
+from agentflows.api import snapshot as snapshot_api
+from agentflows.engine import graph
 from agentflows.kube import client as kube_client
 from agentflows.kube import snapshot as snapshot_mod
 from tests.cluster import runner_process
@@ -33,7 +37,6 @@ from tests.cluster.kube_fixtures import (  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.cluster
 
-NODE = "real"
 
 #: A python tool that appends its "mark" to the file "log", optionally blocks while the file
 #: "block" exists, and answers {"n": 2 * n}. (Contained tools of a root runner run each as a uid
@@ -58,6 +61,14 @@ def _tool(node_id: str, log: Path, **args: Any) -> dict[str, Any]:
             "args": {"log": str(log), "mark": node_id, **args},
         },
     }
+
+
+def _lookup(flows: dict[str, Any], agents: dict[str, Any]) -> graph.StaticResolver:
+    """A lookup over every Flow and Agent given as wire JSON."""
+    return graph.StaticResolver(
+        {name: agent_api.AgentSpec.model_validate(spec) for name, spec in agents.items()},
+        {name: flow_api.FlowSpec.model_validate(spec) for name, spec in flows.items()},
+    )
 
 
 def _marks(log: Path) -> list[str]:
@@ -247,8 +258,8 @@ async def test_snapshot_written_by_the_operator_helpers_runs_and_is_written_once
     flows = {"main": {"nodes": [{"id": "sub", "flow": {"name": "child", "input": 1}}]}}
     flows["child"] = {"nodes": [_tool("leaf", log)]}
     flows["unrelated"] = {"nodes": [{"id": "x", "transform": "=1"}]}
-    snap = snapshot_mod.build_snapshot("main", snapshot_mod.lookup_in(flows, {}))
-    assert sorted(snap["flows"]) == ["child", "main"]
+    snap = snapshot_mod.build_snapshot("main", _lookup(flows, {}))
+    assert sorted(snap.flows) == ["child", "main"]
     name = unique("run")
     obj = await create_flowrun(runs.api, runs.namespace, name, flow="main")
     first = await snapshot_mod.write_snapshot(runs.api, obj, snap)
@@ -256,9 +267,9 @@ async def test_snapshot_written_by_the_operator_helpers_runs_and_is_written_once
     again = await snapshot_mod.write_snapshot(runs.api, obj, snap)
     assert again["metadata"]["uid"] == first["metadata"]["uid"]
     read = await snapshot_mod.read_snapshot(runs.api, runs.namespace, name)
-    assert read.flows == snap["flows"]
+    assert read == snap
     # as admission does: the digest the runner checks the mounted snapshot against
-    digest = snapshot_mod.digest_of(first["data"][snapshot_mod.SNAPSHOT_KEY])
+    digest = snapshot_api.digest_of(first["data"][snapshot_mod.SNAPSHOT_KEY])
     await patch_status(runs.api, runs.namespace, name, {"snapshotDigest": digest})
     await runs.attempt(name, 1)
     done = await runs.run(name)
@@ -295,7 +306,7 @@ def test_snapshot_collects_every_agent_and_flow_reachable_from_the_flow() -> Non
         "mapper": model,
         "unused": model,
     }
-    snap = snapshot_mod.build_snapshot("main", snapshot_mod.lookup_in(flows, agents))
-    assert snap["flow"] == "main"
-    assert sorted(snap["flows"]) == ["from-agent", "main", "per-item", "sub"]
-    assert sorted(snap["agents"]) == ["helper", "mapper", "tooler", "writer"]
+    snap = snapshot_mod.build_snapshot("main", _lookup(flows, agents))
+    assert snap.flow == "main"
+    assert sorted(snap.flows) == ["from-agent", "main", "per-item", "sub"]
+    assert sorted(snap.agents) == ["helper", "mapper", "tooler", "writer"]

@@ -1,6 +1,6 @@
 """A FlowRun's runner in a container of the image the ``Dockerfile`` builds, on the real node.
 
-The module runs on the session's shared real node (``NODE = "real"``, tests/cluster/conftest.py),
+The module runs on the session's shared real node (the default of tests/cluster/conftest.py),
 which has ``agentflows:<appVersion>`` from the project's ``Dockerfile`` in its containerd. The
 operator runs from the checkout with its ServiceAccount's token, as in the other operator tests;
 what runs in a container is every runner pod it creates: under runc, as the chart's non-root
@@ -10,8 +10,11 @@ enforces, reaching the API server through the ``kubernetes`` Service.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from tests.cluster.harness import wait_for
 from tests.cluster.operator_fixtures import *  # noqa: F403
 from tests.cluster.operator_fixtures import FlowRuns, python_tool
 
@@ -19,7 +22,6 @@ from devcluster import appimage  # isort: skip  (hack/ is on sys.path)
 
 pytestmark = pytest.mark.cluster
 
-NODE = "real"
 
 # What a tool can do to the filesystem and who it is, reported by the tool itself.
 _PROBE = """
@@ -56,8 +58,15 @@ def test_a_flowrun_succeeds_in_a_runner_container_of_the_dockerfiles_image(
     # The kernel refuses the write (a read-only root), the tool runs as the chart's user, and
     # the emptyDir at /tmp is the one place a tool may write.
     assert status["output"] == {"root": "Read-only file system", "uid": 65532, "scratch": "written"}
-    [pod] = runs.pods("probe-1")
-    [container] = pod.status.container_statuses
+
+    # the runner may write Succeeded before the kubelet has reported its container's start
+    # (under load, its status sync lags): wait for the pod's status to name the container
+    def reported() -> tuple[Any, Any] | None:
+        [pod] = runs.pods("probe-1")
+        [container] = pod.status.container_statuses or [None]
+        return (pod, container) if container is not None and container.container_id else None
+
+    pod, container = wait_for(reported, timeout=120, what="the runner container's status")
     assert container.container_id.startswith("containerd://")
     assert container.image.endswith(f"agentflows:{appimage.app_version()}")
     assert pod.spec.security_context.run_as_user == 65532 or (

@@ -1,6 +1,6 @@
 """What the container runtime enforces on a runner pod, proved on the real node (issue 20, item 4).
 
-The module runs on the session's shared real node (``NODE = "real"``, tests/cluster/conftest.py);
+The module runs on the session's shared real node (the default of tests/cluster/conftest.py);
 the operator runs from the checkout (operator_fixtures) and every runner pod it creates runs in a
 container of ``agentflows:<appVersion>`` under runc, in a namespace enforcing the restricted Pod
 Security Standard:
@@ -35,11 +35,11 @@ from agentflows.engine import lifecycle
 from tests.cluster.harness import Cluster, wait_for
 from tests.cluster.operator_fixtures import *  # noqa: F403
 from tests.cluster.operator_fixtures import FlowRuns, python_tool
+from tests.support import tool_scripts
 from tests.support.model_server import Reply, ScriptedModelServer
 
 pytestmark = pytest.mark.cluster
 
-NODE = "real"
 
 RELEASE = "/tmp/release"
 KEY_FILE = f"{runner_api.RUNNER_SECRETS_ROOT}/model-key/apiKey"
@@ -157,23 +157,6 @@ def test_a_tools_memory_hog_is_oom_killed_at_the_pods_limit_and_the_node_says_so
 
 # Issue 19, items 2 and 3 in the pod: a fork bomb as the runner's uid, and processes that try
 # to outlive their tool (a setsid child, and a daemon's double fork).
-_BOMB = """
-import json, os, sys
-json.load(sys.stdin)
-read, write = os.pipe()
-started = 0
-for _ in range(150):
-    try:
-        pid = os.fork()
-    except OSError:
-        break
-    if pid == 0:
-        os.close(write)
-        os.read(read, 1)
-        os._exit(0)
-    started += 1
-print(json.dumps(started))
-"""
 _SPAWN = """
 import json, os, subprocess, sys
 marker = json.load(sys.stdin)["marker"]
@@ -210,7 +193,7 @@ def test_a_tools_fork_bomb_stops_at_the_limit_and_no_process_it_starts_outlives_
             "metadata": {"name": "left"},
             "spec": {
                 "nodes": [
-                    {"id": "bomb", "tool": python_tool(_BOMB, {})},
+                    {"id": "bomb", "tool": python_tool(tool_scripts.FORK_BOMB, {})},
                     {"id": "spawn", "tool": python_tool(_SPAWN, {"marker": marker})},
                     {"id": "hold", "tool": python_tool(_HOLD, {})},
                 ],

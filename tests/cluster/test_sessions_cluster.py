@@ -11,13 +11,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 from typing import Any
 
 import pytest
 
 from tests.cluster.harness import Cluster, wait_for
 from tests.cluster.operator_fixtures import *  # noqa: F403
-from tests.cluster.operator_fixtures import FlowRuns, OperatorProcess
+from tests.cluster.operator_fixtures import FlowRuns, Operator
 from tests.support.fixtures import *  # noqa: F403
 from tests.support.model_server import Reply, ScriptedModelServer
 
@@ -68,28 +69,32 @@ def _session(runs: FlowRuns) -> dict[str, Any]:
 
 
 def test_a_session_continues_over_three_flowruns_one_after_its_runner_pod_was_killed(
-    control_plane: Cluster, runs: FlowRuns, model_server: ScriptedModelServer
+    control_plane: Cluster, runs: FlowRuns, pod_model_server: ScriptedModelServer
 ) -> None:
-    runs.apply(*_documents(model_server))
-    model_server.script(Reply.text("Restart the app."))
+    runs.apply(*_documents(pod_model_server))
+    pod_model_server.script(Reply.text("Restart the app."))
     _start(runs, "ticket-1", "The app crashes.")
     assert runs.wait_phase("ticket-1", "Succeeded", "Failed")["phase"] == "Succeeded"
 
     # the second run's first pod dies while the model is answering; its next attempt
-    # continues the same conversation, which the killed turn never wrote
-    model_server.script(Reply.text("never seen", delay=30), Reply.text("Reinstall it."))
+    # continues the same conversation, which the killed turn never wrote. The answer to the
+    # killed pod is held until the run is over (an event, not a delay the kubelet's kill had to
+    # beat: with 30 s, CI once saw the first pod live to read it)
+    held = threading.Event()
+    pod_model_server.script(Reply.text("never seen", hold=held), Reply.text("Reinstall it."))
     _start(runs, "ticket-2", "It still crashes.")
-    wait_for(lambda: len(model_server.requests) == 2, 120, "the second run's model call")
+    wait_for(lambda: len(pod_model_server.requests) == 2, 120, "the second run's model call")
     killed = runs.status("ticket-2")["pod"]
     control_plane.core().delete_namespaced_pod(killed, runs.namespace, grace_period_seconds=0)
     status = runs.wait_phase("ticket-2", "Succeeded", "Failed", timeout=240)
+    held.set()
     assert status["phase"] == "Succeeded" and status["attempt"] >= 2, status
 
-    model_server.script(Reply.text("Glad it works."))
+    pod_model_server.script(Reply.text("Glad it works."))
     _start(runs, "ticket-3", "That fixed it.")
     assert runs.wait_phase("ticket-3", "Succeeded", "Failed")["phase"] == "Succeeded"
 
-    sent = [(m["role"], m["content"]) for m in model_server.requests[-1].messages]
+    sent = [(m["role"], m["content"]) for m in pod_model_server.requests[-1].messages]
     assert sent == [
         ("system", "You answer tickets."),
         ("user", "The app crashes."),
@@ -127,9 +132,9 @@ def test_a_session_continues_over_three_flowruns_one_after_its_runner_pod_was_ki
 
 
 def test_fifty_parallel_map_items_write_one_agentsession_without_losing_a_turn(
-    control_plane: Cluster, runs: FlowRuns, model_server: ScriptedModelServer
+    control_plane: Cluster, runs: FlowRuns, pod_model_server: ScriptedModelServer
 ) -> None:
-    agent, _ = _documents(model_server)
+    agent, _ = _documents(pod_model_server)
     mapped = {
         "kind": "Flow",
         "metadata": {"name": "batch"},
@@ -152,7 +157,7 @@ def test_fifty_parallel_map_items_write_one_agentsession_without_losing_a_turn(
         },
     }
     runs.apply(agent, mapped)
-    model_server.script(*(Reply.text("noted") for _ in range(50)))
+    pod_model_server.script(*(Reply.text("noted") for _ in range(50)))
     runs.apply(
         {
             "kind": "FlowRun",
@@ -171,15 +176,15 @@ def test_fifty_parallel_map_items_write_one_agentsession_without_losing_a_turn(
 def test_the_operator_retires_sessions_beyond_max_sessions_when_a_run_of_the_memory_ends(
     control_plane: Cluster,
     runs: FlowRuns,
-    model_server: ScriptedModelServer,
-    operator: OperatorProcess,
+    pod_model_server: ScriptedModelServer,
+    operator: Operator,
 ) -> None:
     # the runner may not list or delete AgentSessions; the operator applies the Agent's bounds
-    agent, flow = _documents(model_server)
+    agent, flow = _documents(pod_model_server)
     agent["spec"]["memory"] = {"maxSessions": 2}
     runs.apply(agent, flow)
     for ticket in ("T-1", "T-2", "T-3"):
-        model_server.script(Reply.text("noted"))
+        pod_model_server.script(Reply.text("noted"))
         _start(runs, f"run-{ticket.lower()}", "hello", ticket=ticket)
         assert runs.wait_phase(f"run-{ticket.lower()}", "Succeeded", "Failed")["phase"] == (
             "Succeeded"

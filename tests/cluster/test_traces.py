@@ -1,8 +1,9 @@
 """A run's trace in a real Jaeger: one trace across a pause and two runner pods.
 
-The pinned ``jaeger`` (v2, ``hack/control-plane build-jaeger``) runs on loopback with memory
-storage, taking OTLP over HTTP. The operator runs with ``OTEL_EXPORTER_OTLP_ENDPOINT`` pointing
-at it and passes that on to its runner pods (local processes of the dev kubelet). A Flow asks a
+The pinned ``jaeger`` (v2, ``hack/control-plane build-jaeger``) runs with memory storage, taking
+OTLP over HTTP on the node's bridge address. The operator (the chart's Deployment, in a
+container) runs with ``OTEL_EXPORTER_OTLP_ENDPOINT`` pointing at it and passes that on to its
+runner pods. A Flow asks a
 model (the scripted server), waits for an approval, and asks again; the approval is given, a
 second pod finishes the run. Jaeger's query API must then hold one trace, whose id is the run's
 uid, with the operator's run span at the root, both pods' ``run`` spans under it, node spans
@@ -31,9 +32,9 @@ from tests.cluster.harness import REPO, Cluster, wait_for
 from tests.cluster.operator_fixtures import *  # noqa: F403
 from tests.cluster.operator_fixtures import (
     FlowRuns,
-    OperatorProcess,
-    _free_port,
-    install_operator,
+    Operator,
+    pod_host,
+    running_operator,
 )
 from tests.support.fixtures import *  # noqa: F403
 from tests.support.model_server import Reply, ScriptedModelServer
@@ -41,6 +42,7 @@ from tests.support.model_server import Reply, ScriptedModelServer
 sys.path.insert(0, str(REPO / "hack"))
 
 from devcluster import build
+from devcluster.ports import free_port
 
 pytestmark = pytest.mark.cluster
 
@@ -48,10 +50,12 @@ MODEL = "openai/scripted-model"
 
 
 class Jaeger:
-    """The pinned jaeger on free loopback ports: OTLP/HTTP in, the query API out."""
+    """The pinned jaeger on free ports: OTLP/HTTP in on ``host`` (where the operator's and the
+    runners' pods reach it), the query API out on loopback."""
 
-    def __init__(self, directory: Path) -> None:
-        self.otlp_port, self.query_port, self.health_port = (_free_port() for _ in range(3))
+    def __init__(self, directory: Path, host: str) -> None:
+        self.host = host
+        self.otlp_port, self.query_port, self.health_port = (free_port() for _ in range(3))
         config = directory / "jaeger.yaml"
         config.write_text(self.config())
         self.log = directory / "jaeger.log"
@@ -64,7 +68,7 @@ class Jaeger:
             )
 
     def config(self) -> str:
-        grpc_port = _free_port()
+        grpc_port = free_port()
         return json.dumps(
             {
                 "service": {
@@ -91,7 +95,7 @@ class Jaeger:
                     },
                 },
                 "receivers": {
-                    "otlp": {"protocols": {"http": {"endpoint": f"127.0.0.1:{self.otlp_port}"}}}
+                    "otlp": {"protocols": {"http": {"endpoint": f"{self.host}:{self.otlp_port}"}}}
                 },
                 "exporters": {"jaeger_storage_exporter": {"trace_storage": "memstore"}},
             }
@@ -99,7 +103,7 @@ class Jaeger:
 
     @property
     def otlp_url(self) -> str:
-        return f"http://127.0.0.1:{self.otlp_port}"
+        return f"http://{self.host}:{self.otlp_port}"
 
     def ready(self) -> bool:
         if self.process.poll() is not None:
@@ -144,8 +148,8 @@ class Jaeger:
 
 
 @pytest.fixture(scope="module")
-def jaeger(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Jaeger]:
-    started = Jaeger(tmp_path_factory.mktemp("jaeger"))
+def jaeger(control_plane: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Jaeger]:
+    started = Jaeger(tmp_path_factory.mktemp("jaeger"), pod_host(control_plane))
     try:
         wait_for(started.ready, 60, "jaeger healthy")
         yield started
@@ -156,18 +160,11 @@ def jaeger(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Jaeger]:
 @pytest.fixture(scope="module")
 def operator(
     control_plane: Cluster, jaeger: Jaeger, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[OperatorProcess]:
+) -> Iterator[Operator]:
     """The operator as shipped, exporting traces to jaeger (and telling its pods to)."""
-    directory = tmp_path_factory.mktemp("operator")
-    kubeconfig = install_operator(control_plane, directory)
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": jaeger.otlp_url, "OTEL_BSP_SCHEDULE_DELAY": "200"}
-    process = OperatorProcess(kubeconfig, directory / "operator.log", env=env)
-    process.start()
-    try:
-        yield process
-    finally:
-        process.stop()
-        print(f"operator log: {process.log_path}")
+    with running_operator(control_plane, tmp_path_factory.mktemp("operator"), env) as running:
+        yield running
 
 
 def llm(node: str, server: ScriptedModelServer, prompt: str) -> dict[str, Any]:
@@ -201,14 +198,14 @@ def whole_trace(jaeger: Jaeger, trace_id: int, run: str) -> list[dict[str, Any]]
 def test_a_run_paused_for_an_approval_is_one_trace_across_its_two_pods(
     control_plane: Cluster,
     runs: FlowRuns,
-    model_server: ScriptedModelServer,
+    pod_model_server: ScriptedModelServer,
     jaeger: Jaeger,
 ) -> None:
-    model_server.script(Reply.text("a plan"), Reply.text("done"))
+    pod_model_server.script(Reply.text("a plan"), Reply.text("done"))
     nodes = [
-        llm("plan", model_server, "Plan it"),
+        llm("plan", pod_model_server, "Plan it"),
         {"id": "review", "approval": {"message": "Go?", "approvers": {"users": ["admin"]}}},
-        llm("act", model_server, "Do it"),
+        llm("act", pod_model_server, "Do it"),
     ]
     runs.apply(
         {"kind": "Flow", "metadata": {"name": "traced"}, "spec": {"nodes": nodes}},
@@ -259,7 +256,7 @@ def webhook_port(
     control_plane: Cluster, jaeger: Jaeger, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[int]:
     """``agentflows webhook`` on loopback (admin's kubeconfig), exporting traces to jaeger."""
-    port = _free_port()
+    port = free_port()
     log_path = tmp_path_factory.mktemp("webhook") / "webhook.log"
     env = {
         **os.environ,
@@ -293,20 +290,20 @@ def webhook_port(
 def test_a_webhook_call_with_a_traceparent_puts_the_run_in_the_callers_trace(
     control_plane: Cluster,
     runs: FlowRuns,
-    model_server: ScriptedModelServer,
+    pod_model_server: ScriptedModelServer,
     jaeger: Jaeger,
     webhook_port: int,
 ) -> None:
     secret = b"s3cret-webhook-key"
     control_plane.kubectl("-n", runs.namespace, "create", "secret", "generic", "hook",
                           f"--from-literal=key={secret.decode()}")  # fmt: skip
-    model_server.script(Reply.text("hello"))
+    pod_model_server.script(Reply.text("hello"))
     trigger = {"name": "hook", "webhook": {"secret": {"name": "hook", "key": "key"}}}
     runs.apply(
         {
             "kind": "Flow",
             "metadata": {"name": "hooked"},
-            "spec": {"nodes": [llm("greet", model_server, "Hi")], "triggers": [trigger]},
+            "spec": {"nodes": [llm("greet", pod_model_server, "Hi")], "triggers": [trigger]},
         }
     )
     caller_trace, caller_span = uuid.uuid4().int, 0x00F067AA0BA902B7

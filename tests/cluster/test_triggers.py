@@ -26,6 +26,8 @@ from agentflows.triggers import kubernetes, schedule, signing, webhook
 from tests.cluster.harness import REPO, Cluster
 from tests.cluster.kube_fixtures import crds, kube  # noqa: F401  (fixtures)
 
+from devcluster import appimage  # isort: skip  (hack/ is on sys.path through the harness)
+
 pytestmark = pytest.mark.cluster
 T = TypeVar("T")
 
@@ -108,7 +110,8 @@ async def test_a_schedule_fires_through_the_cronjob_controller_and_the_removed_t
             }
         ],
     )
-    settings = schedule.Settings(image="agentflows:test")
+    # the image the node has: the CronJob's pods run in containers
+    settings = schedule.Settings(image=f"agentflows:{appimage.app_version()}")
     names = await schedule.sync_cronjobs(kube, flow, settings)
     assert names == ["tick-every-minute-" + names[0].rsplit("-", 1)[1]]
     assert await schedule.sync_cronjobs(kube, flow, settings) == names  # idempotent

@@ -10,12 +10,11 @@ The A2A protocol (0.3) sends ``{"jsonrpc": "2.0", "method": "message/send", "par
 from __future__ import annotations
 
 import json
-import threading
 from collections import deque
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from tests.support.model_server import QuietHTTPServer
+from tests.support.http_serving import ServedHTTP
 
 
 def message(text: str) -> dict[str, Any]:
@@ -44,29 +43,18 @@ def error(code: int, text: str) -> dict[str, Any]:
     return {"error": {"code": code, "message": text}}
 
 
-class ScriptedA2AServer:
+class ScriptedA2AServer(ServedHTTP):
     """An A2A agent at :attr:`url` answering each request with the next queued reply."""
 
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
         self._replies: deque[dict[str, Any]] = deque()
-        self._server = QuietHTTPServer(("127.0.0.1", 0), self._handler_class())
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        super().__init__(self._handler_class())
 
     @property
     def url(self) -> str:
         """The agent's URL (JSON-RPC is posted to it)."""
-        return f"http://127.0.0.1:{self._server.server_address[1]}/"
-
-    def start(self) -> ScriptedA2AServer:
-        """Serve in a background thread."""
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop serving."""
-        self._server.shutdown()
-        self._server.server_close()
+        return f"{self.origin}/"
 
     def script(self, *replies: dict[str, Any]) -> None:
         """Queue results (or :func:`error` replies), one per request."""

@@ -7,20 +7,14 @@ attack suite (``tests/unit/security``). It listens on 127.0.0.1, or on ``::1`` w
 from __future__ import annotations
 
 import json
-import socket
-import threading
 import time
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from tests.support.model_server import QuietHTTPServer
+from tests.support.http_serving import ServedHTTP
 
 
-class _Ipv6Server(QuietHTTPServer):
-    address_family = socket.AF_INET6
-
-
-class LoopbackEndpoint:
+class LoopbackEndpoint(ServedHTTP):
     """A tiny HTTP service the http tool calls: records requests, answers by path.
 
     - ``/weather/<city>`` answers JSON ``{"city": <city>, "forecast": "sunny"}``;
@@ -36,27 +30,12 @@ class LoopbackEndpoint:
 
     def __init__(self, host: str = "127.0.0.1") -> None:
         self.requests: list[dict[str, Any]] = []
-        server_class = _Ipv6Server if ":" in host else QuietHTTPServer
-        self._httpd = server_class((host, 0), self._handler())
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
+        super().__init__(self._handler(), host)
 
     @property
     def url(self) -> str:
         """Base URL of the service (no trailing slash)."""
-        host, port = self._httpd.server_address[:2]
-        return f"http://[{host}]:{port}" if ":" in str(host) else f"http://{host!s}:{port}"
-
-    def start(self) -> LoopbackEndpoint:
-        """Serve in a background thread."""
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop serving and close the socket."""
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        return self.origin
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         endpoint = self

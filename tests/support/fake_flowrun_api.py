@@ -6,11 +6,12 @@ stands in for, filled by :meth:`snapshot` and :meth:`mount` as the kubelet fills
 ``flowruns/status`` as JSON patch (``add``, ``remove``, ``replace``, ``test``; a missing parent
 is a 422, as on the real server) or merge patch, and ConfigMap creates; and what the operator
 asks when it follows the run's attempts: pod GETs (kept in ``pods``, a missing one is a 404),
-pod creates and Event posts (kept in ``pods`` and ``events``), and GETs of the Flows and Agents
-in ``flows`` and ``agents``. Every request is
-recorded with its body, so a test can count and read the runner's writes. ``refuse`` queues
-statuses the next status patches are answered with instead (a 409 lost race, say). The real
-API server's behaviour is tested in tests/cluster/test_status_store.py and test_runner*.py.
+pod creates and Event posts (kept in ``pods`` and ``events``), Role and RoleBinding creates
+(a run's sessions grant, kept in ``roles`` and ``rolebindings``), and GETs of the Flows and
+Agents in ``flows`` and ``agents``. Every request is recorded with its body, so a test can
+count and read the runner's writes. ``refuse`` queues statuses the next status patches are
+answered with instead (a 409 lost race, say). The real API server's behaviour is tested in
+tests/cluster/test_status_store.py and test_runner*.py.
 """
 
 from __future__ import annotations
@@ -27,11 +28,12 @@ from typing import Any
 
 from aiohttp import web
 
-from agentflows.controller import cache, context, settings, snapshots, workqueue
+from agentflows.api import snapshot as snapshot_api
+from agentflows.controller import cache, context, settings, snapshots
 from agentflows.controller import metrics as metrics_mod
+from agentflows.controller.runtime import workqueue
 from agentflows.kube import client as kube
 from agentflows.kube import kubeconfig, mounted
-from agentflows.kube import snapshot as snapshot_mod
 
 
 @dataclasses.dataclass
@@ -71,6 +73,9 @@ class FakeFlowRunApi:
         self.flows: dict[str, dict[str, Any]] = {}
         self.agents: dict[str, dict[str, Any]] = {}
         self.pods: dict[str, dict[str, Any]] = {}
+        #: The Role and RoleBinding of a run's sessions grant, as the operator created them.
+        self.roles: dict[str, dict[str, Any]] = {}
+        self.rolebindings: dict[str, dict[str, Any]] = {}
         self.events: list[dict[str, Any]] = []
         self.requests: list[Recorded] = []
         self.refusals: list[int] = []
@@ -94,16 +99,17 @@ class FakeFlowRunApi:
             await api.close()
             await runner.cleanup()
 
-    def snapshot(self, flow: dict[str, Any]) -> None:
-        """Store the run's snapshot ConfigMap with ``flow`` as Flow ``f``, owned by the run."""
-        data = {"flow": "f", "flows": {"f": flow}, "agents": {}}
+    def snapshot(self, flow: dict[str, Any], agents: dict[str, Any] | None = None) -> None:
+        """Store the run's snapshot ConfigMap with ``flow`` as Flow ``f`` (and ``agents``),
+        owned by the run."""
+        data = {"flow": "f", "flows": {"f": flow}, "agents": agents or {}}
         owner = {"kind": "FlowRun", "name": self.name, "uid": self.flowrun["metadata"]["uid"]}
         text = json.dumps(data)
         self.configmaps[f"{self.name}-snapshot"] = {
             "metadata": {"name": f"{self.name}-snapshot", "ownerReferences": [owner]},
             "data": {"snapshot.json": text},
         }
-        self.flowrun.setdefault("status", {})["snapshotDigest"] = snapshot_mod.digest_of(text)
+        self.flowrun.setdefault("status", {})["snapshotDigest"] = snapshot_api.digest_of(text)
         self.mount()
 
     def mount(self) -> None:
@@ -149,6 +155,8 @@ class FakeFlowRunApi:
             ("pods", self.pods),
             ("flows", self.flows),
             ("agents", self.agents),
+            ("roles", self.roles),
+            ("rolebindings", self.rolebindings),
         ):
             collection = kube.path_of(plural, self.namespace)
             if path == collection and request.method == "POST":

@@ -84,18 +84,33 @@ class _RequireBearer:
 
 
 class HttpMcpServer:
-    """The test server over streamable HTTP (or HTTP+SSE) on 127.0.0.1 (random port)."""
+    """The test server over streamable HTTP (or HTTP+SSE) on ``host`` (127.0.0.1 unless a
+    runner pod must reach it: the node's bridge address), on a random port. The SDK's
+    DNS-rebinding protection is on, allowing that host only."""
 
-    def __init__(self, token: str | None = None, *, sse: bool = False) -> None:
+    def __init__(
+        self, token: str | None = None, *, sse: bool = False, host: str = "127.0.0.1"
+    ) -> None:
         import uvicorn
+        from mcp.server.transport_security import TransportSecuritySettings
 
         server = build_server("sse" if sse else "http")
-        app: Any = server.sse_app() if sse else server.streamable_http_app()
+        security = TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=[f"{host}:*"],
+            allowed_origins=[f"http://{host}:*"],
+        )
+        app: Any = (
+            server.sse_app(host=host, transport_security=security)
+            if sse
+            else server.streamable_http_app(host=host, transport_security=security)
+        )
+        self.host = host
         self._path = "/sse" if sse else "/mcp"
         if token is not None:
             app = _RequireBearer(app, token)
         self._socket = socket.socket()
-        self._socket.bind(("127.0.0.1", 0))
+        self._socket.bind((host, 0))
         self.port = self._socket.getsockname()[1]
         config = uvicorn.Config(app, log_level="error", lifespan="on")
         self._server = uvicorn.Server(config)
@@ -106,7 +121,7 @@ class HttpMcpServer:
     @property
     def url(self) -> str:
         """The MCP endpoint."""
-        return f"http://127.0.0.1:{self.port}{self._path}"
+        return f"http://{self.host}:{self.port}{self._path}"
 
     def start(self) -> HttpMcpServer:
         """Serve in a background thread; return once the server accepts requests."""

@@ -32,16 +32,16 @@ import dataclasses
 import itertools
 import json
 import re
-import sys
 import threading
 import time
 from collections import deque
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from agentflows.agents import secrets
 from agentflows.api import agent as agent_api
 from agentflows.api import common
+from tests.support.http_serving import ServedHTTP
 
 #: The API key the fixture's model spec resolves to; the server records what it receives.
 API_KEY = "sk-scripted-test-key-0123456789"
@@ -121,7 +121,7 @@ class RecordedRequest:
         return list(self.body.get("messages", []))
 
 
-class ScriptedModelServer:
+class ScriptedModelServer(ServedHTTP):
     """An OpenAI-compatible chat-completions server answering from a script."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
@@ -135,30 +135,12 @@ class ScriptedModelServer:
         #: Set while a ``hold_after`` reply waits for :meth:`release`.
         self.holding = threading.Event()
         self._released = threading.Event()
-        self._httpd = QuietHTTPServer((host, port), self._handler_class())
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever,
-            kwargs={"poll_interval": 0.05},
-            name="scripted-model-server",
-            daemon=True,
-        )
+        super().__init__(self._handler_class(), host, port, name="scripted-model-server")
 
     @property
     def url(self) -> str:
         """Base URL to use as ``api_base`` (ends in ``/v1``)."""
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host!s}:{port}/v1"
-
-    def start(self) -> ScriptedModelServer:
-        """Start serving in a background thread."""
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop serving and close the socket."""
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout=5)
+        return f"{self.origin}/v1"
 
     def script(self, *replies: Reply) -> None:
         """Queue replies; each chat-completions request takes the next one."""
@@ -335,18 +317,6 @@ class ScriptedModelServer:
                             time.sleep(scripted.gap)
 
         return Handler
-
-
-class QuietHTTPServer(ThreadingHTTPServer):
-    """A threaded HTTP server that does not print clients hanging up (timeouts in tests)."""
-
-    daemon_threads = True
-    #: socketserver's default backlog of 5 resets connections of a ``map`` of fifty agents.
-    request_queue_size = 128
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        if not isinstance(sys.exc_info()[1], ConnectionError):
-            super().handle_error(request, client_address)
 
 
 def _error_body(message: str) -> dict[str, Any]:

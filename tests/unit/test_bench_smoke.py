@@ -8,7 +8,7 @@ from tests.support import processes
 pytest.importorskip("langgraph")
 
 
-def test_quick_engine_benchmark_prints_every_graph_the_loop_ratio_and_the_startup_line() -> None:
+def test_quick_engine_benchmark_prints_every_graph_the_loop_ratios_and_the_startup_line() -> None:
     result = processes.run_bench("engine.py", "--quick")
     assert result.returncode == 0, result.stderr
     rows = result.stdout.splitlines()
@@ -16,6 +16,7 @@ def test_quick_engine_benchmark_prints_every_graph_the_loop_ratio_and_the_startu
     assert any(line.startswith("fanout-1-32-1 ") for line in rows), result.stdout
     assert any(line.startswith("loop-100 ") for line in rows), result.stdout
     assert any(line.startswith("loop-100 per node / chain-100 per node, measured") for line in rows)
+    assert any("unrolled (50 iterations, no back edge" in line for line in rows), result.stdout
     assert any(line.startswith("cli start -> first node: ") for line in rows), result.stdout
 
 

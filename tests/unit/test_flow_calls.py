@@ -85,11 +85,11 @@ def test_reach_names_what_is_missing_the_root_flow_too() -> None:
 
 def test_the_snapshot_ready_check_and_referrer_index_count_a_tool_nodes_agent() -> None:
     lookup = resolver()
-    document = snapshot.build_snapshot("root", lookup)
-    assert sorted(document["agents"]) == ["helper", "mapped-tooler", "tooler", "writer"]
-    assert document["agents"]["tooler"] == lookup.agents["tooler"].to_wire()
+    taken = snapshot.build_snapshot("root", lookup)
+    assert sorted(taken.agents) == ["helper", "mapped-tooler", "tooler", "writer"]
+    assert taken.agents["tooler"] == lookup.agents["tooler"].to_wire()
     ns = cache.Namespace(agents=lookup.agents, flows=lookup.flows)
-    assert sorted(resolve.reach("root", ns).agents) == sorted(document["agents"])
+    assert sorted(resolve.reach("root", ns).agents) == sorted(taken.agents)
     assert ("Agent", "tooler") in cache._flow_refs(lookup.flows["root"])
 
 

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from agentflows.controller import context, flowruns, workqueue
+from agentflows.controller import context, flowruns
+from agentflows.controller.runtime import workqueue
 from tests.support.fake_flowrun_api import FakeFlowRunApi, controller_on
 
 NAMESPACE, RUN = "team", "support-1"

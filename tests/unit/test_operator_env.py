@@ -18,9 +18,11 @@ from click.testing import CliRunner
 from agentflows.api import budget as budget_api
 from agentflows.api import crd
 from agentflows.api import flow as flow_api
+from agentflows.api import flowrun as flowrun_api
 from agentflows.api import runner as runner_api
 from agentflows.cli import main as cli
 from agentflows.controller import pods, settings
+from tests.support import tenant_documents
 
 RUN = {
     "apiVersion": "agentflows.io/v1alpha1",
@@ -38,17 +40,7 @@ def _validate(tmp_path: Path, document: dict[str, Any]) -> tuple[int, str]:
 
 
 def test_validate_refuses_a_flow_runner_env_of_the_operators_with_its_path(tmp_path: Path) -> None:
-    code, out = _validate(
-        tmp_path,
-        {
-            "kind": "Flow",
-            "metadata": {"name": "spend"},
-            "spec": {
-                "nodes": [{"id": "a", "transform": "=1"}],
-                "runner": {"env": [{"name": "AGENTFLOWS_BUDGET", "value": ""}]},
-            },
-        },
-    )
+    code, out = _validate(tmp_path, tenant_documents.flow_emptying_the_budget())
     assert code == 2
     assert f"spec.runner.env[0].name: 'AGENTFLOWS_BUDGET': {REFUSED}" in out
 
@@ -56,19 +48,7 @@ def test_validate_refuses_a_flow_runner_env_of_the_operators_with_its_path(tmp_p
 def test_validate_refuses_an_agent_stdio_server_env_of_the_operators_with_its_path(
     tmp_path: Path,
 ) -> None:
-    code, out = _validate(
-        tmp_path,
-        {
-            "kind": "Agent",
-            "metadata": {"name": "tools"},
-            "spec": {
-                "model": {"name": "openai/gpt-4o-mini"},
-                "tools": [
-                    {"name": "srv", "mcp": {"command": "srv", "env": {"AGENTFLOWS_ATTEMPT": "9"}}}
-                ],
-            },
-        },
-    )
+    code, out = _validate(tmp_path, tenant_documents.agent_setting_the_attempt())
     assert code == 2
     assert f"spec.tools[0].mcp.env: 'AGENTFLOWS_ATTEMPT': {REFUSED}" in out
 
@@ -95,7 +75,14 @@ def test_a_stored_flow_cannot_override_the_operators_variables_in_the_pod() -> N
     budget = budget_api.RunBudget(max_tokens=1000, tokens_by="team/day")
 
     pod = pods.runner_pod(
-        RUN, 2, "spend", {"spend": flow}, {}, settings.OperatorConfig(), budget=budget
+        RUN,
+        2,
+        "spend",
+        {"spend": flow},
+        {},
+        settings.OperatorConfig(),
+        status=flowrun_api.status_of(RUN),
+        budget=budget,
     )
 
     [container] = pod["spec"]["containers"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
+import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -23,9 +23,13 @@ import yaml
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from agentflows.controller import leader, metrics, settings
+from agentflows.controller import metrics
+from agentflows.controller.runtime import leader
 from agentflows.kube import client as kube
 from agentflows.kube import kubeconfig
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "hack"))
+from devcluster.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -72,12 +76,6 @@ def _readyz(port: int) -> tuple[int, str]:
         return exc.code, exc.read().decode()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 async def test_a_missing_lease_namespace_is_one_error_saying_what_to_do_and_shown_on_readyz(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -86,9 +84,9 @@ async def test_a_missing_lease_namespace_is_one_error_saying_what_to_do_and_show
     await server.start_server()
     api = kube.Client(kubeconfig.Config(server=str(server.make_url(""))), retry_seconds=0)
     found = metrics.Metrics()
-    port = _free_port()
+    port = free_port()
     found.serve(port)
-    election = settings.LeaderElection(
+    election = leader.LeaderElection(
         namespace="no-such-namespace",
         lease_name="agentflows-operator",
         identity="me",

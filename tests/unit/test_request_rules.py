@@ -49,7 +49,7 @@ def test_the_cli_and_the_console_offer_the_same_requests_and_none_once_the_run_e
     assert sorted(views.pending_requests(run())) == sorted(runs_view.pending(run()))
     assert sorted(views.pending_requests(run())) == ["early", "open"]
     assert views.pending_requests(run("Failed")) == {} == runs_view.pending(run("Failed"))
-    assert views.pending_requests(run())["open"]["expiresAt"] == "2999-01-01T00:00:00Z"
+    assert views.pending_requests(run())["open"].expires_at == "2999-01-01T00:00:00Z"
 
 
 def test_a_decision_problem_names_the_field_and_what_is_valid() -> None:

@@ -149,3 +149,9 @@ def test_a_failure_waits_at_least_what_the_other_side_asked_and_never_past_the_d
     assert tries.failed(at_least=3.0) == 3.0
     assert tries.failed(at_least=0.1) == 0.4
     assert tries.failed(at_least=11.0) is None
+
+
+def test_a_retrys_log_line_names_the_wait_asked_only_when_one_was_asked() -> None:
+    assert retry.retry_after_note(2.0) == " (Retry-After: 2s)"
+    assert retry.retry_after_note(0.5) == " (Retry-After: 0.5s)"
+    assert retry.retry_after_note(None) == ""

@@ -18,10 +18,13 @@ import yaml
 
 from agentflows.api import agent as agent_api
 from agentflows.api import flow as flow_api
-from agentflows.controller import pods, settings
+from agentflows.api import flowrun as flowrun_api
+from agentflows.api import snapshot as snapshot_api
+from agentflows.controller import flowruns, pods, settings
+from agentflows.controller.runtime import workqueue
 from agentflows.kube import mounted, status_store
 from agentflows.kube import snapshot as snapshot_mod
-from tests.support.fake_flowrun_api import FakeFlowRunApi
+from tests.support.fake_flowrun_api import FakeFlowRunApi, controller_on
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -41,7 +44,11 @@ RUN: dict[str, Any] = {
             "odd": {"phase": "Succeeded", "outputRef": "not a reference"},
         },
         "requests": {
-            "review": {"proposal": {"$offloaded": "configmap:answer-1-out-cccccccccc:1"}},
+            "review": {
+                "node": "chat",
+                "kind": "review",
+                "proposal": {"$offloaded": "configmap:answer-1-out-cccccccccc:1"},
+            },
         },
     },
 }
@@ -87,7 +94,13 @@ def test_the_pod_mounts_the_snapshot_the_files_and_every_offloaded_part_each_at_
     None
 ):
     pod = pods.runner_pod(
-        RUN, 2, "answer", {"answer": _flow()}, {"writer": _agent()}, settings.OperatorConfig()
+        RUN,
+        2,
+        "answer",
+        {"answer": _flow()},
+        {"writer": _agent()},
+        settings.OperatorConfig(),
+        status=flowrun_api.status_of(RUN),
     )
 
     def item(name: str, *keys: str, optional: bool = True) -> dict[str, Any]:
@@ -114,7 +127,15 @@ def test_the_pod_mounts_the_snapshot_the_files_and_every_offloaded_part_each_at_
 
 def test_a_first_attempt_mounts_only_the_snapshot_and_the_files() -> None:
     first = {**RUN, "status": {}}
-    pod = pods.runner_pod(first, 1, "answer", {"answer": _flow()}, {}, settings.OperatorConfig())
+    pod = pods.runner_pod(
+        first,
+        1,
+        "answer",
+        {"answer": _flow()},
+        {},
+        settings.OperatorConfig(),
+        status=flowrun_api.status_of(first),
+    )
     assert [s["name"] for s in _sources(pod)] == ["answer-1-snapshot", "style"]
 
 
@@ -170,10 +191,10 @@ def test_the_mounted_snapshot_is_used_only_with_the_content_status_snapshot_dige
     tmp_path: Path,
 ) -> None:
     volume = _written(tmp_path, SNAPSHOT)
-    own = {**FLOWRUN, "status": {"snapshotDigest": snapshot_mod.digest_of(SNAPSHOT)}}
+    own = {**FLOWRUN, "status": {"snapshotDigest": snapshot_api.digest_of(SNAPSHOT)}}
     assert snapshot_mod.read_mounted_snapshot(volume, own).flow == "f"
 
-    planted = {**FLOWRUN, "status": {"snapshotDigest": snapshot_mod.digest_of(SNAPSHOT + " ")}}
+    planted = {**FLOWRUN, "status": {"snapshotDigest": snapshot_api.digest_of(SNAPSHOT + " ")}}
     with pytest.raises(snapshot_mod.SnapshotError, match="not the snapshot the operator wrote"):
         snapshot_mod.read_mounted_snapshot(volume, planted)
     with pytest.raises(snapshot_mod.SnapshotError, match="snapshotDigest is not set"):
@@ -188,3 +209,26 @@ def test_a_name_or_key_that_would_leave_the_volume_reads_nothing(tmp_path: Path)
     (tmp_path / "volume" / "cm").mkdir(parents=True)
     for name, key in [("..", "secret.txt"), ("cm", "../../secret.txt"), ("", "secret.txt")]:
         assert volume.read(name, key) is None
+
+
+async def test_a_pod_the_operator_creates_for_an_attempt_reserved_earlier_mounts_the_offloaded_parts() -> (
+    None
+):
+    # attempt 2 was reserved (by an operator since restarted, or before a refused create):
+    # its pod is made from the cache, which keeps the run's status parsed, not in the object
+    status = {
+        "phase": "Pending",
+        "attempt": 2,
+        "pod": "r-2",
+        "podCreated": 1,
+        "startTime": "2026-12-02T13:00:00Z",
+        "nodes": {"draft": {"phase": "Succeeded", "outputRef": "configmap:r-out-aaaaaaaaaa:1"}},
+        "result": {"attempt": 1, "phase": "Waiting"},
+    }
+    fake = FakeFlowRunApi("team", "r", spec={"flow": "f"}, status=status)
+    fake.snapshot({"nodes": [{"id": "draft", "transform": "=1"}]})
+    async with controller_on(fake) as ctl:
+        await flowruns.reconcile(ctl, workqueue.Key(workqueue.FLOWRUN, "team", "r"))
+
+    [pod] = fake.pods.values()
+    assert [s["name"] for s in _sources(pod)] == ["r-out-aaaaaaaaaa-0", "r-snapshot"]

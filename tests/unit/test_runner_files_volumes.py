@@ -9,6 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from agentflows.api import flow as flow_api
+from agentflows.api import flowrun as flowrun_api
 from agentflows.cli import main as cli
 from agentflows.controller import pods, settings
 from agentflows.kube import mounted
@@ -18,6 +19,8 @@ RUN = {
     "kind": "FlowRun",
     "metadata": {"name": "answer-1", "namespace": "team", "uid": "0000-1111"},
 }
+#: The status of a run whose pod is its first: nothing offloaded yet.
+NO_STATUS = flowrun_api.FlowRunStatus()
 
 
 def _flow(files: list[dict[str, Any]]) -> str:
@@ -50,7 +53,9 @@ def test_files_volumes_are_mounted_read_only_under_the_files_root() -> None:
         }
     )
 
-    pod = pods.runner_pod(RUN, 1, "answer", {"answer": flow}, {}, settings.OperatorConfig())
+    pod = pods.runner_pod(
+        RUN, 1, "answer", {"answer": flow}, {}, settings.OperatorConfig(), status=NO_STATUS
+    )
 
     # (the run's ConfigMaps volume has its own tests: test_runner_configmaps_volume.py)
     assert [v for v in pod["spec"]["volumes"] if v["name"] != mounted.VOLUME] == [

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from agentflows.api import agent as agent_api
 from agentflows.api import flow as flow_api
+from agentflows.api import flowrun as flowrun_api
 from agentflows.api import runner as runner_api
 from agentflows.controller import pods, settings
 
@@ -18,6 +19,8 @@ RUN = {
     "kind": "FlowRun",
     "metadata": {"name": "answer-1", "namespace": "team", "uid": "0000-1111"},
 }
+#: The status of a run whose pod is its first: nothing offloaded yet.
+NO_STATUS = flowrun_api.FlowRunStatus()
 
 
 def test_a_models_key_is_a_read_only_file_of_the_secrets_volume_and_in_no_env_variable() -> None:
@@ -48,7 +51,13 @@ def test_a_models_key_is_a_read_only_file_of_the_secrets_volume_and_in_no_env_va
     )
 
     pod = pods.runner_pod(
-        RUN, 1, "answer", {"answer": flow}, {"helper": agent}, settings.OperatorConfig()
+        RUN,
+        1,
+        "answer",
+        {"answer": flow},
+        {"helper": agent},
+        settings.OperatorConfig(),
+        status=NO_STATUS,
     )
 
     [volume] = [v for v in pod["spec"]["volumes"] if v["name"] == pods.SECRETS_VOLUME]
@@ -82,6 +91,8 @@ def test_a_models_key_is_a_read_only_file_of_the_secrets_volume_and_in_no_env_va
 
 def test_a_run_naming_no_secret_has_no_secrets_volume() -> None:
     flow = flow_api.FlowSpec.model_validate({"nodes": [{"id": "only", "transform": "."}]})
-    pod = pods.runner_pod(RUN, 1, "answer", {"answer": flow}, {}, settings.OperatorConfig())
+    pod = pods.runner_pod(
+        RUN, 1, "answer", {"answer": flow}, {}, settings.OperatorConfig(), status=NO_STATUS
+    )
     assert pods.SECRETS_VOLUME not in [v["name"] for v in pod["spec"]["volumes"]]
     assert [v["name"] for v in pod["spec"]["volumes"]] == ["tmp", "run-configmaps"]

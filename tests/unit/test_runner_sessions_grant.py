@@ -20,9 +20,12 @@ import yaml
 from agentflows.agents import sessions
 from agentflows.api import agent as agent_api
 from agentflows.api import flow as flow_api
-from agentflows.controller import pods, settings
+from agentflows.api import flowrun as flowrun_api
+from agentflows.controller import flowruns, pods, settings
+from agentflows.controller.runtime import workqueue
 from agentflows.kube import client as kube_client
 from agentflows.kube import objects, session_store
+from tests.support.fake_flowrun_api import FakeFlowRunApi, controller_on
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -43,7 +46,13 @@ def _grant(run_name: str, memories: list[str]) -> tuple[dict[str, Any], list[dic
     agent = agent_api.AgentSpec.model_validate({"model": {"name": "openai/m"}, "session": "s"})
     run = _run(run_name)
     pod = pods.runner_pod(
-        run, 3, "answer", {"answer": flow}, {"support": agent}, settings.OperatorConfig()
+        run,
+        3,
+        "answer",
+        {"answer": flow},
+        {"support": agent},
+        settings.OperatorConfig(),
+        status=flowrun_api.status_of(run),
     )
     return pod, pods.sessions_grant(pod, run, memories)
 
@@ -111,3 +120,45 @@ def test_a_session_planted_under_another_memorys_name_is_refused_not_loaded() ->
         f"AgentSession {name} holds session 'T-1' of memory 'payroll', not 'T-1' of 'support': "
         f"this memory's Agents did not write it; delete it (kubectl delete agentsession {name})"
     )
+
+
+async def test_a_runs_memories_are_found_once_for_its_attempts_grants_and_its_retention(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    found = sessions.memories
+    walks: list[str] = []
+
+    def counted(
+        flows: dict[str, flow_api.FlowSpec], agents: dict[str, agent_api.AgentSpec]
+    ) -> dict[str, agent_api.AgentMemory]:
+        walks.append(",".join(agents))
+        return found(flows, agents)
+
+    monkeypatch.setattr(sessions, "memories", counted)
+    # attempt 1 paused for a human, who decided: attempt 2 is reserved, its pod not created yet
+    status = {
+        "phase": "Running",
+        "attempt": 2,
+        "pod": "answer-1-2",
+        "podCreated": 1,
+        "startTime": "2026-12-02T13:00:00Z",
+        "result": {"attempt": 1, "phase": "Waiting", "message": "waiting"},
+    }
+    fake = FakeFlowRunApi("team", "answer-1", spec={"flow": "f"}, status=status)
+    fake.snapshot(
+        {"nodes": [{"id": "a", "agent": {"name": "support", "prompt": "hi"}}]},
+        {"support": {"model": {"name": "openai/m"}, "session": "s"}},
+    )
+    key = workqueue.Key(workqueue.FLOWRUN, "team", "answer-1")
+    async with controller_on(fake) as ctl:
+        await flowruns.reconcile(ctl, key)
+        assert list(fake.pods) == ["answer-1-2"]
+        [role] = fake.roles.values()
+        assert role["rules"][0]["resourceNames"] == ["answer-1/support"]
+        # attempt 2 succeeds: the run finishes and its memory is noted for retention
+        fake.flowrun["status"]["result"] = {"attempt": 2, "phase": "Succeeded", "message": ""}
+        ctl.cache.stored(fake.flowrun)
+        await flowruns.reconcile(ctl, key)
+        assert fake.status["phase"] == "Succeeded"
+        assert list(ctl.retention) == [("team", "support")]
+    assert walks == ["support"]

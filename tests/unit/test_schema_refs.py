@@ -5,9 +5,8 @@ loopback records whether anything reached it.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -16,12 +15,13 @@ from click.testing import CliRunner
 
 from agentflows.api import schemas
 from agentflows.cli import main as cli
+from tests.support.http_serving import ServedHTTP
 
 HEAD = "apiVersion: agentflows.io/v1alpha1\nkind: Flow\nmetadata: {name: s}\n"
 REFUSED = "is refused: only references inside the schema (#, #/$defs/name, #anchor) are resolved"
 
 
-class Listener:
+class Listener(ServedHTTP):
     """An HTTP server on loopback that records every request path it gets."""
 
     def __init__(self) -> None:
@@ -39,21 +39,14 @@ class Listener:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_port}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(Handler)
+        self.url = self.origin
 
 
 @pytest.fixture
 def listener() -> Iterator[Listener]:
-    server = Listener()
-    yield server
-    server.close()
+    with Listener() as server:
+        yield server
 
 
 def invoke(*args: str) -> tuple[int, str, str]:

@@ -12,7 +12,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +29,7 @@ from agentflows.api import flow as flow_api
 from agentflows.api import flowrun as flowrun_api
 from agentflows.engine import graph, run, store
 from tests.support.fixtures import model_server  # noqa: F401  (fixture)
+from tests.support.http_serving import ServedHTTP
 from tests.support.model_server import API_KEY, Reply, ScriptedModelServer, ToolCall
 
 UID = "6f1c2d3e-4b5a-4c7d-8e9f-0a1b2c3d4e5f"
@@ -211,7 +211,7 @@ def test_a_malformed_traceparent_is_ignored_and_the_run_keeps_its_own_trace() ->
     assert tracing.run_trace_id(UID, "garbage") == uuid.UUID(UID).int
 
 
-class OtlpReceiver:
+class OtlpReceiver(ServedHTTP):
     """An OTLP/HTTP endpoint on loopback that decodes and keeps what it is sent."""
 
     def __init__(self) -> None:
@@ -237,12 +237,11 @@ class OtlpReceiver:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        super().__init__(Handler)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
+        return self.origin
 
 
 def local_flow(tmp_path: Path, server: ScriptedModelServer) -> Path:
@@ -270,7 +269,7 @@ def test_a_local_run_with_an_otlp_endpoint_exports_its_tree_over_otlp_http(
     model_server: ScriptedModelServer,  # noqa: F811
     tmp_path: Path,
 ) -> None:
-    receiver = OtlpReceiver()
+    receiver = OtlpReceiver().start()
     model_server.script(Reply.text("hi"))
     environ = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     done = subprocess.run(
@@ -279,7 +278,7 @@ def test_a_local_run_with_an_otlp_endpoint_exports_its_tree_over_otlp_http(
         env={**environ, "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url},
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
-    receiver.server.shutdown()
+    receiver.stop()
     assert done.returncode == 0, done.stderr
     by_name = {span.name: span for _, span in receiver.spans}
     assert set(by_name) == {"flowrun hi-1", "run hi-1", "node ask", "chat openai/scripted-model"}

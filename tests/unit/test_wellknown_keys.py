@@ -10,10 +10,12 @@ from agentflows.api import common, wellknown
 from agentflows.api import flowrun as flowrun_api
 
 PACKAGE = Path(__file__).resolve().parents[2] / "operator" / "agentflows"
-#: Where "agentflows.io/..." may be written as a literal: the key list itself, and the models'
-#: ``apiVersion: Literal[...]`` (a Literal cannot name a constant).
-OWNERS = {"api/wellknown.py"}
-LITERAL = re.compile(r"""["']agentflows\.io/[a-z0-9-]+["']""")
+#: Where "agentflows.io..." may be written as a literal: the group and version, the key list
+#: itself, and the models' ``apiVersion: Literal[...]`` (a Literal cannot name a constant).
+OWNERS = {"api/__init__.py", "api/wellknown.py"}
+#: A string that begins with the group: a key, an apiVersion, the group alone (``apiGroups``),
+#: an API path, the start of an f-string.
+LITERAL = re.compile(r"""["'](/apis/)?agentflows\.io(/[a-z0-9-]*)?["'{]""")
 
 
 def test_no_module_but_the_owner_spells_a_label_annotation_or_api_version() -> None:

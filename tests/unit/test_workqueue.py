@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 
+import pytest
+
+from agentflows.agents import sessions
+from agentflows.api import errors
 from agentflows.controller import metrics as metrics_mod
-from agentflows.controller import workqueue
-from agentflows.engine import errors
+from agentflows.controller.runtime import workqueue
+from agentflows.kube import client as kube
 
 A = workqueue.Key(workqueue.FLOWRUN, "ns", "a")
 B = workqueue.Key(workqueue.FLOWRUN, "ns", "b")
@@ -178,7 +183,10 @@ def test_namespaces_take_turns_whatever_order_their_keys_came_in() -> None:
     assert "".join(seen) == "abcabcabc"
 
 
-def test_an_error_that_retrying_cannot_fix_is_not_retried_and_is_recorded_once() -> None:
+def test_an_error_that_retrying_cannot_fix_is_not_retried_and_is_recorded_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger=workqueue.__name__)
     calls: list[workqueue.Key] = []
     recorded: list[tuple[workqueue.Key, str]] = []
     counted: list[workqueue.Key] = []
@@ -208,16 +216,29 @@ def test_an_error_that_retrying_cannot_fix_is_not_retried_and_is_recorded_once()
     assert counted == [A, A]
     assert [key for key, _ in recorded] == [A, A]
     assert "configmap:<prefix>:<parts>" in recorded[0][1]
+    # the same cause again (the Stalled condition's own write reconciles the key): one ERROR
+    said = [r.levelno for r in caplog.records if "trying again cannot help" in r.getMessage()]
+    assert said == [logging.ERROR, logging.DEBUG]
 
 
-def test_an_error_that_may_pass_is_retried_with_backoff() -> None:
+@pytest.mark.parametrize(
+    "error",
+    [
+        sessions.StoreError("AgentSession team/s: still conflicting", retryable=True),
+        kube.ApiError(409, "Conflict", "the object has been modified"),
+        kube.ApiError(404, "NotFound", 'pods "etl-1-1" not found'),
+        RuntimeError("the API server is not there yet"),
+    ],
+    ids=["retryable", "api-conflict", "api-not-found", "not-of-the-tree"],
+)
+def test_an_error_that_may_pass_is_retried_with_backoff(error: Exception) -> None:
     calls: list[workqueue.Key] = []
     recorded: list[workqueue.Key] = []
 
     async def reconcile(key: workqueue.Key) -> float | None:
         calls.append(key)
         if len(calls) == 1:
-            raise RuntimeError("the API server is not there yet")
+            raise error
         return None
 
     async def record(key: workqueue.Key, _exc: BaseException) -> None:
@@ -228,11 +249,12 @@ def test_an_error_that_may_pass_is_retried_with_backoff() -> None:
         queue.add(A)
         worker = asyncio.create_task(queue.run())
         await until(lambda: bool(calls) and not queue.pending())
-        assert queue.due(A) is not None  # the retry is scheduled
+        assert queue.due(A) is not None  # backed off, not dropped
         await until(lambda: len(calls) == 2 and not queue.pending())
         worker.cancel()
 
     asyncio.run(main())
+    assert not workqueue.terminal(error)
     assert calls == [A, A]
     assert recorded == []
 

@@ -57,6 +57,8 @@ import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from agentflows.api import errors
+
 #: Cloud metadata and host-agent addresses: AWS IMDS (and its IPv6 form), AWS ECS task
 #: metadata, Azure WireServer, Alibaba, Oracle. 169.254.169.254 also serves GCP, Azure IMDS,
 #: OpenStack, DigitalOcean and Hetzner.
@@ -99,11 +101,11 @@ _NUMERIC_LABEL = re.compile(r"0x[0-9a-f]*|[0-9]+")
 CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie"})
 
 
-class HostNotAllowed(Exception):
+class HostNotAllowed(errors.AgentflowsError):
     """A request (or a redirect) would go to a host or an address the guard refuses."""
 
 
-class InvalidUrl(Exception):
+class InvalidUrl(errors.AgentflowsError):
     """A URL (a rendered template, a redirect) that names no usable scheme, host or port."""
 
 

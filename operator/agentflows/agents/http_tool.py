@@ -39,7 +39,7 @@ import httpx
 
 from agentflows.agents import egress, secrets, tools
 from agentflows.api import agent as agent_api
-from agentflows.api import retry
+from agentflows.api import errors, retry
 from agentflows.engine import capabilities, expressions
 
 _INTERPOLATION = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
@@ -52,7 +52,7 @@ _FORM = "application/x-www-form-urlencoded"
 MAX_REDIRECTS = 5
 
 
-class FetchError(Exception):
+class FetchError(errors.AgentflowsError):
     """A file could not be fetched (:meth:`HttpToolRunner.fetch`); the message says why."""
 
     def __init__(self, message: str, *, retryable: bool) -> None:
@@ -217,7 +217,7 @@ class HttpToolRunner:
         return b"".join(chunks)
 
 
-class _ResponseError(Exception):
+class _ResponseError(errors.AgentflowsError):
     """The endpoint answered, but not with something the tool can return."""
 
     def __init__(self, message: str, *, retryable: bool = False) -> None:

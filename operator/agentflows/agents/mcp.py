@@ -52,6 +52,7 @@ from typing import Any
 
 from agentflows.agents import containment, egress, secrets, tools
 from agentflows.api import agent as agent_api
+from agentflows.api import errors
 from agentflows.api import flow as flow_api
 from agentflows.engine import capabilities
 
@@ -71,12 +72,16 @@ STDIO_LIMITS = containment.Limits(
 )
 
 
-class McpUnavailable(Exception):
+class McpUnavailable(errors.AgentflowsError):
     """An MCP server could not be reached or listed; the message says why (no secret values)."""
+
+    retryable = True
 
 
 class McpRefused(McpUnavailable):
     """The server's URL points where no tool may connect; trying again cannot help."""
+
+    retryable = False
 
 
 def model_name(tool_name: str, server_tool: str, *, prefix: bool = True) -> str:
@@ -156,7 +161,7 @@ class McpToolProvider:
         except McpUnavailable as exc:
             raise capabilities.CapabilityError(
                 str(exc),
-                retryable=not isinstance(exc, McpRefused),
+                retryable=exc.retryable,
                 source=flow_api.RetryOn.TOOL,
             ) from None
         defs = []

@@ -339,7 +339,7 @@ async def _retried(
                 ) from None
             if delay is None:
                 raise error from None
-            told = "" if asked is None else f" (Retry-After: {asked:g}s)"
+            told = retry.retry_after_note(asked)
             log.info("model %s: %s; retrying in %.1fs%s", model.name, error, delay, told)
         if stream is not None:
             stream.restart()
@@ -499,7 +499,7 @@ def _direct_error(
 
     status = exc.status_code if isinstance(exc, openai_compat.ModelHttpError) else None
     retryable = isinstance(exc, httpx.TimeoutException | httpx.TransportError) or (
-        status is not None and retry.status_may_help(status, conflict_passes=True)
+        isinstance(exc, openai_compat.ModelHttpError) and exc.retryable
     )
     if isinstance(exc, httpx.TimeoutException):
         text = f"no reply within the model's timeoutSeconds ({type(exc).__name__})"

@@ -36,7 +36,7 @@ from typing import Any
 import httpx
 
 from agentflows.agents import egress
-from agentflows.api import retry
+from agentflows.api import errors, retry
 
 #: Where ``openai/...`` models go when the Agent sets no apiBase.
 OPENAI_API_BASE = "https://api.openai.com/v1"
@@ -65,7 +65,7 @@ NATIVE_WIRE_PROVIDERS = frozenset(
 )
 
 
-class ModelHttpError(Exception):
+class ModelHttpError(errors.AgentflowsError):
     """The endpoint answered with an HTTP error; ``message`` is the provider's explanation."""
 
     def __init__(self, status_code: int, message: str, retry_after: float | None = None) -> None:
@@ -73,6 +73,8 @@ class ModelHttpError(Exception):
         self.status_code = status_code
         #: Seconds the endpoint's ``Retry-After`` asked to wait, if it said.
         self.retry_after = retry_after
+        #: 408, 425, 429, 5xx, and 409 (a provider's "busy, try again"): the call may pass later.
+        self.retryable = retry.status_may_help(status_code, conflict_passes=True)
 
 
 def handles(provider: str, api_base: str | None) -> bool:

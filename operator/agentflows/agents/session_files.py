@@ -9,6 +9,9 @@ session's ``.lock`` file from its read to its write, so writers in other process
 rename, so a reader never sees half a session. Writers inside one process also queue on an
 ``asyncio`` lock per file, so a ``map`` of fifty items does not fill the thread pool with
 waiting ``flock`` calls.
+
+The session modules are imported when a session is first read or written: ``agentflows run``
+makes its store before the first node, and most Flows have no memory (issue 25).
 """
 
 from __future__ import annotations
@@ -22,10 +25,12 @@ import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from agentflows.agents import sessions
-from agentflows.api import agent as agent_api
-from agentflows.api import agentsession as agentsession_api
+if TYPE_CHECKING:  # imported where used: agentflows run makes a store before its first node
+    from agentflows.agents import sessions
+    from agentflows.api import agent as agent_api
+    from agentflows.api import agentsession as agentsession_api
 
 #: Characters of the session kept readable in its file name.
 _READABLE_CHARS = 40
@@ -67,10 +72,14 @@ class FileStore:
 
     async def retain(self, memory: str, limits: agent_api.AgentMemory) -> sessions.Retired:
         """Enforce the memory's retention now (locally, after each write)."""
+        from agentflows.agents import sessions
+
         return await sessions.enforce_retention(self, memory, limits)
 
 
 def _list(directory: Path, memory: str | None) -> list[sessions.SessionInfo]:
+    from agentflows.agents import sessions
+
     folders = [directory / memory] if memory else sorted(directory.glob("*"))
     found = []
     for path in (p for folder in folders for p in sorted(folder.glob("*.json"))):
@@ -90,6 +99,8 @@ def _list(directory: Path, memory: str | None) -> list[sessions.SessionInfo]:
 
 
 def _load(path: Path) -> agentsession_api.AgentSessionSpec | None:
+    from agentflows.api import agentsession as agentsession_api
+
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:

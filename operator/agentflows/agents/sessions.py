@@ -49,8 +49,8 @@ from typing import Any, Protocol
 from agentflows.agents import compression, secrets
 from agentflows.api import agent as agent_api
 from agentflows.api import agentsession as agentsession_api
+from agentflows.api import errors, times
 from agentflows.api import flow as flow_api
-from agentflows.api import times
 from agentflows.engine import capabilities
 
 #: Longest message body kept in memory; the rest is cut with a note saying how much.
@@ -63,7 +63,7 @@ _COMPACT_SHARE = 0.5
 _BYTES_PER_TOKEN = 4
 
 
-class StoreError(Exception):
+class StoreError(errors.AgentflowsError):
     """A store could not read or write a session; ``retryable`` says whether later may help."""
 
     def __init__(self, message: str, *, retryable: bool = False) -> None:

@@ -60,10 +60,10 @@ from typing import Any
 from agentflows.agents import host
 from agentflows.agentspec import components, implementations, importer
 from agentflows.api import agent as agent_api
+from agentflows.api import errors, times
 from agentflows.api import flow as flow_api
 from agentflows.api import flowrun as flowrun_api
 from agentflows.api import requests as human_requests
-from agentflows.api import times
 from agentflows.engine import graph, run, store
 
 Kind = flowrun_api.RequestKind
@@ -71,7 +71,7 @@ Kind = flowrun_api.RequestKind
 USER = "user"
 
 
-class ConversationError(Exception):
+class ConversationError(errors.AgentflowsError):
     """The host asked for something the conversation is not waiting for."""
 
 

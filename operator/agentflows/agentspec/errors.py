@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from agentflows.api import documents
+from agentflows.api import documents, errors
 
 
-class SpecInvalid(Exception):
+class SpecInvalid(errors.AgentflowsError):
     """An Agent Spec document with problems; each names where it is and what is wrong."""
 
     def __init__(self, problems: list[documents.Problem]) -> None:

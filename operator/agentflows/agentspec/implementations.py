@@ -21,6 +21,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from agentflows.api import errors
+
 #: The script calling function ``NAME`` of the embedded module: keyword arguments by the
 #: tool's inputs, a coroutine awaited, the return value printed as JSON.
 _CALL = """
@@ -34,7 +36,7 @@ print(json.dumps(result))
 """
 
 
-class ModuleError(ValueError):
+class ModuleError(errors.AgentflowsError, ValueError):
     """A ``--tools`` module that cannot be read or parsed."""
 
 

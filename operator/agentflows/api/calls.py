@@ -12,7 +12,7 @@ how it is made (:attr:`Call.via`), so every caller filters on purpose:
 
 A tool node's Agent *counts as a reference* — its definition must exist and travel with the
 run — but *does not run*: :attr:`Call.runs` is False for it. So the run's snapshot
-(:mod:`agentflows.kube.snapshot`), the Flow's Ready check (:mod:`agentflows.controller.resolve`)
+(:mod:`agentflows.api.snapshot`), the Flow's Ready check (:mod:`agentflows.controller.resolve`)
 and the cache's referrer index (:mod:`agentflows.controller.cache`) take every call, while the
 call-cycle check (:mod:`agentflows.engine.graph`) and the models a local run needs keys for
 (:mod:`agentflows.cli.local`) follow only the calls that run.

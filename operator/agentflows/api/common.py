@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import typing
 from collections.abc import Iterator
 from typing import Annotated, Any
@@ -138,14 +139,15 @@ class ApiModel(BaseModel):
         """
         if not force and cls.__pydantic_complete__:
             return None
-        if cls not in _BUILDING:
-            _BUILDING.add(cls)
+        building = _BUILDING.models
+        if cls not in building:
+            building.add(cls)
             try:
                 for model in _field_models(cls):
-                    if not model.__pydantic_complete__ and model not in _BUILDING:
+                    if not model.__pydantic_complete__ and model not in building:
                         model.model_rebuild(raise_errors=False)
             finally:
-                _BUILDING.discard(cls)
+                building.discard(cls)
         return super().model_rebuild(
             force=force,
             raise_errors=raise_errors,
@@ -154,8 +156,22 @@ class ApiModel(BaseModel):
         )
 
 
-#: Models whose fields' models are being built (:meth:`ApiModel.model_rebuild`).
-_BUILDING: set[type[BaseModel]] = set()
+class _Building(threading.local):
+    """The models whose fields' models this thread is building (:meth:`ApiModel.model_rebuild`).
+
+    A guard against recursion (a model that contains itself), so it belongs to one thread's
+    stack: models are built on first use, which may be in a worker thread
+    (``asyncio.to_thread``) while another thread builds. With one set shared, a thread would
+    take a model another thread is building for its own recursion and skip building it, and
+    its fields' models, first: their schemas would be generated again (the cost issue 25
+    removed). A lock would also serialize builds that do not touch each other.
+    """
+
+    def __init__(self) -> None:
+        self.models: set[type[BaseModel]] = set()
+
+
+_BUILDING = _Building()
 
 
 def _field_models(cls: type[BaseModel]) -> Iterator[type[ApiModel]]:
@@ -211,6 +227,11 @@ class SecretKeyRef(ApiModel):
 def pointer_escape(part: str) -> str:
     """One reference token of a JSON pointer (RFC 6901): ``~`` as ``~0``, ``/`` as ``~1``."""
     return part.replace("~", "~0").replace("/", "~1")
+
+
+def pointer_unescape(part: str) -> str:
+    """The text of one reference token of a JSON pointer: the inverse of :func:`pointer_escape`."""
+    return part.replace("~1", "/").replace("~0", "~")
 
 
 def json_pointer(*parts: str) -> str:

@@ -41,7 +41,7 @@ import yaml
 from pydantic import BaseModel
 
 from agentflows import api
-from agentflows.api import agent, agentsession, budget, flow, flowrun
+from agentflows.api import agent, agentsession, budget, errors, flow, flowrun
 
 PRESERVE = "x-kubernetes-preserve-unknown-fields"
 #: Header of every generated file; the drift test compares whole files, header included.
@@ -83,7 +83,7 @@ _FORMATS = {"integer": "int64", "number": "double"}
 _READY = '.status.conditions[?(@.type=="Ready")].status'
 
 
-class UnsupportedSchema(ValueError):
+class UnsupportedSchema(errors.AgentflowsError, ValueError):
     """A model produced JSON Schema the generator cannot turn into a structural schema.
 
     Permanent: fix the model (or teach the generator) and regenerate.

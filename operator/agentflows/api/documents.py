@@ -262,7 +262,7 @@ def _foreign(document: Any) -> bool:
     if isinstance(kind, str) and kind in _KINDS:
         return False
     api_version = document.get("apiVersion")
-    return isinstance(api_version, str) and not api_version.startswith("agentflows.io/")
+    return isinstance(api_version, str) and not api_version.startswith(f"{api_group.GROUP}/")
 
 
 def load_text(text: str, source: str = "") -> LoadResult:
@@ -282,7 +282,7 @@ def load_text(text: str, source: str = "") -> LoadResult:
     for document in documents:
         label = _label(source, document.index, document.value)
         if _foreign(document.value):
-            result.skipped.append(f"{label}: not an agentflows.io resource")
+            result.skipped.append(f"{label}: not an {api_group.GROUP} resource")
             continue
         resource, problems = parse_resource(document.value, label)
         nonfinite = {error.path: error for error in document.nonfinite}

@@ -10,10 +10,10 @@ from __future__ import annotations
 import enum
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, StringConstraints
+from pydantic import Field, StringConstraints, field_validator
 
 from agentflows.api import common
 
@@ -202,6 +202,14 @@ class RunReason(enum.StrEnum):
     #: Cancelled by the Flow's Forbid concurrency policy.
     CONCURRENCY_FORBID = "ConcurrencyForbid"
 
+    @classmethod
+    def known(cls, text: str | None) -> RunReason | None:
+        """The reason spelled ``text``; None for no text or one this version does not name."""
+        try:
+            return cls(text) if text else None
+        except ValueError:
+            return None
+
 
 class NodePhase(enum.StrEnum):
     """Where a node is in its life."""
@@ -326,16 +334,30 @@ class HumanRequest(common.ApiModel):
     )
 
 
+#: The phases an attempt of the runner ends in (a run's other phases are the operator's).
+RESULT_PHASES = (RunPhase.SUCCEEDED, RunPhase.FAILED, RunPhase.WAITING)
+
+
 class RunnerResult(common.ApiModel):
     """How the runner's attempt ended, written by the runner; the operator derives the phase."""
 
     attempt: int = Field(ge=0, description="The attempt this result belongs to.")
-    phase: Literal["Succeeded", "Failed", "Waiting"] = Field(
-        description="Succeeded, Failed (permanently: not retried) or Waiting (for a human)."
+    phase: RunPhase = Field(
+        description="Succeeded, Failed (permanently: not retried) or Waiting (for a human).",
+        # the CRD's enum: only these, as the validator below holds the model to
+        json_schema_extra={"enum": [p.value for p in RESULT_PHASES]},
     )
     reason: str | None = Field(default=None, max_length=256, description="CamelCase reason.")
     message: str | None = Field(default=None, max_length=32768, description="Why it ended so.")
     finished_at: str | None = Field(default=None, description="RFC 3339 time the runner ended.")
+
+    @field_validator("phase")
+    @classmethod
+    def _an_attempts_end(cls, phase: RunPhase) -> RunPhase:
+        if phase not in RESULT_PHASES:
+            ends = ", ".join(p.value for p in RESULT_PHASES)
+            raise ValueError(f"{phase.value} is not how an attempt ends: one of {ends}")
+        return phase
 
 
 class FlowRunStatus(common.ApiModel):
@@ -420,3 +442,16 @@ class FlowRun(common.ApiModel):
     )
     spec: FlowRunSpec = Field(description="Desired state.")
     status: FlowRunStatus | None = Field(default=None, description="Observed state.")
+
+
+def status_of(run: Mapping[str, Any]) -> FlowRunStatus:
+    """The status of a FlowRun object, parsed once: what every reader of a run's state reads.
+
+    ``run`` is a FlowRun as the API server returns it, or the one a local run's files make
+    (:mod:`agentflows.cli.local_runs`); no status yet is an empty one. Keys this version does
+    not define are ignored, not refused (the models refuse them in what a user writes): a run
+    written by an operator or runner of a newer version still reads. A value of the wrong type
+    raises :class:`pydantic.ValidationError`, which the API server's schema keeps from a stored
+    run.
+    """
+    return FlowRunStatus.model_validate(run.get("status") or {}, extra="ignore")

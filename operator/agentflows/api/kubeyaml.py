@@ -29,6 +29,8 @@ from typing import Any
 
 import yaml
 
+from agentflows.api import errors
+
 #: Largest total size of a stream's values with every alias expanded (bytes of scalar text,
 #: plus one per value); the same bound as a file's size.
 MAX_EXPANDED = 4 * 1024 * 1024
@@ -48,7 +50,7 @@ _MAP_TAGS = {None, "!", f"{_TAG}map"}
 _SEQ_TAGS = {None, "!", f"{_TAG}seq"}
 
 
-class YamlError(Exception):
+class YamlError(errors.AgentflowsError):
     """The stream cannot be read; ``document`` (1-based), ``path`` and ``line`` locate it."""
 
     def __init__(self, message: str, *, document: int = 0, path: str = "", line: int = 0) -> None:

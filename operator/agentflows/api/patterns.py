@@ -25,6 +25,8 @@ import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from agentflows.api import errors
+
 if TYPE_CHECKING:
     import jsonschema
 
@@ -33,7 +35,7 @@ _BACKTRACKING_ONLY = (
 )
 
 
-class PatternError(ValueError):
+class PatternError(errors.AgentflowsError, ValueError):
     """A pattern RE2 cannot compile; the message says why, with the pattern."""
 
 

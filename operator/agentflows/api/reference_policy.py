@@ -17,7 +17,8 @@ from typing import Any
 
 import yaml
 
-from agentflows.api import references
+from agentflows import api as api_group
+from agentflows.api import references, wellknown
 
 PATH = Path("config/policies/secret-references.yaml")
 NAME = "agentflows-secret-references"
@@ -96,13 +97,13 @@ def policy() -> dict[str, Any]:
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": NAME, "labels": {"app.kubernetes.io/name": "agentflows"}},
+        "metadata": {"name": NAME, "labels": {wellknown.APP_NAME: "agentflows"}},
         "spec": {
             "failurePolicy": "Fail",
             "matchConstraints": {
                 "resourceRules": [
                     {
-                        "apiGroups": ["agentflows.io"],
+                        "apiGroups": [api_group.GROUP],
                         "apiVersions": ["*"],
                         "operations": ["CREATE", "UPDATE"],
                         "resources": ["agents", "flows"],
@@ -135,7 +136,7 @@ def binding() -> dict[str, Any]:
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": NAME, "labels": {"app.kubernetes.io/name": "agentflows"}},
+        "metadata": {"name": NAME, "labels": {wellknown.APP_NAME: "agentflows"}},
         "spec": {"policyName": NAME, "validationActions": ["Deny"]},
     }
 

@@ -9,7 +9,8 @@ takes back decisions, :mod:`agentflows.controller.runstate` counts pending ones)
   and the request's node still waits (no record yet, or Waiting).
   A request whose node runs again is being consumed or re-asked: not pending. Expired ones are
   still pending here: the operator starts the attempt that applies their ``onTimeout``.
-- :func:`decidable`: what a human is offered — pending, the run not finished, not expired.
+- :func:`decidable`: what a human is offered — pending, the run not finished, not expired
+  (:func:`decidable_of` a FlowRun object, for the CLI and the console).
 - :func:`decision_problem`: why a decision (decision, edits, data as written) cannot be
   accepted: a decision the kind does not take (:data:`~agentflows.api.flowrun.DECISIONS`),
   ``edit`` without edits or with edits that would be ignored (:func:`edits_problem`),
@@ -22,6 +23,8 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
+import pydantic
+
 from agentflows.api import schemas, times
 from agentflows.api.flowrun import (
     DECISIONS,
@@ -32,6 +35,7 @@ from agentflows.api.flowrun import (
     NodeStatus,
     RequestKind,
     fold_holding,
+    status_of,
 )
 
 
@@ -95,6 +99,15 @@ def decidable(status: FlowRunStatus, now: dt.datetime | None = None) -> dict[str
         for rid, request in pending(status).items()
         if (expires := times.parse_time(request.expires_at)) is None or expires > at
     }
+
+
+def decidable_of(run: Mapping[str, Any]) -> dict[str, HumanRequest]:
+    """:func:`decidable` of a FlowRun object (none when its status does not read)."""
+    try:
+        status = status_of(run)
+    except pydantic.ValidationError:
+        return {}
+    return decidable(status)
 
 
 def _tool_edits_problem(request: HumanRequest) -> str | None:

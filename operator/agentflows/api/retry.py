@@ -24,7 +24,7 @@ checks without a clock.
   after a success, for loops that run for ever (a watch).
 
 Whether a failure is worth another try is the error's to say: the project's errors
-(:mod:`agentflows.engine.errors`), ``kube.client.ApiError`` and the stores' errors carry a
+(:mod:`agentflows.api.errors`), ``kube.client.ApiError`` and the stores' errors carry a
 ``retryable`` flag, and where that flag comes from an HTTP status, it comes from
 :func:`status_may_help`.
 
@@ -177,3 +177,11 @@ def retry_after(value: str | None, now: float | None = None) -> float | None:
     if when.tzinfo is None:
         return None
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def retry_after_note(seconds: float | None) -> str:
+    """What a retry's log line adds for the wait its answer asked: ``" (Retry-After: 2s)"``.
+
+    Empty when the answer asked none (``seconds`` is None, as :func:`retry_after` returns).
+    """
+    return "" if seconds is None else f" (Retry-After: {seconds:g}s)"

@@ -13,6 +13,9 @@ decisions in the operator, model outputs, tool arguments):
   jsonschema, takes 10 s on a 20,000-property schema; this takes milliseconds).
 - :func:`validator` builds the jsonschema validator for a schema with a registry that refuses
   every retrieval, so even a schema that skipped validation cannot reach the network or files.
+
+:func:`mismatch` and :func:`mismatches` apply a schema with that validator, except when a plain
+schema certainly matches the value (:func:`_plainly_valid`): then jsonschema is not imported.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sized
 from typing import TYPE_CHECKING, Any
 
 from agentflows.api import common, patterns
@@ -142,10 +145,6 @@ def _join(path: str, key: str | int) -> str:
     return f"{path}.{key}" if path else key
 
 
-def _pointer_unescape(part: str) -> str:
-    return part.replace("~1", "/").replace("~0", "~")
-
-
 class _Walk:
     """One pass over a schema: shapes, patterns, and where every subschema and reference is."""
 
@@ -240,7 +239,7 @@ def _target(walk: _Walk, ref: str) -> str | None:
     """The pointer a local reference names, or None when it names nothing in the schema."""
     fragment = urllib.parse.unquote(ref[1:])
     if fragment == "" or fragment.startswith("/"):
-        parts = [_pointer_unescape(p) for p in fragment.split("/")[1:]]
+        parts = [common.pointer_unescape(p) for p in fragment.split("/")[1:]]
         pointer = common.json_pointer(*parts)
         return pointer if pointer in walk.paths else None
     return walk.anchors.get(fragment)
@@ -340,6 +339,154 @@ def validator(schema: Any) -> jsonschema.Draft202012Validator:
     return _validator_class()(schema, registry=_registry())
 
 
+#: Keywords that never make a value invalid: annotations (``format`` among them, since
+#: :func:`validator` asserts no format).
+_ANNOTATIONS = frozenset(
+    (
+        "title",
+        "description",
+        "$comment",
+        "default",
+        "examples",
+        "deprecated",
+        "readOnly",
+        "writeOnly",
+        "format",
+    )
+)
+#: Which values certainly are of each JSON type for the 2020-12 validator; it also counts an
+#: integral float as an "integer", which is left to it.
+_PLAIN_TYPES: dict[str, Callable[[Any], bool]] = {
+    "string": lambda v: type(v) is str,
+    "boolean": lambda v: type(v) is bool,
+    "null": lambda v: v is None,
+    "object": lambda v: type(v) is dict,
+    "array": lambda v: type(v) is list,
+    "integer": lambda v: type(v) is int,
+    "number": lambda v: type(v) in (int, float),
+}
+
+
+def _proved(schema: Any, value: Any) -> bool:
+    """:func:`_plainly_valid`, with a schema or value too deep for it left to jsonschema."""
+    try:
+        return _plainly_valid(schema, value)
+    except RecursionError:
+        return False
+
+
+def _plainly_valid(schema: Any, value: Any) -> bool:
+    """True when ``value`` certainly matches ``schema``, decided without jsonschema.
+
+    Most schemas of a Flow's input or an output are plain: ``type``, ``properties``,
+    ``required``, ``items``, ``enum`` of strings, lengths, bounds. Importing jsonschema costs
+    about 40 ms of CPU, a tenth of what ``agentflows run`` does before its first node (issue
+    25, where the Flow's input is checked), so a plain schema that a value satisfies is
+    checked here. False means "not proved",
+    never "invalid": any other keyword, any shape it does not expect, any doubt (an integral
+    float for ``integer``), and any failure leave the answer and its message to jsonschema.
+    """
+    if schema is True:
+        return True
+    if type(schema) is not dict:
+        return False
+    for keyword, expected in schema.items():
+        if keyword in _ANNOTATIONS:
+            continue
+        check = _PLAIN_KEYWORDS.get(keyword)
+        if check is None or not check(schema, expected, value):
+            return False
+    return True
+
+
+def _plain_type(schema: dict[str, Any], expected: Any, value: Any) -> bool:
+    names = expected if type(expected) is list else [expected]
+    if not all(type(n) is str and n in _PLAIN_TYPES for n in names):
+        return False  # an unknown type is jsonschema's error to raise
+    return any(_PLAIN_TYPES[n](value) for n in names)
+
+
+def _plain_properties(schema: dict[str, Any], expected: Any, value: Any) -> bool:
+    if type(expected) is not dict:
+        return False
+    if type(value) is not dict:
+        return True
+    return all(_plainly_valid(expected[k], v) for k, v in value.items() if k in expected)
+
+
+def _plain_additional(schema: dict[str, Any], expected: Any, value: Any) -> bool:
+    named = schema.get("properties", {})
+    if schema.get("patternProperties") is not None or type(named) is not dict:
+        return False  # not plain: the keys it leaves to additionalProperties are not known here
+    if type(value) is not dict:
+        return type(expected) in (bool, dict)  # the keyword applies to objects only
+    return all(_plainly_valid(expected, v) for k, v in value.items() if k not in named)
+
+
+def _plain_required(schema: dict[str, Any], expected: Any, value: Any) -> bool:
+    if not _names(expected):
+        return False
+    return type(value) is not dict or all(name in value for name in expected)
+
+
+def _plain_items(schema: dict[str, Any], expected: Any, value: Any) -> bool:
+    if "prefixItems" in schema or not (expected is True or type(expected) is dict):
+        return False
+    return type(value) is not list or all(_plainly_valid(expected, v) for v in value)
+
+
+def _plain_enum(schema: dict[str, Any], expected: Any, value: Any) -> bool:
+    if type(expected) is not list or not all(type(e) is str for e in expected):
+        return False
+    return type(value) is str and value in expected
+
+
+def _plain_const(schema: dict[str, Any], expected: Any, value: Any) -> bool:
+    return type(expected) is str and type(value) is str and value == expected
+
+
+def _plain_size(kind: type[Sized], at_least: bool) -> Callable[[dict[str, Any], Any, Any], bool]:
+    def check(schema: dict[str, Any], expected: Any, value: Any) -> bool:
+        if not _count(expected):
+            return False
+        if type(value) is not kind:
+            return True
+        return bool(len(value) >= expected if at_least else len(value) <= expected)
+
+    return check
+
+
+def _plain_bound(at_least: bool) -> Callable[[dict[str, Any], Any, Any], bool]:
+    def check(schema: dict[str, Any], expected: Any, value: Any) -> bool:
+        if not _number(expected):
+            return False
+        if not _number(value):
+            return True  # the keyword applies to numbers only (a bool is none)
+        return bool(value >= expected if at_least else value <= expected)
+
+    return check
+
+
+#: The keywords :func:`_plainly_valid` decides, each a check of (schema, keyword value, value).
+_PLAIN_KEYWORDS: dict[str, Callable[[dict[str, Any], Any, Any], bool]] = {
+    "type": _plain_type,
+    "properties": _plain_properties,
+    "additionalProperties": _plain_additional,
+    "required": _plain_required,
+    "items": _plain_items,
+    "enum": _plain_enum,
+    "const": _plain_const,
+    "minLength": _plain_size(str, True),
+    "maxLength": _plain_size(str, False),
+    "minItems": _plain_size(list, True),
+    "maxItems": _plain_size(list, False),
+    "minProperties": _plain_size(dict, True),
+    "maxProperties": _plain_size(dict, False),
+    "minimum": _plain_bound(True),
+    "maximum": _plain_bound(False),
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class Mismatch:
     """Why a value does not match a schema: the best error's path in the value and message."""
@@ -391,6 +538,8 @@ def mismatch(schema: Any, value: Any) -> Mismatch | None:
     reported as a mismatch with ``bad_schema`` rather than raised: callers answer bad data and
     bad schemas alike, and an operator never fails a reconcile on a user's schema.
     """
+    if _proved(schema, value):
+        return None
     import jsonschema
 
     def best(checker: jsonschema.Draft202012Validator) -> list[Mismatch]:
@@ -407,6 +556,8 @@ def mismatches(schema: Any, value: Any) -> list[Mismatch]:
     The same answers as :func:`mismatch` for a schema that cannot be applied or a value too
     deep to check (one Mismatch).
     """
+    if _proved(schema, value):
+        return []
 
     def every(checker: jsonschema.Draft202012Validator) -> list[Mismatch]:
         errors = sorted(checker.iter_errors(value), key=lambda e: [str(p) for p in e.absolute_path])

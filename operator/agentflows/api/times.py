@@ -30,12 +30,17 @@ def now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
+#: :func:`timestamp`'s form: ``2026-01-02T03:04:05.000006Z``.
+_STAMP = "%04d-%02d-%02dT%02d:%02d:%02d.%06dZ"
+
+
 def timestamp(moment: dt.datetime | None = None) -> str:
     """RFC 3339 in UTC with microseconds and a Z (now when no moment is given)."""
-    # isoformat, not strftime: the same text in half the time, and the engine stamps every
-    # node record twice (issue 25: engine overhead per node). It ends "+00:00" in UTC.
-    utc = (moment or now()).astimezone(dt.UTC)
-    return utc.isoformat(timespec="microseconds")[:-6] + "Z"
+    # The fields by %-formatting: isoformat's text (which would end "+00:00" rather than "Z")
+    # in less than half its time, a third of strftime's; the engine stamps every node record
+    # twice (issue 25: engine overhead per node).
+    u = (moment or now()).astimezone(dt.UTC)
+    return _STAMP % (u.year, u.month, u.day, u.hour, u.minute, u.second, u.microsecond)
 
 
 def api_time(moment: dt.datetime | None = None) -> str:

@@ -13,6 +13,9 @@ from __future__ import annotations
 #: Who manages an object (Kubernetes' recommended label), with :data:`MANAGER` as its value.
 MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGER = "agentflows"
+#: The application an object belongs to (Kubernetes' recommended label), on the policies the
+#: package renders, as the chart labels what it installs.
+APP_NAME = "app.kubernetes.io/name"
 #: The Flow a FlowRun, runner pod, ConfigMap or CronJob belongs to.
 FLOW = "agentflows.io/flow"
 #: The FlowRun a runner pod or ConfigMap belongs to.

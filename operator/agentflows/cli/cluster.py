@@ -16,6 +16,9 @@ from typing import Any
 from agentflows.api import flowrun as flowrun_api
 from agentflows.kube import client as kube
 
+#: The phases a run's follower stops at: the run is over, or waits for a human.
+_SETTLED = flowrun_api.TERMINAL_PHASES | {flowrun_api.RunPhase.WAITING.value}
+
 
 def run_path(namespace: str, name: str | None = None) -> str:
     """API path of FlowRuns."""
@@ -28,21 +31,28 @@ async def get_run(api: kube.Client, namespace: str, name: str) -> dict[str, Any]
     return found
 
 
-async def resolve_outputs(api: kube.Client, namespace: str, run: dict[str, Any]) -> dict[str, Any]:
+async def resolve_outputs(
+    api: kube.Client, namespace: str, run: dict[str, Any]
+) -> flowrun_api.FlowRunStatus:
     """The run's status with every offloaded output read back in place."""
     from agentflows.kube import status_store
 
-    status = dict(run.get("status") or {})
+    status = flowrun_api.status_of(run)
     nodes = {}
-    for key, record in (status.get("nodes") or {}).items():
-        record = dict(record)
-        if record.get("outputRef"):
-            record["output"] = await status_store.read_output(api, namespace, record["outputRef"])
+    for key, record in status.nodes.items():
+        if record.output_ref:
+            output = await status_store.read_output(api, namespace, record.output_ref)
+            record = record.model_copy(update={"output": output})
         nodes[key] = record
-    status["nodes"] = nodes
-    if status.get("outputRef"):
-        status["output"] = await status_store.read_output(api, namespace, status["outputRef"])
-    return status
+    resolved: dict[str, Any] = {"nodes": nodes}
+    if status.output_ref:
+        resolved["output"] = await status_store.read_output(api, namespace, status.output_ref)
+    return status.model_copy(update=resolved)
+
+
+def _settled(run: dict[str, Any]) -> bool:
+    """Whether ``follow`` stops at the run: it is finished or waits for a human."""
+    return flowrun_api.status_of(run).phase in _SETTLED
 
 
 async def follow(
@@ -53,7 +63,7 @@ async def follow(
     run = await get_run(api, namespace, name)
     yield run
     while time.monotonic() < deadline:
-        if (run.get("status") or {}).get("phase") in flowrun_api.TERMINAL_PHASES | {"Waiting"}:
+        if _settled(run):
             return
         remaining = max(1, int(deadline - time.monotonic()))
         try:
@@ -66,9 +76,7 @@ async def follow(
                 if event.get("type") in ("ADDED", "MODIFIED"):
                     run = event["object"]
                     yield run
-                    if (run.get("status") or {}).get("phase") in flowrun_api.TERMINAL_PHASES | {
-                        "Waiting"
-                    }:
+                    if _settled(run):
                         return
                 elif event.get("type") == "ERROR":
                     break
@@ -80,16 +88,15 @@ async def follow(
 
 
 def node_changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
-    """Lines describing node phase changes between two statuses."""
+    """Lines describing node phase changes between two FlowRuns."""
+    old, new = flowrun_api.status_of(before), flowrun_api.status_of(after)
     lines = []
-    old = (before.get("status") or {}).get("nodes") or {}
-    for key, record in ((after.get("status") or {}).get("nodes") or {}).items():
-        if (old.get(key) or {}).get("phase") != record.get("phase"):
-            lines.append(f"  {record.get('phase'):<9} {key}")
-    old_phase = (before.get("status") or {}).get("phase")
-    new_phase = (after.get("status") or {}).get("phase")
-    if new_phase != old_phase and new_phase:
-        lines.append(f"run {after['metadata']['name']} {new_phase}")
+    for key, record in new.nodes.items():
+        seen = old.nodes.get(key)
+        if seen is None or seen.phase is not record.phase:
+            lines.append(f"  {record.phase.value:<9} {key}")
+    if new.phase is not None and new.phase is not old.phase:
+        lines.append(f"run {after['metadata']['name']} {new.phase.value}")
     return lines
 
 
@@ -97,7 +104,7 @@ async def logs(api: kube.Client, namespace: str, name: str, attempt: int | None)
     """The runner's log for an attempt (default: the current one)."""
     if attempt is None:
         run = await get_run(api, namespace, name)
-        attempt = int((run.get("status") or {}).get("attempt") or 1)
+        attempt = flowrun_api.status_of(run).attempt or 1
     pod = f"{name}-{attempt}"
     path = kube.path_of("pods", namespace, pod, sub="log")
     text: str = await api.request_text("GET", path)

@@ -128,9 +128,9 @@ def start(
             async for seen in cluster.follow(api, ns, run_name, give_up_after=timeout):
                 last = seen
             status = await cluster.resolve_outputs(api, ns, last)
-            click.echo(views.render_run(views.summary(last, status), output))
+            click.echo(views.render_run(last, output, status))
             _print_decisions(last, ns)
-            return cluster.exit_code(status.get("phase"))
+            return cluster.exit_code(status.phase)
 
     sys.exit(cluster.run_async(go()))
 
@@ -162,7 +162,7 @@ def get_from_cluster(
     async def show() -> None:
         run = await cluster.get_run(api, ns, run_name)
         status = await cluster.resolve_outputs(api, ns, run)
-        click.echo(views.render_run(views.summary(run, status), output))
+        click.echo(views.render_run(run, output, status))
 
     _with_api(api, show)
 
@@ -228,7 +228,7 @@ def watch(
                         listener.break_line()
                     click.echo(line)
                 before = run
-                phase = (run.get("status") or {}).get("phase")
+                phase = flowrun_api.status_of(run).phase
             if text is not None and phase in stream_log.SETTLED:
                 # the pod's last words may trail its result: read its log to its end
                 with contextlib.suppress(TimeoutError):
@@ -313,7 +313,7 @@ def _pick_request(run: dict[str, Any], request_id: str | None, parsed: dict[str,
     chosen = request_id or next(iter(pending))
     if chosen not in pending:
         _fail(local.UsageError(f"no pending request {chosen!r} (pending: {names})"))
-    schema = pending[chosen].get("schema")
+    schema = pending[chosen].schema_
     if "data" in parsed and schema is not None:
         found = schemas.mismatch(schema, parsed["data"])
         if found is not None:

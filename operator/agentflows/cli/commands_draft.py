@@ -32,9 +32,11 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
+from agentflows import api as api_group
 from agentflows.api import agent as agent_api
 from agentflows.api import documents
 from agentflows.api import flow as flow_api
+from agentflows.api import flowrun as flowrun_api
 from agentflows.cli import builder_tools, commands_agentspec, commands_cluster, group, local, views
 
 if TYPE_CHECKING:
@@ -47,9 +49,10 @@ DEFAULT_MODEL = "openai/gpt-4o-mini"
 #: How long listing one MCP server's tools may take, in seconds.
 MCP_LIST_SECONDS = 10.0
 
-SYSTEM_PROMPT = """\
-You write agentflows Flows (apiVersion agentflows.io/v1alpha1) from a person's description.
-A Flow's spec has nodes (each an id plus exactly one of agent {name, prompt}, llm {model
+SYSTEM_PROMPT = (
+    f"You write agentflows Flows (apiVersion {api_group.API_VERSION}) from a person's "
+    "description.\n"
+    """A Flow's spec has nodes (each an id plus exactly one of agent {name, prompt}, llm {model
 {name}, prompt, outputSchema}, tool {name, args}, transform (a jq expression), branch {value,
 cases, default}, map {items, concurrency, agent|tool|flow}, approval {message, approvers
 {users, groups}, timeoutSeconds, onTimeout}, input {message, schema}, flow {name, input}),
@@ -65,6 +68,7 @@ explain_resource when unsure of a field; dry_run_flow once it validates; then sa
 Your final answer, after the last tool call, lists what you assumed (a model, a schedule's
 time zone, an approver), one line each starting with "- ".
 """
+)
 
 SUGGEST_TASK = (
     "Propose up to three Flows worth having for the resources and runs below, each with a "
@@ -256,7 +260,7 @@ def _finish(
         f"{usage.prompt_tokens + usage.completion_tokens} tokens, ${usage.cost_usd:.4f}",
         err=True,
     )
-    if outcome.phase.value != "Succeeded":
+    if outcome.phase is not flowrun_api.RunPhase.SUCCEEDED:
         click.echo(f"error: the builder stopped: {outcome.message}", err=True)
         sys.exit(group.EXIT_FAILED)
     if not drafts:
@@ -299,13 +303,16 @@ async def _namespace(api: Any, namespace: str, runs: bool) -> tuple[documents.Lo
         key=lambda r: (r.get("metadata") or {}).get("creationTimestamp") or "",
         reverse=True,
     )[:RECENT_RUNS]
-    lines = [
-        f"- FlowRun {r['metadata'].get('name')}: Flow {(r.get('spec') or {}).get('flow')}, "
-        f"{(r.get('status') or {}).get('phase', 'Pending')}"
-        + (f": {m[:200]}" if (m := (r.get("status") or {}).get("message")) else "")
-        for r in items
-    ]
+    lines = [_run_line(r) for r in items]
     return loaded, "Recent runs (newest first):\n" + ("\n".join(lines) or "(none)")
+
+
+def _run_line(run: dict[str, Any]) -> str:
+    """A recent run as the builder is told of it: name, Flow, phase and why."""
+    status = flowrun_api.status_of(run)
+    line = f"- FlowRun {run['metadata'].get('name')}: Flow {(run.get('spec') or {}).get('flow')}, "
+    line += status.phase.value if status.phase else "Pending"
+    return line + (f": {status.message[:200]}" if status.message else "")
 
 
 def _from_cluster(

@@ -27,7 +27,10 @@ from typing import Any, NoReturn
 import click
 
 from agentflows.api import flow as flow_api
+from agentflows.api import flowrun as flowrun_api
+from agentflows.api import snapshot as snapshot_api
 from agentflows.cli import commands_agentspec, commands_cluster, commands_runs, group, local
+from agentflows.engine import graph
 
 FORMATS = ("mermaid", "dot", "svg")
 
@@ -79,8 +82,8 @@ def _from_local_run(directory: Path, name: str, output: str) -> None:
 
     try:
         run = local_runs.read(directory, name)
-        snapshot = local.Snapshot.load(local.snapshot_path(directory, name))
-        resolver = snapshot.resolver()
+        snapshot = local.SnapshotFile.load(local.snapshot_path(directory, name)).snapshot
+        resolver = graph.StaticResolver.of_snapshot(snapshot)
     except (local_runs.StateError, OSError, ValueError, TypeError) as exc:
         _usage(f"cannot read run {name} in {directory}: {exc}")
     if run is None:
@@ -88,10 +91,12 @@ def _from_local_run(directory: Path, name: str, output: str) -> None:
     spec = resolver.flow(snapshot.flow)
     if spec is None:
         _usage(f"run {name}: its snapshot has no Flow {snapshot.flow!r}")
-    _draw(spec, run["status"].get("nodes") or {}, resolver.flows, output)
+    _draw(spec, flowrun_api.status_of(run).nodes, resolver.flows, output)
 
 
-async def _read_run(api: Any, namespace: str, name: str) -> tuple[dict[str, Any], Any]:
+async def _read_run(
+    api: Any, namespace: str, name: str
+) -> tuple[dict[str, Any], snapshot_api.Snapshot]:
     """The FlowRun and its snapshot; without one (yet, or readable) the Flow as it is now."""
     from agentflows.cli import cluster
     from agentflows.kube import client as kube
@@ -115,7 +120,7 @@ async def _read_run(api: Any, namespace: str, name: str) -> tuple[dict[str, Any]
         f"note: no snapshot of run {name} ({why}); drawing Flow {flow_name} as it is now",
         err=True,
     )
-    return run, snapshot.RunSnapshot(flow_name, {flow_name: flow["spec"]}, {})
+    return run, snapshot_api.Snapshot(flow_name, {flow_name: flow["spec"]}, {})
 
 
 def _from_cluster(
@@ -135,13 +140,13 @@ def _from_cluster(
     api = commands_cluster._client(kubeconfig, kube_context, looked_locally)
     ns = namespace or api.config.namespace
 
-    async def go() -> tuple[dict[str, Any], Any]:
+    async def go() -> tuple[dict[str, Any], snapshot_api.Snapshot]:
         async with api:
             return await _read_run(api, ns, name)
 
     try:
         run, snap = cluster.run_async(go())
-        resolver = snap.resolver()
+        resolver = graph.StaticResolver.of_snapshot(snap)
     except (kube.ApiError, snapshot.SnapshotError) as exc:
         _usage(str(exc))
     except pydantic.ValidationError as exc:
@@ -149,7 +154,7 @@ def _from_cluster(
     spec = resolver.flow(snap.flow)
     if spec is None:
         _usage(f"run {ns}/{name}: its snapshot has no Flow {snap.flow!r}")
-    _draw(spec, (run.get("status") or {}).get("nodes") or {}, resolver.flows, output)
+    _draw(spec, flowrun_api.status_of(run).nodes, resolver.flows, output)
 
 
 def _looks_like_a_file(target: str) -> bool:

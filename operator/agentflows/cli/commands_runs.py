@@ -130,7 +130,7 @@ def get(
         params, lambda d: local.is_run(d, run_name), f"no local run {run_name}"
     )
     if here:
-        click.echo(views.render_run(views.summary(_read_local(directory, run_name)), output))
+        click.echo(views.render_run(_read_local(directory, run_name), output))
         return
     commands_cluster.get_from_cluster(
         run_name, output, namespace, kubeconfig, kube_context, missing

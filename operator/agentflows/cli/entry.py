@@ -22,10 +22,11 @@ import sys
 from collections.abc import Iterator
 
 #: Optional modules that httpx (its command-line tool: rich, pygments) and httpcore (HTTP/2:
-#: h2, hpack) import whenever they are installed. A runner uses neither, and together they
-#: cost about 70 ms of CPU before its first request. ``None`` in ``sys.modules`` makes their
-#: import fail as if they were not installed, which both libraries expect and handle.
-_NOT_FOR_THE_RUNNER = ("httpx._main", "h2")
+#: h2, hpack; trio's locks) import whenever they are installed. A runner uses none of them
+#: (it runs on asyncio), and they cost about 70 ms of CPU before its first request, trio
+#: another 85 ms or more where something else installed it. ``None`` in ``sys.modules`` makes
+#: their import fail as if they were not installed, which these libraries expect and handle.
+_NOT_FOR_THE_RUNNER = ("httpx._main", "h2", "trio")
 
 
 @contextlib.contextmanager

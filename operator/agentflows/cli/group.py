@@ -25,6 +25,8 @@ from typing import Any
 
 import click
 
+from agentflows.api import errors
+
 EXIT_FAILED = 1
 EXIT_INVALID = 2
 EXIT_WAITING = 3
@@ -32,7 +34,7 @@ EXIT_INTERNAL = 70
 EXIT_INTERRUPTED = 130
 
 
-class UsageError(Exception):
+class UsageError(errors.AgentflowsError):
     """The command was called wrongly; the message says how to call it (exit 2).
 
     Defined here, where every command's exit code is decided, so that catching it costs the

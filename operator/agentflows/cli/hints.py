@@ -24,10 +24,10 @@ _MAX_DEPTH = 6
 _ORDER = (Decision.APPROVE, Decision.RESPOND, Decision.EDIT, Decision.REJECT)
 
 
-def choices(request: dict[str, Any]) -> list[tuple[Decision, Any]]:
+def choices(request: flowrun_api.HumanRequest) -> list[tuple[Decision, Any]]:
     """The decisions to offer for a request, each with its JSON payload (data, edits or None)."""
-    kind = str(request.get("kind", ""))
-    if _client_calls(request.get("proposal")):
+    kind = request.kind
+    if _client_calls(request.proposal):
         # the caller runs a client tool: its result is the answer, nothing runs on approve
         return [(Decision.RESPOND, "<result>"), (Decision.REJECT, None)]
     allowed = flowrun_api.DECISIONS.get(kind, frozenset(Decision))
@@ -37,9 +37,9 @@ def choices(request: dict[str, Any]) -> list[tuple[Decision, Any]]:
             continue
         if decision == Decision.RESPOND:
             if kind == flowrun_api.RequestKind.INPUT:
-                offered.append((decision, example(request.get("schema"))))
+                offered.append((decision, example(request.schema_)))
         elif decision == Decision.EDIT:
-            edits = _proposed_arguments(request.get("proposal"))
+            edits = _proposed_arguments(request.proposal)
             if edits is not None:
                 offered.append((decision, edits))
         else:
@@ -48,7 +48,7 @@ def choices(request: dict[str, Any]) -> list[tuple[Decision, Any]]:
 
 
 def commands(
-    run: str, request_id: str, request: dict[str, Any], state_dir: str | None
+    run: str, request_id: str, request: flowrun_api.HumanRequest, state_dir: str | None
 ) -> list[tuple[str, str]]:
     """``(choice, command)`` for each way to decide a pending request of a local run."""
     base = ["agentflows", "resume", run, "--request", request_id]
@@ -67,7 +67,7 @@ def commands(
 
 
 def cluster_commands(
-    run: str, request_id: str, request: dict[str, Any], namespace: str
+    run: str, request_id: str, request: flowrun_api.HumanRequest, namespace: str
 ) -> list[tuple[str, str]]:
     """``(choice, command)`` for each way to decide a pending request of a FlowRun."""
     where = [run, request_id, "-n", namespace]
@@ -84,14 +84,16 @@ def cluster_commands(
 
 
 def describe(
-    run: str, request_id: str, request: dict[str, Any], commands: list[tuple[str, str]]
+    run: str,
+    request_id: str,
+    request: flowrun_api.HumanRequest,
+    commands: list[tuple[str, str]],
 ) -> str:
     """What a waiting run prints for one request: the question, then a command per choice."""
     lines = [
-        f"run {run} waits for request {request_id!r} ({request.get('kind')}): "
-        f"{request.get('message', '')}"
+        f"run {run} waits for request {request_id!r} ({request.kind.value}): {request.message}"
     ]
-    proposal = request.get("proposal")
+    proposal = request.proposal
     if isinstance(proposal, dict) and _client_calls(proposal):
         # the caller needs the arguments to run the tool (or, for ask_user, to see the question)
         lines += [f"  {c.get('tool')} {_json(c.get('args'))}" for c in proposal["calls"]]

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from agentflows.api import agent as agent_api
 from agentflows.api import calls, documents
 from agentflows.api import flow as flow_api
+from agentflows.api import snapshot as snapshot_api
 from agentflows.cli import group
 from agentflows.engine import capabilities, graph
 
@@ -97,37 +98,42 @@ def check_run_name(name: str) -> str:
     return name
 
 
-@dataclasses.dataclass
-class Snapshot:
-    """The definitions a run started with."""
+@dataclasses.dataclass(frozen=True)
+class SnapshotFile:
+    """A local run's ``<run>.snapshot.json``: its snapshot, and how the local run runs.
 
-    flow: str
-    flows: dict[str, Any]
-    agents: dict[str, Any]
+    The file is the snapshot's :attr:`~agentflows.api.snapshot.Snapshot.document` with two more
+    keys, ``mock`` and ``files_root`` (in that order, indented by one).
+    """
+
+    snapshot: snapshot_api.Snapshot
+    #: Whether the run uses the mock model (no model had a key when it started).
     mock: bool
     #: Directory of the Flow's file: reference files' paths are relative to it (and stay in it).
     files_root: str = ""
 
-    def resolver(self) -> graph.StaticResolver:
-        """A resolver over the snapshot."""
-        return graph.StaticResolver.from_wire(self.agents, self.flows)
-
     def save(self, path: Path) -> None:
         """Write the snapshot file."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(dataclasses.asdict(self), indent=1))
+        document = {**self.snapshot.document, "mock": self.mock, "files_root": self.files_root}
+        path.write_text(json.dumps(document, indent=1))
 
     @classmethod
-    def load(cls, path: Path) -> Snapshot:
+    def load(cls, path: Path) -> SnapshotFile:
         """Read a snapshot file; a file that is not one is a ValueError naming it."""
         try:
-            snapshot = cls(**json.loads(path.read_text()))
-        except (ValueError, TypeError) as exc:
+            document = json.loads(path.read_text())
+            snapshot = snapshot_api.Snapshot.from_document(document)
+            unknown = sorted(set(document) - {*snapshot.document, *_RUN_KEYS})
+            if unknown or "mock" not in document:
+                raise ValueError(f"keys {unknown} are unknown" if unknown else "'mock' is missing")
+        except ValueError as exc:
             raise ValueError(f"{path}: not a run snapshot: {exc}") from None
-        for field in ("flows", "agents"):
-            if not isinstance(getattr(snapshot, field), dict):
-                raise ValueError(f"{path}: not a run snapshot: {field!r} must be a JSON object")
-        return snapshot
+        return cls(snapshot, document["mock"], document.get("files_root", ""))
+
+
+#: The keys of a snapshot file that are not the snapshot's.
+_RUN_KEYS = ("mock", "files_root")
 
 
 def files_root(loaded: documents.LoadResult, flow: flow_api.Flow) -> str:

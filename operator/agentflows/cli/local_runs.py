@@ -18,14 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from agentflows import api as api_group
+from agentflows.api import errors, times
 from agentflows.api import flowrun as flowrun_api
-from agentflows.api import times
 from agentflows.cli import local
 from agentflows.engine import run as run_mod
 from agentflows.engine import store
 
 
-class StateError(Exception):
+class StateError(errors.AgentflowsError):
     """A run's state files cannot be read; the message names the file."""
 
 
@@ -43,11 +43,11 @@ def read(directory: Path, name: str) -> dict[str, Any] | None:
     if not snapshot_file.is_file():
         return None
     try:
-        snapshot = local.Snapshot.load(snapshot_file)
+        started = local.SnapshotFile.load(snapshot_file)
         checkpoint = store.FileStore(local.state_path(directory, name)).read()
     except (OSError, ValueError) as exc:
         raise StateError(f"cannot read run {name}: {exc}") from exc
-    return as_flowrun(name, snapshot.flow, checkpoint)
+    return as_flowrun(name, started.snapshot.flow, checkpoint)
 
 
 def read_all(directory: Path) -> tuple[list[dict[str, Any]], list[str]]:
@@ -84,7 +84,9 @@ def as_flowrun(name: str, flow: str, checkpoint: store.Checkpoint) -> dict[str, 
         "startTime": started,
         "completionTime": outcome.completed_at if outcome else None,
         "duration": times.duration(started, outcome.completed_at if outcome else None),
-        "currentNode": next((k for k, n in nodes.items() if n["phase"] == "Running"), None),
+        "currentNode": next(
+            (k for k, n in nodes.items() if n["phase"] == flowrun_api.NodePhase.RUNNING), None
+        ),
         "nodes": nodes,
         "requests": {k: v.to_wire() for k, v in checkpoint.requests.items()},
         "output": outcome.output if outcome else None,
@@ -122,7 +124,7 @@ def save_interrupted(directory: Path, name: str) -> None:
 def flows(directory: Path, name: str) -> dict[str, Any]:
     """The Flow specs run ``name`` started with, by name (none when it cannot be read)."""
     try:
-        return dict(local.Snapshot.load(local.snapshot_path(directory, name)).flows)
+        return dict(local.SnapshotFile.load(local.snapshot_path(directory, name)).snapshot.flows)
     except (OSError, ValueError, TypeError):
         return {}
 

@@ -23,6 +23,7 @@ import click
 
 from agentflows import tracing
 from agentflows.api import flowrun as flowrun_api
+from agentflows.api import snapshot as snapshot_api
 from agentflows.api import times
 from agentflows.cli import (
     commands_agentspec,
@@ -172,7 +173,7 @@ def _resume_command(name: str, state_dir: str | None) -> str:
 
 def _execute(
     name: str,
-    snapshot: local.Snapshot,
+    started: local.SnapshotFile,
     input_value: Any,
     state_dir: str | None,
     quiet: bool,
@@ -187,8 +188,8 @@ def _execute(
     from agentflows.engine import graph, run, store
 
     directory = local.state_dir(state_dir)
-    resolver = snapshot.resolver()
-    spec = resolver.flow(snapshot.flow)
+    resolver = graph.StaticResolver.of_snapshot(started.snapshot)
+    spec = resolver.flow(started.snapshot.flow)
     assert spec is not None
     compiled = graph.compile_flow(spec, resolver)
     path = local.state_path(directory, name)
@@ -203,7 +204,7 @@ def _execute(
                     input_value=input_value,
                     store_=store.FileStore(path),
                     caps=_capabilities(
-                        snapshot.mock, resolver, directory, snapshot.files_root, stream
+                        started.mock, resolver, directory, started.files_root, stream
                     ),
                     resolver=resolver,
                     observer=_Progress(quiet),
@@ -219,31 +220,32 @@ def _execute(
         sys.exit(group.EXIT_INTERRUPTED)
     finally:
         tracing.shutdown()
-    phase = outcome.phase.value
-    if phase == "Waiting":
+    phase = outcome.phase
+    if phase is flowrun_api.RunPhase.WAITING:
         from agentflows.cli import hints
 
         for rid, request in views.pending_requests(shown).items():
             commands = hints.commands(name, rid, request, state_dir)
             _err(hints.describe(name, rid, request, commands))
         sys.exit(group.EXIT_WAITING)
+    succeeded = phase is flowrun_api.RunPhase.SUCCEEDED
     _err(
         f"run {name} {phase}"
-        + (f": {outcome.message}" if outcome.message and phase != "Succeeded" else "")
+        + (f": {outcome.message}" if outcome.message and not succeeded else "")
     )
-    sys.exit(0 if phase == "Succeeded" else group.EXIT_FAILED)
+    sys.exit(0 if succeeded else group.EXIT_FAILED)
 
 
 def _trace_run(uid: str, shown: dict[str, Any]) -> None:
     """Export a finished local run's own span, the parent of its executions' (as the operator)."""
-    status, name = shown["status"], shown["metadata"]["name"]
-    started = times.parse_time(status.get("startTime"))
-    completed = times.parse_time(status.get("completionTime"))
-    if started is None or completed is None:
+    status, name = flowrun_api.status_of(shown), shown["metadata"]["name"]
+    started = times.parse_time(status.start_time)
+    completed = times.parse_time(status.completion_time)
+    if started is None or completed is None or status.phase is None:
         return
     start_ns = int(started.timestamp() * 1e9)
     end_ns = int(completed.timestamp() * 1e9)
-    attributes = {"agentflows.run.name": name, "agentflows.run.phase": status["phase"]}
+    attributes = {"agentflows.run.name": name, "agentflows.run.phase": status.phase.value}
     tracing.record_run(uid, None, f"flowrun {name}", attributes, start_ns, max(end_ns, start_ns))
 
 
@@ -251,7 +253,7 @@ def _show(directory: Path, name: str, output: str) -> dict[str, Any]:
     """Print the run as ``get`` would; return its FlowRun object."""
     shown = local_runs.read(directory, name)
     assert shown is not None, "the run's snapshot was written before it started"
-    click.echo(views.render_run(views.summary(shown), output))
+    click.echo(views.render_run(shown, output))
     return shown
 
 
@@ -338,9 +340,9 @@ def run(
             mock = True
     root = local.files_root(loaded, chosen)
     with _owned(local.state_dir(state_dir), name):
-        snapshot = _snapshot(local.state_dir(state_dir), name, chosen, resolver, mock, root)
+        started = _snapshot(local.state_dir(state_dir), name, chosen, resolver, mock, root)
         _err(f"run {name}: flow {chosen.metadata.name}" + (" (mock model)" if mock else ""))
-        _execute(name, snapshot, value, state_dir, quiet, output, live_text.wanted(stream))
+        _execute(name, started, value, state_dir, quiet, output, live_text.wanted(stream))
 
 
 @contextlib.contextmanager
@@ -367,25 +369,24 @@ def _snapshot(
     resolver: graph.StaticResolver,
     mock: bool,
     files_root: str,
-) -> local.Snapshot:
+) -> local.SnapshotFile:
     """Write a new run's snapshot, the first file of a run (exit 2 when it cannot be)."""
     if local.snapshot_path(directory, name).exists():
         _usage(f"run {name} already exists in {directory}; use agentflows resume {name}")
-    snapshot = local.Snapshot(
-        flow=chosen.metadata.name or "",
-        flows={n: s.to_wire() for n, s in resolver.flows.items()},
-        agents={n: s.to_wire() for n, s in resolver.agents.items()},
-        mock=mock,
-        files_root=files_root,
+    snapshot = snapshot_api.Snapshot(
+        chosen.metadata.name or "",
+        {n: s.to_wire() for n, s in resolver.flows.items()},
+        {n: s.to_wire() for n, s in resolver.agents.items()},
     )
+    started = local.SnapshotFile(snapshot, mock=mock, files_root=files_root)
     try:
-        snapshot.save(local.snapshot_path(directory, name))
+        started.save(local.snapshot_path(directory, name))
     except OSError as exc:
         _usage(
             f"cannot keep run state in {directory}: {exc.strerror or exc} "
             "(--state-dir or $AGENTFLOWS_STATE_DIR names a writable directory)"
         )
-    return snapshot
+    return started
 
 
 @main.command()
@@ -446,7 +447,7 @@ def _resume_owned(
     from agentflows.engine import store
 
     try:
-        snapshot = local.Snapshot.load(local.snapshot_path(directory, run_name))
+        started = local.SnapshotFile.load(local.snapshot_path(directory, run_name))
         file_store = store.FileStore(local.state_path(directory, run_name))
         checkpoint = file_store.read()
     except (OSError, ValueError) as exc:
@@ -466,7 +467,7 @@ def _resume_owned(
         _err(f"request {rid}: {values['decision']} by {decided_by}")
     run_record = checkpoint.run
     input_value = run_record.input if run_record else None
-    _execute(run_name, snapshot, input_value, state_dir, quiet, output, stream)
+    _execute(run_name, started, input_value, state_dir, quiet, output, stream)
 
 
 def _decision_fields(
@@ -573,16 +574,16 @@ def operator_command(
     """Run the Kubernetes operator (reconciles Agents, Flows and FlowRuns)."""
     import logging
 
-    from agentflows.controller import leader
     from agentflows.controller import main as operator_main
     from agentflows.controller import settings as operator_settings
+    from agentflows.controller.runtime import leader
 
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     try:
         # built (so its flags are checked) whether or not it is used
-        election: operator_settings.LeaderElection | None = operator_settings.LeaderElection(
+        election: leader.LeaderElection | None = operator_settings.leader_election(
             namespace=leader_election_namespace or operator_settings.own_namespace(),
             lease_name=operator_settings.lease_name(lease_name, shard_index, shard_count),
             identity=operator_settings.identity_from_env(),
@@ -598,7 +599,7 @@ def operator_command(
             shard_index=shard_index,
             shard_count=shard_count,
         )
-    except operator_settings.ConfigError as exc:
+    except operator_settings.SettingsError as exc:
         _usage(str(exc))
     with _cluster_errors(), group.listening("--metrics-port", metrics_port):
         try:

@@ -25,12 +25,14 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from agentflows.api import times
+from agentflows.api import errors, times
 from agentflows.cli import local
 
 
-class RunBusy(Exception):
+class RunBusy(errors.AgentflowsError):
     """Another process owns the run; the message says which and what to do."""
+
+    retryable = True
 
 
 def _busy_message(name: str, fd: int) -> str:

@@ -14,18 +14,18 @@ by :mod:`agentflows.cli.local_runs` — so a local run and a cluster run print t
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 from collections.abc import Callable
 from typing import Any
 
 import click
-import orjson
 import pydantic
 
+from agentflows.api import common, times
 from agentflows.api import flowrun as flowrun_api
 from agentflows.api import requests as human_requests
-from agentflows.api import times
 
 FORMATS = ("table", "wide", "json", "yaml", "name")
 #: Phases a run never leaves.
@@ -47,24 +47,35 @@ def output_option(default: str = "table") -> Callable[[Any], Any]:
     )
 
 
-def summary(run: dict[str, Any], status: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A run as ``get -o json`` prints it (``status``: the run's, offloaded outputs read back)."""
-    status = status if status is not None else (run.get("status") or {})
+def summary(run: dict[str, Any], status: flowrun_api.FlowRunStatus | None = None) -> dict[str, Any]:
+    """A run as ``get -o json`` prints it (``status``: the run's, offloaded outputs read back).
+
+    Nodes, requests and usage are printed as written: the fields each record has, none added.
+    """
+    status = status if status is not None else flowrun_api.status_of(run)
     return {
         "name": run["metadata"]["name"],
         "namespace": run["metadata"].get("namespace"),
         "flow": (run.get("spec") or {}).get("flow"),
-        "phase": status.get("phase"),
-        "reason": status.get("reason"),
-        "message": status.get("message"),
-        "attempt": status.get("attempt"),
-        "startTime": status.get("startTime"),
-        "completionTime": status.get("completionTime"),
-        "output": status.get("output"),
-        "usage": status.get("usage"),
-        "nodes": status.get("nodes") or {},
-        "requests": status.get("requests") or {},
+        "phase": status.phase.value if status.phase else None,
+        "reason": status.reason,
+        "message": status.message,
+        # a local run has none; the operator writes 1 and up
+        "attempt": status.attempt or None,
+        "startTime": status.start_time,
+        "completionTime": status.completion_time,
+        "output": status.output,
+        "usage": _written(status.usage),
+        "nodes": {key: _written(record) for key, record in status.nodes.items()},
+        "requests": {rid: _written(request) for rid, request in status.requests.items()},
     }
+
+
+def _written(part: pydantic.BaseModel | None) -> Any:
+    """A part of a status in its wire form, with the fields it was read with and no other."""
+    if part is None:
+        return None
+    return part.model_dump(mode="json", by_alias=True, exclude_unset=True)
 
 
 def dump(value: Any, output: str) -> str:
@@ -74,6 +85,8 @@ def dump(value: Any, output: str) -> str:
 
         text: str = yaml.safe_dump(value, sort_keys=False, allow_unicode=True, width=100)
         return text.rstrip("\n")
+    import orjson  # when a run is shown, after it ran: not on agentflows run's start path
+
     try:
         # the standard library indents in pure Python: 1.2 s for a run of 4,000 map items
         return orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()
@@ -81,14 +94,9 @@ def dump(value: Any, output: str) -> str:
         return json.dumps(value, indent=2, ensure_ascii=False)
 
 
-def pending_requests(run: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Requests of a run a human may decide (:func:`human_requests.decidable`), as written."""
-    status = run.get("status") or {}
-    try:
-        typed = flowrun_api.FlowRunStatus.model_validate(status)
-    except pydantic.ValidationError:
-        return {}
-    return {rid: status["requests"][rid] for rid in human_requests.decidable(typed)}
+def pending_requests(run: dict[str, Any]) -> dict[str, flowrun_api.HumanRequest]:
+    """Requests of a run a human may decide (:func:`human_requests.decidable`)."""
+    return human_requests.decidable_of(run)
 
 
 def cell(text: Any) -> str:
@@ -111,39 +119,46 @@ def table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
 # --- one run ---------------------------------------------------------------------------------
 
 
-def render_run(info: dict[str, Any], output: str) -> str:
-    """One run (a :func:`summary`) in an ``-o`` format."""
+def render_run(
+    run: dict[str, Any], output: str, status: flowrun_api.FlowRunStatus | None = None
+) -> str:
+    """One run in an ``-o`` format (``status``: the run's, offloaded outputs read back)."""
+    status = status if status is not None else flowrun_api.status_of(run)
     if output in ("json", "yaml"):
-        return dump(info, output)
+        return dump(summary(run, status), output)
+    meta = run["metadata"]
     if output == "name":
-        return str(info["name"])
+        return str(meta["name"])
     wide = output == "wide"
-    where = f"{info['namespace']}/" if info.get("namespace") else ""
-    head = f"{where}{info['name']}  flow {info['flow']}  phase {info['phase']}"
-    if info.get("attempt") is not None:
-        head += f"  attempt {info['attempt']}"
+    where = f"{meta['namespace']}/" if meta.get("namespace") else ""
+    phase = status.phase.value if status.phase else None
+    head = f"{where}{meta['name']}  flow {(run.get('spec') or {}).get('flow')}  phase {phase}"
+    if status.attempt:
+        head += f"  attempt {status.attempt}"
     lines = [head]
-    if info.get("message"):
-        lines.append(f"  {info['reason']}: {info['message']}")
+    if status.message:
+        lines.append(f"  {status.reason}: {status.message}")
     if wide:
-        lines.append(f"  started {info.get('startTime') or NONE}")
-        lines.append(f"  finished {info.get('completionTime') or NONE}")
-        lines.append(f"  usage {_usage_text(info.get('usage'))}")
-    for key, record in in_run_order(info["nodes"]):
+        lines.append(f"  started {status.start_time or NONE}")
+        lines.append(f"  finished {status.completion_time or NONE}")
+        lines.append(f"  usage {_usage_text(status.usage)}")
+    for key, record in in_run_order(status.nodes):
         lines.append(_node_line(key, record, wide))
-    for rid, request in sorted(info["requests"].items(), key=lambda r: flowrun_api.key_order(r[0])):
-        state = request.get("decision") or "pending"
-        line = f"  request {rid} ({request.get('kind')}): {request.get('message')} [{state}]"
+    for rid, request in sorted(status.requests.items(), key=lambda r: flowrun_api.key_order(r[0])):
+        state = request.decision.value if request.decision else "pending"
+        line = f"  request {rid} ({request.kind.value}): {request.message} [{state}]"
         if wide:
-            line += f" by {request.get('decidedBy')}" if request.get("decidedBy") else ""
-            line += f" approvers {_approvers(request)}"
+            line += f" by {request.decided_by}" if request.decided_by else ""
+            line += f" approvers {_approvers(request.approvers)}"
         lines.append(line)
-    if info.get("output") is not None:
-        lines.append("output: " + json.dumps(info["output"], ensure_ascii=False)[:4000])
+    if status.output is not None:
+        lines.append("output: " + json.dumps(status.output, ensure_ascii=False)[:4000])
     return "\n".join(lines)
 
 
-def in_run_order(nodes: dict[str, Any]) -> list[tuple[str, Any]]:
+def in_run_order(
+    nodes: dict[str, flowrun_api.NodeStatus],
+) -> list[tuple[str, flowrun_api.NodeStatus]]:
     """Node records in the order they started (a skipped node: when it was skipped).
 
     The API server returns ``status.nodes`` with its keys sorted (``review#10`` before
@@ -152,46 +167,40 @@ def in_run_order(nodes: dict[str, Any]) -> list[tuple[str, Any]]:
     """
     last = dt.datetime.max.replace(tzinfo=dt.UTC)
 
-    def started(item: tuple[str, Any]) -> tuple[dt.datetime, list[str | int]]:
-        record = item[1] if isinstance(item[1], dict) else {}
-        moment = times.parse_time(record.get("startedAt") or record.get("finishedAt"))
+    def started(item: tuple[str, flowrun_api.NodeStatus]) -> tuple[dt.datetime, list[str | int]]:
+        moment = times.parse_time(item[1].started_at or item[1].finished_at)
         return moment or last, flowrun_api.key_order(item[0])
 
     return sorted(nodes.items(), key=started)
 
 
-def _node_line(key: str, record: dict[str, Any], wide: bool) -> str:
+def _node_line(key: str, record: flowrun_api.NodeStatus, wide: bool) -> str:
     took = ""
-    started = times.parse_time(record.get("startedAt"))
-    finished = times.parse_time(record.get("finishedAt"))
+    started = times.parse_time(record.started_at)
+    finished = times.parse_time(record.finished_at)
     if started is not None and finished is not None:
         took = f" {(finished - started).total_seconds():.2f}s"
     folded = flowrun_api.folded_range(key)
     if folded is not None:
         took = f"  {folded[2] - folded[1] + 1} iterations folded into one record"
-    line = f"  {record.get('phase', '?'):<9} {key}{took}"
+    line = f"  {record.phase.value:<9} {key}{took}"
     if wide:
-        line += f"  attempts {record.get('attempts', 0)}  usage {_usage_text(record.get('usage'))}"
-    if record.get("error"):
-        line += f"  error: {record['error']}"
+        line += f"  attempts {record.attempts}  usage {_usage_text(record.usage)}"
+    if record.error:
+        line += f"  error: {record.error}"
     return line
 
 
-def _usage_text(usage: dict[str, Any] | None) -> str:
-    usage = usage or {}
+def _usage_text(usage: common.Usage | None) -> str:
+    usage = usage or common.Usage()
     return (
-        f"{usage.get('promptTokens', 0)}+{usage.get('completionTokens', 0)} tokens "
-        f"${float(usage.get('costUSD', 0) or 0):.4f} {usage.get('llmCalls', 0)} llm "
-        f"{usage.get('toolCalls', 0)} tool calls"
+        f"{usage.prompt_tokens}+{usage.completion_tokens} tokens "
+        f"${usage.cost_usd:.4f} {usage.llm_calls} llm {usage.tool_calls} tool calls"
     )
 
 
-def _approvers(request: dict[str, Any]) -> str:
-    approvers = request.get("approvers") or {}
-    names = [
-        *(approvers.get("users") or []),
-        *(f"group:{g}" for g in approvers.get("groups") or []),
-    ]
+def _approvers(approvers: common.Approvers) -> str:
+    names = [*approvers.users, *(f"group:{g}" for g in approvers.groups)]
     return ",".join(names) or "anyone"
 
 
@@ -203,24 +212,21 @@ _RUN_WIDE = ("REASON", "REQUESTS", "MESSAGE")
 
 def _run_row(run: dict[str, Any], wide: bool) -> tuple[str, ...]:
     """A run's cells under the printer columns of ``kubectl get flowruns``."""
-    status = run.get("status") or {}
+    status = flowrun_api.status_of(run)
     trigger = (run.get("spec") or {}).get("trigger") or {}
     row: tuple[str, ...] = (
         run["metadata"]["name"],
         cell((run.get("spec") or {}).get("flow")),
-        cell(status.get("phase")),
-        cell(status.get("currentNode")),
-        cell(status.get("attempt")),
-        cell(status.get("duration")),
+        cell(status.phase),
+        cell(status.current_node),
+        cell(status.attempt or None),  # a local run has none
+        cell(status.duration),
         cell(trigger.get("type")),
         times.age(run["metadata"].get("creationTimestamp")),
     )
     if wide:
-        row += (
-            cell(status.get("reason")),
-            str(len(pending_requests(run))),
-            cell(status.get("message")),
-        )
+        pending = human_requests.decidable(status)
+        row += (cell(status.reason), str(len(pending)), cell(status.message))
     return row
 
 
@@ -254,48 +260,61 @@ _REQUEST_COLUMNS = ("FLOW", "RUN", "REQUEST", "KIND", "MESSAGE", "SUMMARY", "AGE
 _REQUEST_WIDE = ("NODE", "APPROVERS", "EXPIRES")
 
 
-def request_items(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Every pending request of the runs, as ``requests -o json`` prints them."""
-    items = []
-    for run in runs:
-        for rid, request in pending_requests(run).items():
-            items.append(
-                {
-                    "namespace": run["metadata"].get("namespace"),
-                    "flow": (run.get("spec") or {}).get("flow"),
-                    "run": run["metadata"]["name"],
-                    "request": rid,
-                    **request,
-                }
-            )
-    return sorted(
-        items, key=lambda i: (i["namespace"] or "", i["flow"] or "", i["run"], i["request"])
-    )
+@dataclasses.dataclass(frozen=True)
+class PendingRequest:
+    """A request a human may decide, with the run it belongs to."""
+
+    namespace: str | None
+    flow: str | None
+    run: str
+    id: str
+    request: flowrun_api.HumanRequest
+
+    def to_json(self) -> dict[str, Any]:
+        """As ``requests -o json`` prints it: where it is, then the request as written."""
+        where = {"namespace": self.namespace, "flow": self.flow, "run": self.run}
+        return {**where, "request": self.id, **_written(self.request)}
 
 
-def render_requests(items: list[dict[str, Any]], output: str, *, namespaces: bool) -> str:
+def request_items(runs: list[dict[str, Any]]) -> list[PendingRequest]:
+    """Every pending request of the runs, in the order ``requests`` prints them."""
+    items = [
+        PendingRequest(
+            run["metadata"].get("namespace"),
+            (run.get("spec") or {}).get("flow"),
+            run["metadata"]["name"],
+            rid,
+            request,
+        )
+        for run in runs
+        for rid, request in pending_requests(run).items()
+    ]
+    return sorted(items, key=lambda i: (i.namespace or "", i.flow or "", i.run, i.id))
+
+
+def render_requests(items: list[PendingRequest], output: str, *, namespaces: bool) -> str:
     """Pending requests (:func:`request_items`) in an ``-o`` format."""
     if output in ("json", "yaml"):
-        return dump(items, output)
+        return dump([item.to_json() for item in items], output)
     if output == "name":
-        return "\n".join(f"{item['run']} {item['request']}" for item in items)
+        return "\n".join(f"{item.run} {item.id}" for item in items)
     wide = output == "wide"
     header = _REQUEST_COLUMNS + (_REQUEST_WIDE if wide else ())
     rows = []
     for item in items:
+        request = item.request
         row: tuple[str, ...] = (
-            cell(item["flow"]),
-            item["run"],
-            item["request"],
-            cell(item.get("kind")),
-            cell(item.get("message")),
-            cell(item.get("summary")),
-            times.age(item.get("requestedAt")),
+            cell(item.flow),
+            item.run,
+            item.id,
+            cell(request.kind),
+            cell(request.message),
+            cell(request.summary),
+            times.age(request.requested_at),
         )
         if wide:
-            expires = item.get("expiresAt")
-            row += (cell(item.get("node")), _approvers(item), expires or NONE)
+            row += (cell(request.node), _approvers(request.approvers), request.expires_at or NONE)
         if namespaces:
-            row = (item["namespace"] or NONE, *row)
+            row = (item.namespace or NONE, *row)
         rows.append(row)
     return table(("NAMESPACE", *header) if namespaces else header, rows)

@@ -14,6 +14,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from agentflows.api import errors
 from agentflows.console import markup
 
 #: Field name prefix, so a property called ``csrf`` cannot collide with the form's own fields.
@@ -74,7 +75,7 @@ def _field(name: str, prop: dict[str, Any], values: Mapping[str, str]) -> markup
     return _area(name, value)
 
 
-class FormError(Exception):
+class FormError(errors.AgentflowsError):
     """A field cannot be read as its type; the message names the field."""
 
 

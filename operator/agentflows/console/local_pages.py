@@ -30,6 +30,7 @@ from aiohttp import web
 from agentflows import diagram
 from agentflows.api import flow as flow_api
 from agentflows.api import flowrun as flowrun_api
+from agentflows.api import requests as human_requests
 from agentflows.console import forms, live, markup, pages_requests, run_detail, runs_view, site
 
 #: Phases from which a local run can go on (waiting for a decision, or stopped part-way).
@@ -195,14 +196,14 @@ async def run_page(request: web.Request) -> web.Response:
     run = _run_or_404(request)
     name = run["metadata"]["name"]
     token = site.csrf(request)
-    pending = runs_view.pending(run)
+    status = flowrun_api.status_of(run)
+    pending = human_requests.decidable(status)
     cards = [
         pages_requests.card(run, rid, r, token, action=markup.path("local", name, "requests", rid))
         for rid, r in sorted(pending.items())
     ]
-    phase = (run.get("status") or {}).get("phase") or "Pending"
     actions: Any = ""
-    if phase in RESUMABLE and not pending:
+    if (status.phase or flowrun_api.RunPhase.PENDING) in RESUMABLE and not pending:
         actions = markup.button_form(markup.path("local", name, "resume"), "Resume", token)
     flow_spec = _runs(request).flows(name).get(str((run.get("spec") or {}).get("flow")))
     src = markup.path("local", name, "graph.svg")
@@ -212,15 +213,15 @@ async def run_page(request: web.Request) -> web.Response:
             markup.tag("div", actions, class_="actions"),
             markup.tag(
                 "div",
-                markup.join([picture if flow_spec else "", run_detail.summary(run)]),
+                markup.join([picture if flow_spec else "", run_detail.summary(run, status)]),
                 class_="overview",
             ),
             markup.tag("h2", "Graph"),
-            run_detail.graph(run, flow_spec),
+            run_detail.graph(run, flow_spec, status),
             markup.tag("h2", "Requests"),
             markup.join(cards) if cards else markup.tag("p", "none pending", class_="muted"),
             markup.tag("h2", "Nodes"),
-            run_detail.nodes(run, flow_spec, lambda node: None),
+            run_detail.nodes(run, flow_spec, lambda node: None, status),
         ]
     )
     return site.page(request, name, body, live_path=markup.path("events", "local", name))
@@ -235,7 +236,7 @@ async def graph_svg(request: web.Request) -> web.Response:
             n: flow_api.FlowSpec.model_validate(s) for n, s in _runs(request).flows(name).items()
         }
         spec = specs[str((run.get("spec") or {}).get("flow"))]
-        drawn = diagram.svg(spec, (run.get("status") or {}).get("nodes") or {}, flows=specs)
+        drawn = diagram.svg(spec, flowrun_api.status_of(run).nodes, flows=specs)
     except (KeyError, pydantic.ValidationError):
         raise web.HTTPNotFound(text=f"no Flow to draw {name} with") from None
     except diagram.GraphvizMissing as exc:

@@ -22,6 +22,7 @@ from aiohttp import web
 from agentflows import diagram
 from agentflows.api import flow as flow_api
 from agentflows.api import flowrun as flowrun_api
+from agentflows.api import requests as human_requests
 from agentflows.console import live, markup, pages_requests, run_detail, runs_view, scope, site
 from agentflows.kube import actions, snapshot, status_store
 from agentflows.kube import client as kube
@@ -156,9 +157,9 @@ async def run_text_events(request: web.Request) -> web.StreamResponse:
         following.cancel()
 
 
-def _live_text(namespace: str, name: str, run: dict[str, Any]) -> markup.Html:
+def _live_text(namespace: str, name: str, status: flowrun_api.FlowRunStatus) -> markup.Html:
     """Where the page's script writes answers as they are written (only while the run goes on)."""
-    if (run.get("status") or {}).get("phase") in stream_log.SETTLED:
+    if status.phase in stream_log.SETTLED:
         return markup.Html("")
     idle = markup.tag("p", "no answer is being written", class_="muted")
     return markup.tag(
@@ -189,8 +190,8 @@ async def _flows(api: kube.Client, namespace: str, run: dict[str, Any]) -> dict[
     return {flow: spec} if isinstance(spec, dict) else {}
 
 
-async def _log(api: kube.Client, namespace: str, run: dict[str, Any]) -> markup.Html:
-    pod = (run.get("status") or {}).get("pod")
+async def _log(api: kube.Client, namespace: str, status: flowrun_api.FlowRunStatus) -> markup.Html:
+    pod = status.pod
     if not pod:
         return markup.tag("span", "no runner pod", class_="muted")
     try:
@@ -211,11 +212,12 @@ async def _events(api: kube.Client, namespace: str, name: str) -> markup.Html:
     return run_detail.events(found.get("items") or [])
 
 
-def _requests(request: web.Request, run: dict[str, Any]) -> markup.Html:
+def _requests(
+    request: web.Request, run: dict[str, Any], status: flowrun_api.FlowRunStatus
+) -> markup.Html:
     token = site.csrf(request)
-    cards = [
-        pages_requests.card(run, rid, r, token) for rid, r in sorted(runs_view.pending(run).items())
-    ]
+    pending = human_requests.decidable(status)
+    cards = [pages_requests.card(run, rid, r, token) for rid, r in sorted(pending.items())]
     return markup.join(cards) if cards else markup.tag("p", "none pending", class_="muted")
 
 
@@ -224,8 +226,9 @@ async def run_page(request: web.Request) -> web.Response:
     namespace, name = request.match_info["namespace"], request.match_info["name"]
     async with site.api(request) as api:
         run = await api.get(kube.path_of("flowruns", namespace, name))
+        status = flowrun_api.status_of(run)
         flows = await _flows(api, namespace, run)
-        log = await _log(api, namespace, run)
+        log = await _log(api, namespace, status)
         events = await _events(api, namespace, name)
     token = site.csrf(request)
     buttons = markup.join(
@@ -252,16 +255,16 @@ async def run_page(request: web.Request) -> web.Response:
             markup.tag("div", buttons, class_="actions"),
             markup.tag(
                 "div",
-                markup.join([picture if flow_spec else "", run_detail.summary(run)]),
+                markup.join([picture if flow_spec else "", run_detail.summary(run, status)]),
                 class_="overview",
             ),
             markup.tag("h2", "Graph"),
-            run_detail.graph(run, flow_spec),
-            _live_text(namespace, name, run),
+            run_detail.graph(run, flow_spec, status),
+            _live_text(namespace, name, status),
             markup.tag("h2", "Requests"),
-            _requests(request, run),
+            _requests(request, run, status),
             markup.tag("h2", "Nodes"),
-            run_detail.nodes(run, flow_spec, output_href),
+            run_detail.nodes(run, flow_spec, output_href, status),
             markup.tag("h2", "Runner log"),
             log,
             markup.tag("h2", "Events"),
@@ -297,14 +300,14 @@ async def node_output(request: web.Request) -> web.Response:
     namespace, name, node = (request.match_info[k] for k in ("namespace", "name", "node"))
     async with site.api(request) as api:
         run = await api.get(kube.path_of("flowruns", namespace, name))
-        record = ((run.get("status") or {}).get("nodes") or {}).get(node) or {}
-        ref = record.get("outputRef")
+        record = flowrun_api.status_of(run).nodes.get(node)
+        ref = record.output_ref if record else None
         try:
             value = await status_store.read_output(api, namespace, ref) if ref else None
         except status_store.OffloadError as exc:
             body = markup.notice(f"the output of {node} cannot be read: {exc}", error=True)
             return site.page(request, f"{name} · {node} output", body, status=404)
-        value = value if ref else record.get("output")
+        value = value if ref or record is None else record.output
     body = markup.join(
         [
             markup.link(markup.path("runs", namespace, name), "Back to the run"),
@@ -327,7 +330,7 @@ async def graph_svg(request: web.Request) -> web.Response:
     try:
         specs = {n: flow_api.FlowSpec.model_validate(s) for n, s in flows.items()}
         spec = specs[str((run.get("spec") or {}).get("flow"))]
-        drawn = diagram.svg(spec, (run.get("status") or {}).get("nodes") or {}, flows=specs)
+        drawn = diagram.svg(spec, flowrun_api.status_of(run).nodes, flows=specs)
     except (KeyError, pydantic.ValidationError):
         raise web.HTTPNotFound(text=f"no Flow to draw {name} with") from None
     except diagram.GraphvizMissing as exc:

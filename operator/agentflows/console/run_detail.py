@@ -11,6 +11,7 @@ from typing import Any
 
 import pydantic
 
+from agentflows.api import common
 from agentflows.api import flow as flow_api
 from agentflows.api import flowrun as flowrun_api
 from agentflows.console import markup, runs_view
@@ -26,33 +27,41 @@ FOLDED_NOTE = (
 )
 
 
-def _usage(usage: Any) -> str:
-    if not isinstance(usage, dict):
+Status = flowrun_api.FlowRunStatus
+Records = dict[str, flowrun_api.NodeStatus]
+
+
+def _usage(usage: common.Usage | None) -> str:
+    if usage is None:
         return ""
     parts = [
-        f"{usage.get('promptTokens', 0)} prompt + {usage.get('completionTokens', 0)} completion",
-        f"{usage.get('llmCalls', 0)} model call(s)",
-        f"{usage.get('toolCalls', 0)} tool call(s)",
-        f"${float(usage.get('costUSD') or 0):.4f}",
+        f"{usage.prompt_tokens} prompt + {usage.completion_tokens} completion",
+        f"{usage.llm_calls} model call(s)",
+        f"{usage.tool_calls} tool call(s)",
+        f"${usage.cost_usd:.4f}",
     ]
     return ", ".join(parts)
 
 
-def summary(run: dict[str, Any]) -> markup.Html:
-    """The run's facts: flow, phase, trigger, times, usage, message, input and output."""
-    cells = runs_view.row(run)
-    status = run.get("status") or {}
+def summary(run: dict[str, Any], status: Status | None = None) -> markup.Html:
+    """The run's facts: flow, phase, trigger, times, usage, message, input and output.
+
+    ``status``: the run's, when the caller has parsed it already (so do :func:`graph` and
+    :func:`nodes`).
+    """
+    status = status if status is not None else flowrun_api.status_of(run)
+    cells = runs_view.row(run, status)
     facts = [
         ("Flow", cells["flow"]),
         ("Phase", markup.tag("span", markup.phase(cells["phase"]), data_field="run-phase")),
         ("Trigger", cells["trigger"]),
         ("Started", cells["started"]),
         ("Duration", cells["duration"]),
-        ("Attempt", str(status.get("attempt") or "")),
-        ("Usage", _usage(status.get("usage"))),
-        ("Message", status.get("message") or ""),
+        ("Attempt", str(status.attempt or "")),
+        ("Usage", _usage(status.usage)),
+        ("Message", status.message or ""),
         ("Input", markup.json_block((run.get("spec") or {}).get("input"))),
-        ("Output", _output(status.get("output"), status.get("outputRef"), None)),
+        ("Output", _output(status.output, status.output_ref, None)),
     ]
     items = markup.join(markup.join([markup.tag("dt", k), markup.tag("dd", v)]) for k, v in facts)
     return markup.tag("dl", items, class_="facts")
@@ -66,19 +75,22 @@ def _output(value: Any, ref: Any, fetch_href: str | None) -> markup.Html:
     return markup.json_block(value)
 
 
-def node_order(run: dict[str, Any], flow_spec: dict[str, Any] | None) -> list[str]:
+def node_order(
+    run: dict[str, Any], flow_spec: dict[str, Any] | None, status: Status | None = None
+) -> list[str]:
     """Node ids in the Flow's order, each followed by its other records, then any others.
 
     A node's other records: its loop iterations in turn (``review#2`` before ``review#10``),
     its map items, the steps of its sub-flow.
     """
+    status = status if status is not None else flowrun_api.status_of(run)
     declared = list(
         dict.fromkeys(
             str(n.get("id")) for n in (flow_spec or {}).get("nodes") or [] if isinstance(n, dict)
         )
     )
     position = {node_id: index for index, node_id in enumerate(declared)}
-    recorded = ((run.get("status") or {}).get("nodes") or {}).keys()
+    recorded = status.nodes.keys()
 
     def order(key: str) -> tuple[int, list[str | int]]:
         base = flowrun_api.node_of_key(key)[0]
@@ -97,7 +109,7 @@ def definition_id(key: str) -> str:
     return base if key == f"{base}#{iteration}" or (folded and folded[0] == base) else key
 
 
-def iteration_keys(records: dict[str, Any], node_id: str) -> list[str]:
+def iteration_keys(records: Records, node_id: str) -> list[str]:
     """A node's records of its loop iterations in turn: ``review``, ``review#2-990``, ...
 
     None for a node that has only one record (it is not in a loop, or in its first iteration).
@@ -108,19 +120,21 @@ def iteration_keys(records: dict[str, Any], node_id: str) -> list[str]:
     return [node_id, *sorted(keys, key=flowrun_api.key_order)]
 
 
-def _iterations(records: dict[str, Any], node_id: str) -> markup.Html:
+def _iterations(records: Records, node_id: str) -> markup.Html:
     """A table of a node's iterations: number, record, phase, time taken, usage.
 
     Each row carries ``data-node`` so that the live updates keep its phase and time current.
     """
     rows = []
     for key in iteration_keys(records, node_id):
-        record = records.get(key) or {}
+        record = records.get(key)
         folded = flowrun_api.folded_range(key)
         number = f"{folded[1]} to {folded[2]}" if folded else str(flowrun_api.node_of_key(key)[1])
-        phase = markup.tag("span", markup.phase(record.get("phase")), data_field="phase")
+        shown = markup.phase(record.phase.value if record else None)
+        phase = markup.tag("span", shown, data_field="phase")
         if folded:
-            counts = ((record.get("detail") or {}).get("folded")) or {}
+            detail = record.detail if record and isinstance(record.detail, dict) else {}
+            counts = detail.get("folded") or {}
             told = ", ".join(f"{n} {what}" for what, n in sorted(counts.items()))
             phase = markup.join([phase, " ", markup.tag("span", f"folded: {told}", class_="muted")])
         # a fold spans many iterations: no one iteration's time (and no live update of it)
@@ -129,23 +143,27 @@ def _iterations(records: dict[str, Any], node_id: str) -> markup.Html:
             if folded
             else markup.tag("span", runs_view.node_duration(record), data_field="duration")
         )
-        cells = [number, key, phase, took, _usage(record.get("usage"))]
+        cells = [number, key, phase, took, _usage(record.usage if record else None)]
         rows.append(markup.row_of(cells, data_node=key))
     header = ("Iteration", "Record", "Phase", "Took", "Usage")
     return markup.table(header, rows, class_="iterations", data_iterations=node_id)
 
 
-def graph(run: dict[str, Any], flow_spec: dict[str, Any] | None) -> markup.Html:
+def graph(
+    run: dict[str, Any], flow_spec: dict[str, Any] | None, status: Status | None = None
+) -> markup.Html:
     """The run's nodes as a chain of phase badges that the script keeps current."""
-    nodes = (run.get("status") or {}).get("nodes") or {}
+    status = status if status is not None else flowrun_api.status_of(run)
     items = []
-    for node in node_order(run, flow_spec):
-        record = nodes.get(node) or {}
-        badge = markup.tag(
-            "span", markup.phase(record.get("phase") or "Pending"), data_field="phase"
-        )
+    for node in node_order(run, flow_spec, status):
+        badge = markup.tag("span", markup.phase(_phase(status.nodes.get(node))), data_field="phase")
         items.append(markup.tag("li", markup.join([node, " ", badge]), data_node=node))
     return markup.tag("ol", markup.join(items), class_="graph", id="graph")
+
+
+def _phase(record: flowrun_api.NodeStatus | None) -> str:
+    """A node's phase as shown: Pending before it has a record."""
+    return record.phase.value if record else flowrun_api.RunPhase.PENDING.value
 
 
 def _tool_calls(detail: Any) -> markup.Html:
@@ -187,7 +205,7 @@ def upstream(flow_spec: dict[str, Any] | None) -> dict[str, list[tuple[str, bool
     return found
 
 
-def _source_key(records: dict[str, Any], source: str, iteration: int) -> str:
+def _source_key(records: Records, source: str, iteration: int) -> str:
     """The record of ``source`` that an iteration read: its latest one up to that iteration.
 
     An iteration folded away is read from its fold, which keeps the latest output it held.
@@ -202,24 +220,18 @@ def _source_key(records: dict[str, Any], source: str, iteration: int) -> str:
 
 
 def _inputs(
-    run: dict[str, Any], node: str, record: dict[str, Any], sources: list[tuple[str, bool]] | None
+    run: dict[str, Any], records: Records, node: str, sources: list[tuple[str, bool]] | None
 ) -> markup.Html:
-    """The node's input as far as the status tells: its record's, else its sources' outputs."""
-    if "input" in record:
-        return markup.json_block(record["input"])
+    """The node's input as far as the status tells: its sources' outputs."""
     if sources is None:
         unknown = "unknown (no Flow definition to read its edges from)"
         return markup.tag("span", unknown, class_="muted")
-    records = (run.get("status") or {}).get("nodes") or {}
     if not sources:
         shown = [("the run's input (.run.input)", (run.get("spec") or {}).get("input"))]
     else:
         iteration = flowrun_api.node_of_key(node)[1]
         keys = [(s, _source_key(records, s, iteration - back)) for s, back in sources]
-        shown = [
-            (f"output of {key} (.nodes.{s})", (records.get(key) or {}).get("output"))
-            for s, key in keys
-        ]
+        shown = [(f"output of {key} (.nodes.{s})", _output_of(records.get(key))) for s, key in keys]
     items = markup.join(
         markup.join([markup.tag("dt", label), markup.tag("dd", markup.json_block(value))])
         for label, value in shown
@@ -228,25 +240,33 @@ def _inputs(
     return markup.join([note, markup.tag("dl", items, class_="inputs", data_inputs=node)])
 
 
-def nodes(run: dict[str, Any], flow_spec: dict[str, Any] | None, output_href: Any) -> markup.Html:
+def _output_of(record: flowrun_api.NodeStatus | None) -> Any:
+    return record.output if record else None
+
+
+def nodes(
+    run: dict[str, Any],
+    flow_spec: dict[str, Any] | None,
+    output_href: Any,
+    status: Status | None = None,
+) -> markup.Html:
     """A section per node: phase, duration, definition, input, output, error, tool calls, usage.
 
     ``output_href(node)``: where an offloaded output is fetched from (None: nowhere).
     """
-    records = (run.get("status") or {}).get("nodes") or {}
+    status = status if status is not None else flowrun_api.status_of(run)
+    records = status.nodes
     definitions = {
         str(n.get("id")): n for n in (flow_spec or {}).get("nodes") or [] if isinstance(n, dict)
     }
     sources = upstream(flow_spec) if flow_spec else None
     sections = []
-    for node in node_order(run, flow_spec):
-        record = records.get(node) or {}
+    for node in node_order(run, flow_spec, status):
+        record = records.get(node)
         head = markup.join(
             [
                 markup.tag("h3", node),
-                markup.tag(
-                    "span", markup.phase(record.get("phase") or "Pending"), data_field="phase"
-                ),
+                markup.tag("span", markup.phase(_phase(record)), data_field="phase"),
                 markup.tag(
                     "span", runs_view.node_duration(record), data_field="duration", class_="muted"
                 ),
@@ -260,23 +280,33 @@ def nodes(run: dict[str, Any], flow_spec: dict[str, Any] | None, output_href: An
             facts.append(("Folded", markup.tag("p", FOLDED_NOTE, class_="muted")))
         elif node_id in definitions:
             reads = None if sources is None else sources.get(node_id, [])
-            facts.append(("Input", _inputs(run, node, record, reads)))
-        if record.get("error"):
-            facts.append(("Error", markup.tag("pre", record["error"], class_="error")))
-        for failed in record.get("attemptErrors") or []:
-            facts.append(("Earlier attempt", markup.tag("pre", failed)))
-        href = output_href(node) if record.get("outputRef") else None
-        facts.append(("Output", _output(record.get("output"), record.get("outputRef"), href)))
-        if record.get("usage"):
-            facts.append(("Usage", markup.text(_usage(record["usage"]))))
+            facts.append(("Input", _inputs(run, records, node, reads)))
+        facts += _record_facts(node, record, output_href)
         items = markup.join(
             markup.join([markup.tag("dt", k), markup.tag("dd", v)]) for k, v in facts
         )
-        body = markup.join(
-            [head, markup.tag("dl", items, class_="facts"), _tool_calls(record.get("detail"))]
-        )
+        detail = record.detail if record else None
+        body = markup.join([head, markup.tag("dl", items, class_="facts"), _tool_calls(detail)])
         sections.append(markup.tag("section", body, class_="node", data_node=node))
     return markup.join(sections)
+
+
+def _record_facts(
+    node: str, record: flowrun_api.NodeStatus | None, output_href: Any
+) -> list[tuple[str, Any]]:
+    """What a node's record tells: its error, earlier attempts' errors, output and usage."""
+    if record is None:
+        return [("Output", _output(None, None, None))]
+    facts: list[tuple[str, Any]] = []
+    if record.error:
+        facts.append(("Error", markup.tag("pre", record.error, class_="error")))
+    for failed in record.attempt_errors:
+        facts.append(("Earlier attempt", markup.tag("pre", failed)))
+    href = output_href(node) if record.output_ref else None
+    facts.append(("Output", _output(record.output, record.output_ref, href)))
+    if record.usage:
+        facts.append(("Usage", markup.text(_usage(record.usage))))
+    return facts
 
 
 def events(items: list[dict[str, Any]]) -> markup.Html:

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pydantic
-
 from agentflows.api import flowrun as flowrun_api
 from agentflows.api import requests as human_requests
 from agentflows.api import times
@@ -45,36 +43,34 @@ def href(run: dict[str, Any]) -> str:
 
 def pending(run: dict[str, Any]) -> dict[str, flowrun_api.HumanRequest]:
     """The run's requests a human may decide (:func:`human_requests.decidable`)."""
-    try:
-        typed = flowrun_api.FlowRunStatus.model_validate(run.get("status") or {})
-    except pydantic.ValidationError:
-        return {}
-    return human_requests.decidable(typed)
+    return human_requests.decidable_of(run)
 
 
-def row(run: dict[str, Any]) -> dict[str, str]:
-    """The run's cells as text, keyed as :data:`COLUMNS`, plus ``key`` and ``href``."""
+def row(run: dict[str, Any], status: flowrun_api.FlowRunStatus | None = None) -> dict[str, str]:
+    """The run's cells as text, keyed as :data:`COLUMNS`, plus ``key`` and ``href``.
+
+    ``status``: the run's, when the caller has parsed it already.
+    """
     meta, spec = run.get("metadata") or {}, run.get("spec") or {}
-    status = run.get("status") or {}
-    cost = ((status.get("usage") or {}).get("costUSD")) or 0
+    status = status if status is not None else flowrun_api.status_of(run)
+    cost = status.usage.cost_usd if status.usage else 0
     return {
         "key": key(run),
         "href": href(run),
         "name": str(meta.get("name") or ""),
         "namespace": str(meta.get("namespace") or ""),
         "flow": str(spec.get("flow") or ""),
-        "phase": str(status.get("phase") or "Pending"),
+        "phase": (status.phase or flowrun_api.RunPhase.PENDING).value,
         "trigger": str((spec.get("trigger") or {}).get("type") or "manual"),
-        "started": str(status.get("startTime") or meta.get("creationTimestamp") or ""),
-        "duration": str(status.get("duration") or ""),
-        "pending": str(len(pending(run)) or ""),
+        "started": str(status.start_time or meta.get("creationTimestamp") or ""),
+        "duration": status.duration or "",
+        "pending": str(len(human_requests.decidable(status)) or ""),
         "cost": f"${cost:.4f}" if cost else "",
     }
 
 
-def row_html(run: dict[str, Any]) -> markup.Html:
-    """The run's table row; cells carry ``data-field`` for live updates."""
-    cells = row(run)
+def row_html(cells: dict[str, str]) -> markup.Html:
+    """A run's table row (its :func:`row`); cells carry ``data-field`` for live updates."""
     parts = []
     for field, _ in COLUMNS:
         if field == "name":
@@ -93,29 +89,28 @@ def matches(run: dict[str, Any], phase: str | None, trigger: str | None) -> bool
     return (not phase or cells["phase"] == phase) and (not trigger or cells["trigger"] == trigger)
 
 
-def node_duration(record: dict[str, Any]) -> str:
-    """How long a node ran (so far, when it runs)."""
-    return times.duration(record.get("startedAt"), record.get("finishedAt")) or ""
+def node_duration(record: flowrun_api.NodeStatus | None) -> str:
+    """How long a node ran (so far, when it runs); nothing for a node with no record."""
+    if record is None:
+        return ""
+    return times.duration(record.started_at, record.finished_at) or ""
 
 
 def node_phases(run: dict[str, Any]) -> dict[str, Any]:
     """The live part of a run page: the run's phase and each node's phase and duration."""
-    status = run.get("status") or {}
-    nodes = status.get("nodes") or {}
+    status = flowrun_api.status_of(run)
     return {
         "type": "run",
-        "phase": str(status.get("phase") or "Pending"),
+        "phase": (status.phase or flowrun_api.RunPhase.PENDING).value,
         "nodes": {
-            str(node): {"phase": str(rec.get("phase") or ""), "duration": node_duration(rec)}
-            for node, rec in nodes.items()
-            if isinstance(rec, dict)
+            node: {"phase": record.phase.value, "duration": node_duration(record)}
+            for node, record in status.nodes.items()
         },
     }
 
 
 def runs_table(runs: list[dict[str, Any]]) -> markup.Html:
     """The runs table, newest first."""
-    ordered = sorted(runs, key=lambda r: row(r)["started"], reverse=True)
+    ordered = sorted((row(r) for r in runs), key=lambda cells: cells["started"], reverse=True)
     header = [label for _, label in COLUMNS]
-    rows = [row_html(r) for r in ordered]
-    return markup.table(header, rows, id="runs")
+    return markup.table(header, [row_html(cells) for cells in ordered], id="runs")

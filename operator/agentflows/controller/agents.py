@@ -18,7 +18,8 @@ from typing import Any
 from agentflows.agents import spec_tools
 from agentflows.api import agent as agent_api
 from agentflows.api import documents
-from agentflows.controller import cache, conditions, context, resolve, tooldiscovery, workqueue
+from agentflows.controller import cache, conditions, context, resolve, tooldiscovery
+from agentflows.controller.runtime import workqueue
 from agentflows.engine import graph
 from agentflows.kube import client as kube
 

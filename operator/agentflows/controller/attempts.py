@@ -21,12 +21,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from agentflows.agents import sessions
 from agentflows.api import agent as agent_api
 from agentflows.api import flow as flow_api
 from agentflows.api import retry, times
+from agentflows.api import snapshot as snapshot_api
 from agentflows.api.flowrun import RunPhase, RunReason
-from agentflows.controller import budgets, context, events, pods, runstate, snapshots
+from agentflows.controller import budgets, context, events, pods, runstate
 from agentflows.kube import client as kube
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ def remaining_seconds(run: runstate.RunContext, flow_spec: flow_api.FlowSpec) ->
 
 
 async def start_next(
-    ctl: context.Controller, run: runstate.RunContext, snapshot: snapshots.Snapshot, why: str
+    ctl: context.Controller, run: runstate.RunContext, snapshot: snapshot_api.Snapshot, why: str
 ) -> float | None:
     """Reserve attempt ``run.attempt + 1``, save, and create its pod."""
     attempt = run.attempt + 1
@@ -67,17 +67,18 @@ def mark_created(run: runstate.RunContext, pod_name: str) -> None:
 
 
 def pod_body(
-    ctl: context.Controller, run: runstate.RunContext, snapshot: snapshots.Snapshot
+    ctl: context.Controller, run: runstate.RunContext, snapshot: snapshot_api.Snapshot
 ) -> dict[str, Any]:
     """The current attempt's pod."""
-    remaining = remaining_seconds(run, snapshot.flow)
+    remaining = remaining_seconds(run, snapshot.flow_spec)
     return pods.runner_pod(
         run.obj,
         run.attempt,
-        snapshot.document["flow"],
-        snapshot.flows,
-        snapshot.agents,
+        snapshot.flow,
+        snapshot.flow_specs,
+        snapshot.agent_specs,
         ctl.config,
+        status=run.stored,
         deadline_seconds=None if remaining is None else int(remaining) + 1,
         budget=budgets.run_cap(ctl, run),
     )
@@ -131,7 +132,7 @@ async def post_grants(
 async def post_attempt(
     ctl: context.Controller,
     run: runstate.RunContext,
-    snapshot: snapshots.Snapshot,
+    snapshot: snapshot_api.Snapshot,
     body: dict[str, Any],
 ) -> kube.ApiError | None:
     """Create the grant of the memories the run may write, then the pod; a refusal of either.
@@ -139,13 +140,13 @@ async def post_attempt(
     The grant (:func:`pods.sessions_grant`) comes first, so the pod's first session write
     finds it; a refused grant is shown as a refused pod (condition, Event, retried).
     """
-    memories = sorted(sessions.memories(snapshot.flows, snapshot.agents))
-    refusal = await post_grants(ctl, run, pods.sessions_grant(body, run.obj, memories))
+    grant = pods.sessions_grant(body, run.obj, sorted(ctl.snapshots.memories(snapshot)))
+    refusal = await post_grants(ctl, run, grant)
     return refusal or await post_pod(ctl, run, body)
 
 
 async def create_pod(
-    ctl: context.Controller, run: runstate.RunContext, snapshot: snapshots.Snapshot
+    ctl: context.Controller, run: runstate.RunContext, snapshot: snapshot_api.Snapshot
 ) -> float | None:
     """Create the current attempt's pod (idempotent); its record goes with the next write."""
     body = pod_body(ctl, run, snapshot)

@@ -29,7 +29,8 @@ from agentflows.api import budget as budget_api
 from agentflows.api import common, retry, times
 from agentflows.api.flowrun import RunPhase, RunReason
 from agentflows.controller import budgetwindows as windows
-from agentflows.controller import context, events, runstate, workqueue
+from agentflows.controller import context, events, runstate
+from agentflows.controller.runtime import workqueue
 from agentflows.kube import client as kube
 
 log = logging.getLogger(__name__)

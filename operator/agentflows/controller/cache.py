@@ -34,7 +34,7 @@ from agentflows.api import budget as budget_api
 from agentflows.api import calls, documents, wellknown
 from agentflows.api import flow as flow_api
 from agentflows.api import flowrun as flowrun_api
-from agentflows.controller import workqueue
+from agentflows.controller.runtime import workqueue
 from agentflows.engine import graph
 from agentflows.kube import client as kube
 from agentflows.kube import informer

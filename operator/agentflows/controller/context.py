@@ -12,8 +12,9 @@ import dataclasses
 from typing import Any
 
 from agentflows.api import agent as agent_api
-from agentflows.controller import cache, flowtriggers, settings, snapshots, tooldiscovery, workqueue
+from agentflows.controller import cache, flowtriggers, settings, snapshots, tooldiscovery
 from agentflows.controller import metrics as metrics_mod
+from agentflows.controller.runtime import workqueue
 from agentflows.kube import client as kube
 
 

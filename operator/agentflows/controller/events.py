@@ -11,6 +11,7 @@ import logging
 import socket
 from typing import Any
 
+from agentflows import api as api_group
 from agentflows.api import times
 from agentflows.kube import client as kube
 
@@ -50,7 +51,7 @@ async def post(
         "message": message[:1024],
         "type": type_,
         "source": {"component": COMPONENT},
-        "reportingComponent": f"agentflows.io/{COMPONENT}",
+        "reportingComponent": f"{api_group.GROUP}/{COMPONENT}",
         "reportingInstance": _INSTANCE,
         "firstTimestamp": stamp,
         "lastTimestamp": stamp,

@@ -16,8 +16,9 @@ import logging
 from agentflows import tracing
 from agentflows.api import flow as flow_api
 from agentflows.api import times, wellknown
-from agentflows.api.flowrun import RunPhase
-from agentflows.controller import attempts, cache, context, retention, runstate, workqueue
+from agentflows.api.flowrun import RunPhase, RunReason
+from agentflows.controller import attempts, cache, context, retention, runstate
+from agentflows.controller.runtime import workqueue
 from agentflows.kube import client as kube
 
 log = logging.getLogger(__name__)
@@ -27,7 +28,7 @@ async def finish(
     ctl: context.Controller,
     run: runstate.RunContext,
     phase: RunPhase,
-    reason: str,
+    reason: RunReason,
     message: str,
     *,
     delete_pod: bool = False,
@@ -40,8 +41,8 @@ async def finish(
     await run.save(ctl)
     _record_span(run, phase, reason)
     snapshot = await ctl.snapshots.of_run(ctl.api, run.obj) if run.attempt else None
-    flow_spec = snapshot.flow if snapshot else None
-    models = attempts.agent_models(snapshot.agents) if snapshot else {}
+    flow_spec = snapshot.flow_spec if snapshot else None
+    models = attempts.agent_models(snapshot.agent_specs) if snapshot else {}
     if snapshot is not None:
         retention.note(ctl, run.namespace, snapshot)
     ctl.metrics.run_finished(run.namespace, run.flow, phase.value, run.status, flow_spec, models)
@@ -52,7 +53,7 @@ async def finish(
     return await after_finished(ctl, run)
 
 
-def _record_span(run: runstate.RunContext, phase: RunPhase, reason: str) -> None:
+def _record_span(run: runstate.RunContext, phase: RunPhase, reason: RunReason) -> None:
     """Export the run's own span, parent of its attempts' (no-op unless tracing is on)."""
     meta = run.obj["metadata"]
     started = times.parse_time(meta.get("creationTimestamp")) or times.now()
@@ -93,7 +94,7 @@ async def after_finished(ctl: context.Controller, run: runstate.RunContext) -> f
     if spec is None and ctl.cache.flow(run.namespace, run.flow) is None:
         snapshot = await ctl.snapshots.of_run(ctl.api, run.obj) if run.attempt else None
         ctl.snapshots.forget(run.namespace, run.name)
-        spec = snapshot.flow if snapshot else None
+        spec = snapshot.flow_spec if snapshot else None
     ttl = spec.ttl_seconds_after_finished if spec else None
     finished = times.parse_time(run.status.completion_time)
     if ttl is None or finished is None:

@@ -29,6 +29,7 @@ import logging
 from agentflows.api import flow as flow_api
 from agentflows.api import requests as human_requests
 from agentflows.api import retry as retry_policy
+from agentflows.api import snapshot as snapshot_api
 from agentflows.api.flowrun import RunnerResult, RunPhase, RunReason
 from agentflows.controller import (
     admission,
@@ -40,9 +41,8 @@ from agentflows.controller import (
     finishing,
     requests,
     runstate,
-    snapshots,
-    workqueue,
 )
+from agentflows.controller.runtime import workqueue
 from agentflows.kube import client as kube
 from agentflows.kube import objects
 
@@ -79,17 +79,19 @@ async def reconcile(ctl: context.Controller, key: workqueue.Key) -> float | None
     snapshot = await ctl.snapshots.of_run(ctl.api, run.obj)
     if snapshot is None:
         message = (
-            f"snapshot ConfigMap {snapshots.name_of(run.name)} is missing or is not the one the "
-            "operator wrote for this run (owner uid, status.snapshotDigest)"
+            f"snapshot ConfigMap {objects.snapshot_name(run.name)} is missing or is not the one "
+            "the operator wrote for this run (owner uid, status.snapshotDigest)"
         )
         return await finishing.finish(
             ctl, run, RunPhase.FAILED, RunReason.SNAPSHOT_MISSING, message, delete_pod=True
         )
     if run.stored.requests:
         await requests.review(ctl, run)
-    remaining = attempts.remaining_seconds(run, snapshot.flow)
+    remaining = attempts.remaining_seconds(run, snapshot.flow_spec)
     if remaining is not None and remaining <= 0:
-        message = f"the run exceeded limits.timeoutSeconds={snapshot.flow.limits.timeout_seconds}"
+        message = (
+            f"the run exceeded limits.timeoutSeconds={snapshot.flow_spec.limits.timeout_seconds}"
+        )
         return await finishing.finish(
             ctl, run, RunPhase.FAILED, RunReason.TIMEOUT, message, delete_pod=True
         )
@@ -117,7 +119,7 @@ async def _pod(ctl: context.Controller, run: runstate.RunContext, name: str) -> 
 
 
 async def _follow(
-    ctl: context.Controller, run: runstate.RunContext, snapshot: snapshots.Snapshot
+    ctl: context.Controller, run: runstate.RunContext, snapshot: snapshot_api.Snapshot
 ) -> float | None:
     """Follow the current attempt: its result, else its pod."""
     result = run.result()
@@ -162,25 +164,32 @@ async def _follow(
 async def _on_result(
     ctl: context.Controller,
     run: runstate.RunContext,
-    snapshot: snapshots.Snapshot,
+    snapshot: snapshot_api.Snapshot,
     result: RunnerResult,
 ) -> float | None:
     """Act on the runner's result for the current attempt (its usage charged to the Budgets)."""
     await budgets.charge(ctl, run)
     message = result.message or ""
-    if result.phase == RunPhase.SUCCEEDED.value:
-        reason = result.reason or RunReason.SUCCEEDED
+    reason = RunReason.known(result.reason)
+    if result.reason and reason is None:
+        # a runner of another version may name a reason this one does not: keep its word
+        message = f"{result.reason}: {message}" if message else result.reason
+    if result.phase is RunPhase.SUCCEEDED:
         return await finishing.finish(
-            ctl, run, RunPhase.SUCCEEDED, reason, message or "the flow finished"
+            ctl,
+            run,
+            RunPhase.SUCCEEDED,
+            reason or RunReason.SUCCEEDED,
+            message or "the flow finished",
         )
-    if result.phase == RunPhase.FAILED.value:
-        reason = result.reason or RunReason.RUN_FAILED
+    if result.phase is RunPhase.FAILED:
+        reason = reason or RunReason.RUN_FAILED
         return await finishing.finish(ctl, run, RunPhase.FAILED, reason, message or "failed")
     return await _on_waiting(ctl, run, snapshot, message)
 
 
 async def _on_waiting(
-    ctl: context.Controller, run: runstate.RunContext, snapshot: snapshots.Snapshot, message: str
+    ctl: context.Controller, run: runstate.RunContext, snapshot: snapshot_api.Snapshot, message: str
 ) -> float | None:
     """The attempt paused: resume once a request is decided or expired, else wait (Waiting)."""
     decided = requests.resumable(run)
@@ -206,7 +215,7 @@ async def _on_waiting(
 
 
 async def _lost(
-    ctl: context.Controller, run: runstate.RunContext, snapshot: snapshots.Snapshot, why: str
+    ctl: context.Controller, run: runstate.RunContext, snapshot: snapshot_api.Snapshot, why: str
 ) -> float | None:
     """The current attempt ended without a result: retry after the backoff, or give up.
 
@@ -215,7 +224,7 @@ async def _lost(
     makes one per iteration. The count, ``status.attemptsLost``, is written with the next
     attempt's reservation or with the end, in the same patch, so a lost attempt counts once.
     """
-    retry: flow_api.Retry = snapshot.flow.retry
+    retry: flow_api.Retry = snapshot.flow_spec.retry
     lost = run.status.attempts_lost + 1
     if lost >= retry.max_attempts:
         run.status.attempts_lost = lost

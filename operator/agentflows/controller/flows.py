@@ -31,15 +31,8 @@ from typing import Any
 
 from agentflows.api import common, documents
 from agentflows.api import flow as flow_api
-from agentflows.controller import (
-    agents,
-    cache,
-    conditions,
-    context,
-    flowtriggers,
-    resolve,
-    workqueue,
-)
+from agentflows.controller import agents, cache, conditions, context, flowtriggers, resolve
+from agentflows.controller.runtime import workqueue
 from agentflows.engine import graph
 from agentflows.kube import client as kube
 

@@ -31,14 +31,14 @@ from agentflows.controller import (
     flowruns,
     flows,
     flowtriggers,
-    leader,
     retention,
     settings,
     snapshots,
+    stalled,
     tooldiscovery,
-    workqueue,
 )
 from agentflows.controller import metrics as metrics_mod
+from agentflows.controller.runtime import leader, workqueue
 from agentflows.kube import client as kube
 from agentflows.triggers import kubernetes, schedule
 
@@ -59,44 +59,11 @@ def dispatch(ctl: context.Controller) -> workqueue.Reconciler:
 
     async def reconcile(key: workqueue.Key) -> float | None:
         ctl.metrics.reconciles.labels(key.kind).inc()
-        return await reconcilers[key.kind](ctl, key)
+        again = await reconcilers[key.kind](ctl, key)
+        await stalled.clear(ctl, key)
+        return again
 
     return reconcile
-
-
-def terminal_event(ctl: context.Controller) -> workqueue.TerminalHook:
-    """A Warning Event ``ReconcileFailed`` on the object whose error retrying cannot fix.
-
-    The work queue stops retrying such a key (:func:`workqueue.terminal`); the Event says why
-    and what to do. A Flow's history and summary keys name the Flow.
-    """
-
-    async def post(key: workqueue.Key, exc: BaseException) -> None:
-        kind = workqueue.FLOW if key.kind in (workqueue.HISTORY, workqueue.SUMMARY) else key.kind
-        meta = {"namespace": key.namespace, "name": key.name, "uid": _uid(ctl, kind, key)}
-        involved = {"apiVersion": API_VERSION, "kind": kind, "metadata": meta}
-        text = (
-            f"{exc}; the operator does not retry this until the {kind} or what it refers to "
-            "changes: fix the cause, then edit the object (or delete and re-create it)"
-        )
-        await events.post(ctl.api, involved, events.WARNING, "ReconcileFailed", text)
-
-    return post
-
-
-def _uid(ctl: context.Controller, kind: str, key: workqueue.Key) -> str:
-    """The cached object's uid (so ``kubectl describe`` lists the Event), or "" if not cached."""
-    found: cache.Spec[Any] | cache.Run | None = None
-    if kind == workqueue.AGENT:
-        found = ctl.cache.agent(key.namespace, key.name)
-    elif kind == workqueue.FLOW:
-        found = ctl.cache.flow(key.namespace, key.name)
-    elif kind == workqueue.FLOWRUN:
-        found = ctl.cache.run_of(key.namespace, key.name)
-    elif kind == workqueue.BUDGET:
-        budget = ctl.cache.budget(key.namespace, key.name)
-        return (budget.metadata.uid or "") if budget is not None else ""
-    return str(found.obj["metadata"].get("uid") or "") if found is not None else ""
 
 
 def quiet_libraries() -> None:
@@ -139,7 +106,7 @@ async def run(
         dispatch(ctl),
         workers=config.workers,
         on_error=lambda key, _exc: metrics.reconcile_errors.labels(key.kind).inc(),
-        on_terminal=terminal_event(ctl),
+        on_terminal=stalled.record(ctl),
         on_timing=metrics.queue_timing,
     )
     ctl.cache = cache.Cache(api, config.namespaces, config.owns, ctl.enqueue)
@@ -171,7 +138,13 @@ async def run(
         if await _until(stop, ctl.cache.synced, tasks):
             # leader election: the queue (every reconcile and write) runs only while this
             # replica leads; a standby keeps its cache warm
-            work = leader.run_leading(config.leader_election, api, metrics, ctl.queue.run)
+            work = leader.run_leading(
+                config.leader_election,
+                api,
+                ctl.queue.run,
+                leading=lambda on: metrics.leader.set(int(on)),
+                needs=metrics.unmet,
+            )
             tasks.append(asyncio.create_task(work, name="queue"))
             log.info("agentflows operator reconciling")
             await _until(stop, None, tasks)

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentflows import api as api_group
 from agentflows import tracing
 from agentflows.api import agent as agent_api
 from agentflows.api import budget as budget_api
 from agentflows.api import common, references, wellknown
 from agentflows.api import flow as flow_api
+from agentflows.api import flowrun as flowrun_api
 from agentflows.api import runner as runner_api
 from agentflows.controller import resolve, settings
 from agentflows.kube import mounted, objects, podsecurity, status_store
@@ -109,7 +111,7 @@ def sessions_grant(
         "metadata": common_meta,
         "rules": [
             {
-                "apiGroups": ["agentflows.io"],
+                "apiGroups": [api_group.GROUP],
                 "resources": ["agentsessions"],
                 "verbs": [SESSIONS_VERB],
                 "resourceNames": [f"{run}/{memory}" for memory in sorted(memories)],
@@ -180,6 +182,7 @@ def files_volumes(spec: runner_api.RunnerSpec) -> tuple[list[dict[str, Any]], li
 
 def config_map_volume(
     run: dict[str, Any],
+    status: flowrun_api.FlowRunStatus,
     flows: dict[str, flow_api.FlowSpec],
     agents: dict[str, agent_api.AgentSpec],
 ) -> dict[str, Any]:
@@ -199,7 +202,7 @@ def config_map_volume(
         for ref in named
         if ref.kind == references.CONFIG_MAP and ref.for_runner and ref.key
     ]
-    offloaded = status_store.offloaded_parts(run.get("status") or {})
+    offloaded = status_store.offloaded_parts(status)
     snapshot = (objects.snapshot_name(run["metadata"]["name"]), kube_snapshot.SNAPSHOT_KEY)
     return mounted.volume([snapshot], [*files, *offloaded])
 
@@ -212,13 +215,16 @@ def runner_pod(
     agents: dict[str, agent_api.AgentSpec],
     config: settings.OperatorConfig,
     *,
+    status: flowrun_api.FlowRunStatus,
     deadline_seconds: int | None = None,
     budget: budget_api.RunBudget | None = None,
 ) -> dict[str, Any]:
     """The pod of ``attempt`` of ``run``.
 
-    ``deadline_seconds`` is what remains of the timeout, ``budget`` what the namespace's
-    Budgets let the run use (``$AGENTFLOWS_BUDGET``).
+    ``status`` is the run's (the operator's cache keeps it parsed, not in ``run``): the
+    ConfigMaps of its offloaded values are mounted. ``deadline_seconds`` is what remains of
+    the timeout, ``budget`` what the namespace's Budgets let the run use
+    (``$AGENTFLOWS_BUDGET``).
     """
     meta = run["metadata"]
     name, namespace = meta["name"], meta["namespace"]
@@ -274,7 +280,7 @@ def runner_pod(
         "containers": [container],
         "volumes": [
             {"name": "tmp", "emptyDir": {}},
-            config_map_volume(run, flows, agents),
+            config_map_volume(run, status, flows, agents),
             *volumes,
         ],
     }

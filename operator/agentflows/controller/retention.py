@@ -4,14 +4,14 @@ The runner's identity may read (a dry-run patch), create and update AgentSession
 never list or delete them (``config/rbac/runner/role.yaml``): a list would show every
 memory's sessions of the namespace, a delete would remove them. So retention, which needs
 both, is the operator's. When a run ends (:func:`agentflows.controller.finishing.finish`),
-:func:`note` records, for every memory the run's turns may write
-(:func:`agentflows.agents.sessions.memories`), the strictest bounds seen, and enqueues the
-memory (key kind :data:`workqueue.SESSIONS`, the key's name is the memory). :func:`reconcile`
-lists that memory's sessions (metadata only) and deletes those past ``maxAgeSeconds`` or
-beyond ``maxSessions`` (:func:`sessions.enforce_retention`, the rule the local store applies
-after each write). Many runs ending on one memory cost one list: a key waiting in the queue
-is not added twice. The bounds are kept in memory only; a restart loses those not yet
-applied, and the memory's next run ending applies them again.
+:func:`note` records, for every memory the run's turns may write (its snapshot's
+:meth:`~agentflows.controller.snapshots.Snapshots.memories`), the strictest bounds seen, and
+enqueues the memory (key kind :data:`workqueue.SESSIONS`, the key's name is the memory).
+:func:`reconcile` lists that memory's sessions (metadata only) and deletes those past
+``maxAgeSeconds`` or beyond ``maxSessions`` (:func:`sessions.enforce_retention`, the rule the
+local store applies after each write). Many runs ending on one memory cost one list: a key
+waiting in the queue is not added twice. The bounds are kept in memory only; a restart loses
+those not yet applied, and the memory's next run ending applies them again.
 """
 
 from __future__ import annotations
@@ -19,15 +19,17 @@ from __future__ import annotations
 import logging
 
 from agentflows.agents import sessions
-from agentflows.controller import context, snapshots, workqueue
+from agentflows.api import snapshot as snapshot_api
+from agentflows.controller import context
+from agentflows.controller.runtime import workqueue
 from agentflows.kube import session_store
 
 log = logging.getLogger(__name__)
 
 
-def note(ctl: context.Controller, namespace: str, snapshot: snapshots.Snapshot) -> None:
+def note(ctl: context.Controller, namespace: str, snapshot: snapshot_api.Snapshot) -> None:
     """Ask for retention of every memory the run of ``snapshot`` may have written."""
-    for memory, limits in sessions.memories(snapshot.flows, snapshot.agents).items():
+    for memory, limits in ctl.snapshots.memories(snapshot).items():
         key = (namespace, memory)
         ctl.retention[key] = sessions.strictest(ctl.retention.get(key), limits)
         ctl.enqueue(workqueue.SESSIONS, namespace, memory)

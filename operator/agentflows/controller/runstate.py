@@ -14,7 +14,7 @@ from typing import Any
 
 from agentflows.api import common, times
 from agentflows.api import requests as human_requests
-from agentflows.api.flowrun import FlowRunStatus, RunnerResult, RunPhase
+from agentflows.api.flowrun import FlowRunStatus, RunnerResult, RunPhase, RunReason
 from agentflows.controller import cache, conditions, context, events
 from agentflows.kube import client as kube
 from agentflows.kube import objects
@@ -130,11 +130,13 @@ class RunContext:
     def _changed(self, field: str) -> bool:
         return bool(_wire(self.status, field) != _wire(self.stored, field))
 
-    def set_phase(self, phase: RunPhase, reason: str, message: str) -> None:
+    def set_phase(self, phase: RunPhase, reason: RunReason, message: str) -> None:
         """Move to ``phase`` (an Event when it changes) and set the matching conditions."""
         changed = self.status.phase != phase
         self.status.phase = phase
         self.set_message(reason, message)
+        succeeded: tuple[str, str, str, str]
+        waiting: tuple[str, str, str, str]
         if phase is RunPhase.SUCCEEDED:
             succeeded = ("Succeeded", "True", reason, message)
         elif phase.terminal:
@@ -169,7 +171,7 @@ class RunContext:
         """The condition of that type, after the pending changes."""
         return next((c for c in self.status.conditions if c.type == type_), None)
 
-    def set_message(self, reason: str, message: str) -> None:
+    def set_message(self, reason: RunReason, message: str) -> None:
         """Set ``reason`` and ``message`` (no Event)."""
         self.status.reason = reason
         self.status.message = message

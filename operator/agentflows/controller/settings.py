@@ -2,7 +2,8 @@
 
 Called by :mod:`agentflows.controller.main` once at start. :meth:`OperatorConfig.owns` is the
 one rule of which namespaces this operator reconciles (its ``--namespace`` list and its shard);
-:class:`LeaderElection` names the Lease of :mod:`agentflows.controller.leader`.
+:func:`leader_election` checks the flags that name the Lease of
+:mod:`agentflows.controller.runtime.leader`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import socket
 import zlib
 from collections.abc import Mapping
 
-from agentflows.api import common
+from agentflows.api import common, errors
+from agentflows.controller.runtime import leader
 from agentflows.kube import kubeconfig
 
 #: Comma-separated namespaces to watch; empty or unset: every namespace.
@@ -30,34 +32,23 @@ DEFAULT_LEASE_NAMESPACE = "agentflows-system"
 DEFAULT_LEASE_NAME = "agentflows-operator"
 
 
-class ConfigError(ValueError):
+class SettingsError(errors.AgentflowsError):
     """A flag of ``agentflows operator`` is invalid; the message names it and what is valid."""
 
 
-@dataclasses.dataclass(frozen=True)
-class LeaderElection:
-    """The Lease replicas of one operator (one shard) compete for, and this replica's identity."""
+def leader_election(namespace: str, lease_name: str, identity: str) -> leader.LeaderElection:
+    """The Lease named by ``--leader-election-namespace`` and ``--lease-name``, checked.
 
-    namespace: str
-    lease_name: str
-    identity: str
-    #: How long a standby waits for a silent leader's record to expire (it then takes over):
-    #: after a SIGKILL, a standby leads within this plus one ``retry_seconds``.
-    lease_seconds: int = 10
-    #: How long the leader goes on without a successful renewal before it gives up (shorter
-    #: than ``lease_seconds``, so it stops before a standby may start).
-    renew_deadline_seconds: float = 7.0
-    #: How often the leader renews and a standby looks at the Lease.
-    retry_seconds: float = 2.0
-
-    def __post_init__(self) -> None:
-        for flag, value in (
-            ("--leader-election-namespace", self.namespace),
-            ("--lease-name", self.lease_name),
-        ):
-            problem = common.name_problem(value)
-            if problem:
-                raise ConfigError(f"{flag}: {problem}")
+    Raises :class:`SettingsError` naming the flag when either is not a valid name.
+    """
+    for flag, value in (
+        ("--leader-election-namespace", namespace),
+        ("--lease-name", lease_name),
+    ):
+        problem = common.name_problem(value)
+        if problem:
+            raise SettingsError(f"{flag}: {problem}")
+    return leader.LeaderElection(namespace=namespace, lease_name=lease_name, identity=identity)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,16 +65,16 @@ class OperatorConfig:
     #: Agents that are not Ready (a Secret may appear; Secrets are not watched) are re-checked.
     not_ready_recheck_seconds: float = 30.0
     #: None: this process works alone (``--leader-elect=false``).
-    leader_election: LeaderElection | None = None
+    leader_election: leader.LeaderElection | None = None
     #: This operator reconciles the namespaces whose shard is ``shard_index`` of ``shard_count``.
     shard_index: int = 0
     shard_count: int = 1
 
     def __post_init__(self) -> None:
         if self.shard_count < 1:
-            raise ConfigError(f"--shard-count {self.shard_count}: must be 1 or more")
+            raise SettingsError(f"--shard-count {self.shard_count}: must be 1 or more")
         if not 0 <= self.shard_index < self.shard_count:
-            raise ConfigError(
+            raise SettingsError(
                 f"--shard-index {self.shard_index}: with --shard-count {self.shard_count} it "
                 f"must be from 0 to {self.shard_count - 1}"
             )

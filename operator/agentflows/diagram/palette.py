@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from agentflows.api import flowrun as flowrun_api
+
 
 @dataclasses.dataclass(frozen=True)
 class Colours:
@@ -19,11 +21,12 @@ class Colours:
 
 #: Phase -> colours: the NodePhase values and shape.PENDING.
 PHASES: dict[str, Colours] = {
-    "Succeeded": Colours("#d4edda", "#2e7d32"),
-    "Failed": Colours("#f8d7da", "#c62828"),
-    "Running": Colours("#cce5ff", "#1565c0"),
-    "Waiting": Colours("#fff3cd", "#b26a00"),
-    "Skipped": Colours("#eeeeee", "#9e9e9e"),
+    flowrun_api.NodePhase.SUCCEEDED: Colours("#d4edda", "#2e7d32"),
+    flowrun_api.NodePhase.FAILED: Colours("#f8d7da", "#c62828"),
+    flowrun_api.NodePhase.RUNNING: Colours("#cce5ff", "#1565c0"),
+    flowrun_api.NodePhase.WAITING: Colours("#fff3cd", "#b26a00"),
+    flowrun_api.NodePhase.SKIPPED: Colours("#eeeeee", "#9e9e9e"),
+    # shape.PENDING: a node with no record yet
     "Pending": Colours("#ffffff", "#bdbdbd"),
 }
 #: Text colour on every fill.

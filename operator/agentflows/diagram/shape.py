@@ -46,7 +46,13 @@ MAX_BOXES = 2000
 #: Longest piece of user text in a label; longer text is cut with an ellipsis.
 MAX_TEXT = 60
 #: Which phase a summed-up map body shows when its items differ: the first one present.
-_PHASE_ORDER = ("Failed", "Running", "Waiting", "Succeeded", "Skipped")
+_PHASE_ORDER = (
+    flowrun_api.NodePhase.FAILED,
+    flowrun_api.NodePhase.RUNNING,
+    flowrun_api.NodePhase.WAITING,
+    flowrun_api.NodePhase.SUCCEEDED,
+    flowrun_api.NodePhase.SKIPPED,
+)
 #: The phase of an element that has no record yet in a run's status.
 PENDING = "Pending"
 

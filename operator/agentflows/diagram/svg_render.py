@@ -14,6 +14,8 @@ import shutil
 import subprocess
 import xml.etree.ElementTree as ET
 
+from agentflows.api import errors
+
 _SVG = "http://www.w3.org/2000/svg"
 _XLINK = "http://www.w3.org/1999/xlink"
 #: Elements removed with their content.
@@ -25,11 +27,11 @@ ET.register_namespace("", _SVG)
 ET.register_namespace("xlink", _XLINK)
 
 
-class GraphvizMissing(Exception):
+class GraphvizMissing(errors.AgentflowsError):
     """``dot`` is not installed, so no SVG can be made (install Graphviz and try again)."""
 
 
-class LayoutFailed(Exception):
+class LayoutFailed(errors.AgentflowsError):
     """``dot`` refused the DOT text or did not finish (a bug here, not a user's mistake)."""
 
 

@@ -17,10 +17,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from agentflows.api import agent as agent_api
-from agentflows.api import common
+from agentflows.api import common, errors
 from agentflows.api import flow as flow_api
 from agentflows.api import flowrun as flowrun_api
-from agentflows.engine import errors
 
 #: Sub-flow and sub-agent nesting deeper than this fails (docs/architecture.md, invariants).
 MAX_DEPTH = 5

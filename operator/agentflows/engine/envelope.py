@@ -12,6 +12,9 @@ import re
 from typing import Any
 
 _FENCE = re.compile(r"```(?:json)?\s*\n(.*?)\n\s*```", re.DOTALL)
+#: ``json.dumps(value, ensure_ascii=False)`` without an encoder built per call (every
+#: transform and branch output that is not a string is encoded here).
+_TEXT = json.JSONEncoder(ensure_ascii=False).encode
 
 
 def parse_json_text(text: str) -> Any:
@@ -39,5 +42,5 @@ def from_text(text: str, raw: Any = None) -> dict[str, Any]:
 
 def from_value(value: Any, raw: Any = None) -> dict[str, Any]:
     """Wrap a structured value: ``text`` is the value as a string (strings stay themselves)."""
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    text = value if isinstance(value, str) else _TEXT(value)
     return {"json": value, "text": text, "raw": raw}

@@ -45,6 +45,7 @@ from typing import Any
 
 import jq
 
+from agentflows.api import errors
 from agentflows.engine import jqcheck, jqsandbox
 
 #: Longest an expression may run when the scope carries no earlier deadline.
@@ -58,8 +59,13 @@ CHECK_SECONDS = 60.0
 
 _INTERPOLATION = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
 
+#: The scope's JSON text of a value: ``json.dumps(value, ensure_ascii=False, default=str)``
+#: without building an encoder per call (json.dumps makes one for any non-default argument,
+#: and the engine encodes each node output into the scope).
+scope_json: Callable[[Any], str] = json.JSONEncoder(ensure_ascii=False, default=str).encode
 
-class ExpressionError(Exception):
+
+class ExpressionError(errors.AgentflowsError):
     """An expression failed to compile or to evaluate."""
 
 
@@ -75,6 +81,8 @@ class ExpressionBusy(ExpressionError):
 
     Not this expression's fault: evaluating it again later may well succeed.
     """
+
+    retryable = True
 
 
 _NODE_REF = re.compile(r'\.nodes(?:\.([A-Za-z_][A-Za-z0-9_]*)|\[\s*"([^"\\]+)"\s*\])')
@@ -113,12 +121,16 @@ class _Program:
 
     def in_process(self, scope: Scope) -> bool:
         """Whether this evaluation runs here rather than in the worker pool."""
-        return self.cheap and len(scope.json_for(self.needs)) <= CHEAP_INPUT_BYTES
+        return self._runs_here(scope.json_for(self.needs))
+
+    def _runs_here(self, text: str) -> bool:
+        """Whether this program over the input ``text`` runs in this process."""
+        return self.cheap and len(text) <= CHEAP_INPUT_BYTES
 
     def run(self, scope: Scope) -> Any:
         text = scope.json_for(self.needs)
         try:
-            if self.in_process(scope):
+            if self._runs_here(text):
                 values = _jq_program(self.source).input_text(text).all()
             else:
                 values = jqsandbox.evaluate(self.source, text, scope.seconds_left())
@@ -362,31 +374,37 @@ Render = Callable[[frozenset[str] | None], str]
 class Scope:
     """The expression scope; jq reads it as JSON text, rendered per set of nodes a program needs.
 
-    ``deadline`` (a :func:`time.monotonic` instant, e.g. the end of the run's
+    ``values`` may be given as a function, called on the first read of :attr:`values`: a scope
+    with a ``render`` is read as text, and a loop's earlier outputs are not made into lists for
+    every node. ``deadline`` (a :func:`time.monotonic` instant, e.g. the end of the run's
     ``limits.timeoutSeconds``) bounds every evaluation over this scope, together with
     :data:`DEFAULT_TIMEOUT_SECONDS` per expression.
     """
 
     def __init__(
         self,
-        values: Mapping[str, Any],
+        values: Mapping[str, Any] | Callable[[], Mapping[str, Any]],
         render: Render | None = None,
         *,
         deadline: float | None = None,
     ) -> None:
-        self.values = values
+        self._values = values
         self._render = render
         self._texts: dict[frozenset[str] | None, str] = {}
         self.deadline = deadline
+
+    @property
+    def values(self) -> Mapping[str, Any]:
+        """The scope ``{run, nodes, ...}`` as values."""
+        if callable(self._values):
+            self._values = self._values()
+        return self._values
 
     def json_for(self, needs: frozenset[str] | None) -> str:
         """The scope as JSON text, with only the nodes in ``needs`` (None: all)."""
         text = self._texts.get(needs)
         if text is None:
-            if self._render is not None:
-                text = self._render(needs)
-            else:
-                text = json.dumps(self.values, ensure_ascii=False, default=str)
+            text = self._render(needs) if self._render is not None else scope_json(self.values)
             self._texts[needs] = text
         return text
 

@@ -28,14 +28,19 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from agentflows.api import agent as agent_api
-from agentflows.api import calls, documents, schemas
+from agentflows.api import calls, errors, schemas
 from agentflows.api import flow as flow_api
+from agentflows.api import snapshot as snapshot_api
 from agentflows.engine import capabilities, expressions, loops, nodetools
 from agentflows.engine.loops import Loop
+
+if TYPE_CHECKING:  # imported when a problem is found: a runner compiles a valid Flow without
+    # the YAML reader that api.documents brings (issue 25: runner start -> first request)
+    from agentflows.api import documents
 
 DEFAULT_CASE = "default"
 
@@ -82,7 +87,7 @@ class CompiledFlow:
     loops: dict[str, Loop] = dataclasses.field(default_factory=dict)
 
 
-class FlowInvalid(Exception):
+class FlowInvalid(errors.AgentflowsError):
     """A flow did not validate; ``problems`` lists every reason."""
 
     def __init__(self, problems: list[documents.Problem]) -> None:
@@ -96,6 +101,8 @@ class _Collector:
         self.problems: list[documents.Problem] = []
 
     def add(self, path: str, message: str) -> None:
+        from agentflows.api import documents
+
         full = f"{self.prefix}.{path}" if path and self.prefix else (path or self.prefix)
         self.problems.append(documents.Problem(full, message))
 
@@ -506,12 +513,9 @@ class StaticResolver:
         self.flows = dict(flows or {})
 
     @classmethod
-    def from_wire(cls, agents: Mapping[str, Any], flows: Mapping[str, Any]) -> StaticResolver:
-        """A resolver over specs in wire JSON by name (a snapshot); ValidationError on a bad one."""
-        return cls(
-            {n: agent_api.AgentSpec.model_validate(s) for n, s in agents.items()},
-            {n: flow_api.FlowSpec.model_validate(s) for n, s in flows.items()},
-        )
+    def of_snapshot(cls, snapshot: snapshot_api.Snapshot) -> StaticResolver:
+        """A resolver over a run's snapshot; pydantic's ValidationError on a bad spec in it."""
+        return cls(snapshot.agent_specs, snapshot.flow_specs)
 
     def agent(self, name: str) -> Any:
         """The Agent spec called ``name``, or None."""

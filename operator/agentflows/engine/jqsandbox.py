@@ -38,6 +38,8 @@ import threading
 import time
 from typing import IO, Any
 
+from agentflows.api import errors
+
 POOL_SIZE = 2
 MEMORY_LIMIT_BYTES = 512 * 1024 * 1024
 MAX_RESULT_BYTES = 16 * 1024 * 1024
@@ -98,15 +100,17 @@ while True:
 _START_SECONDS = 30.0
 
 
-class Exceeded(Exception):
+class Exceeded(errors.AgentflowsError):
     """An evaluation hit a bound (time, memory, result size); the message says which."""
 
 
 class Busy(Exceeded):
     """The deadline passed while every worker was busy with other evaluations."""
 
+    retryable = True
 
-class EvaluationError(Exception):
+
+class EvaluationError(errors.AgentflowsError):
     """jq reported an error for this program and input (its message, as jq wrote it)."""
 
 

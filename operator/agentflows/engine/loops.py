@@ -26,7 +26,7 @@ how many iterations succeeded and were skipped. ``.iterations.<id>`` lists the i
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from agentflows.api import common
 from agentflows.api import flowrun as flowrun_api
@@ -156,60 +156,81 @@ def problems(
     return found
 
 
-def _records_by_node(
-    records: Mapping[str, flowrun_api.NodeStatus], prefix: str, body: frozenset[str]
-) -> tuple[dict[str, str], dict[str, list[tuple[int, str]]]]:
-    """For each node of a loop's body: its fold's key, and its other keys by iteration (>= 2).
+#: Longest span of iterations a fold finds the keys of by each iteration's prefix; a longer one
+#: (a resumed run whose store holds many unfolded iterations) by the node's prefix.
+_SHORT_SPAN = 16
 
-    A node's records of iteration n are ``<id>#<n>``, its map items ``<id>#<n>[i]`` and its
-    sub-flow steps ``<id>#<n>/...``; one pass over the records (this runs every iteration).
+
+def _earlier_fold(
+    records: Mapping[str, flowrun_api.NodeStatus], base: str, last: int
+) -> tuple[str, int] | None:
+    """The key of node key ``base``'s fold (``<base>#2-<n>``) and its last iteration ``n``.
+
+    Looked up first as the previous iteration's fold, up to ``last - 1``.
     """
-    folds: dict[str, str] = {}
-    by_iteration: dict[str, list[tuple[int, str]]] = {node_id: [] for node_id in body}
-    for key in records:
-        if not key.startswith(prefix):
-            continue
-        node_id, mark, rest = key[len(prefix) :].partition("#")
-        if not mark or node_id not in body:
-            continue
+    expected = f"{base}#2-{last - 1}"
+    if expected in records:
+        return expected, last - 1
+    start = base + "#2-"
+    for key in (k for k in records if k.startswith(start)):
+        found = flowrun_api.folded_range(key)
+        if found is not None and found[0] == base:
+            return key, found[2]
+    return None
+
+
+def _iteration_keys(
+    records: Mapping[str, flowrun_api.NodeStatus], base: str, span: range
+) -> list[str]:
+    """Keys of iterations ``span`` of node key ``base``, in the records' order.
+
+    Iteration n's are ``<base>#<n>``, its map items ``<base>#<n>[i]`` and its sub-flow steps
+    ``<base>#<n>/...``. This runs every iteration: a short span is found by a prefix test of
+    each key, so the kept iterations' keys are not parsed each time.
+    """
+    starts = tuple(f"{base}#{n}" for n in span) if len(span) <= _SHORT_SPAN else (base + "#",)
+    found = []
+    for key in (k for k in records if k.startswith(starts)):
+        rest = key[len(base) + 1 :]
         digits = len(rest) - len(rest.lstrip("0123456789"))
-        after = rest[digits:]
-        if digits == 0:
-            continue
-        if after[:1] == "-" and after[1:].isdigit():
-            folds[node_id] = key
-        elif after[:1] in ("", "[", "/"):
-            by_iteration[node_id].append((int(rest[:digits]), key))
-    return folds, by_iteration
+        if digits and rest[digits : digits + 1] in ("", "[", "/") and int(rest[:digits]) in span:
+            found.append(key)
+    return found
 
 
 def fold(
-    records: Mapping[str, flowrun_api.NodeStatus], prefix: str, loop: Loop, iteration: int
+    records: Mapping[str, flowrun_api.NodeStatus],
+    prefix: str,
+    loop: Loop,
+    iteration: int,
+    leaves: Collection[str],
 ) -> tuple[dict[str, flowrun_api.NodeStatus], list[str], range]:
     """Fold the loop's iterations from 2 to ``iteration - ITERATIONS_KEPT`` (see module doc).
 
+    ``leaves`` are the body nodes whose kind never records anything beneath its own record
+    (no map items, no sub-flow steps): their iterations are looked up, not searched for.
     Returns the folded records by key, the keys they replace (an earlier fold's among them)
     and the iterations newly folded; nothing when every such iteration is folded already.
     """
     last = iteration - flowrun_api.ITERATIONS_KEPT
     if last < 2:
         return {}, [], range(0)
-    folds, by_iteration = _records_by_node(records, prefix, loop.body)
     folded: dict[str, flowrun_api.NodeStatus] = {}
     removed: list[str] = []
     start = last + 1
     for node_id in sorted(loop.body):
         base = prefix + node_id
-        earlier = folds.get(node_id)
-        span = flowrun_api.folded_range(earlier) if earlier else None
-        begin = span[2] + 1 if span else 2
-        keys = [k for n, k in by_iteration[node_id] if begin <= n <= last]
+        found = _earlier_fold(records, base, last)
+        earlier = found[0] if found else None
+        iterations = range(found[1] + 1 if found else 2, last + 1)
+        own = [k for n in iterations if (k := f"{base}#{n}") in records]
+        keys = own if node_id in leaves else _iteration_keys(records, base, iterations)
         if not keys:
             continue
-        start = min(start, begin)
-        own = [records[k] for n in range(begin, last + 1) if (k := f"{base}#{n}") in records]
+        start = min(start, iterations.start)
         previous = records[earlier] if earlier else None
-        folded[f"{base}#2-{last}"] = _folded(previous, own, [records[k] for k in keys])
+        every = [records[k] for k in keys]
+        folded[f"{base}#2-{last}"] = _folded(previous, [records[k] for k in own], every)
         removed += [*([earlier] if earlier else []), *keys]
     return folded, removed, range(start, last + 1)
 

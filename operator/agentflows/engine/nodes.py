@@ -32,6 +32,9 @@ Reason = flowrun_api.RunReason
 #: Who "decides" an expired request, recorded in decidedBy.
 TIMEOUT_DECIDER = "agentflows:timeout"
 _ITEMS_WORD = re.compile(r"\bitems\b")
+#: Kinds that never record anything beneath their own record (no map items ``<key>[i]``, no
+#: sub-flow steps ``<key>/...``): no capability gets their key (:func:`dispatch`).
+LEAF_KINDS = frozenset({"transform", "branch", "approval", "input"})
 
 
 async def dispatch(

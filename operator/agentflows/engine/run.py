@@ -72,6 +72,10 @@ class _Schedule:
         self.started: set[str] = set()
         #: Heads of loops to fold: each loop once on resume, then each one that re-enters.
         self.entered: set[str] = set(frame.compiled.loops)
+        #: Loop nodes whose iterations a fold looks up rather than searches for.
+        self.leaves = frozenset(
+            n for n, node in self.nodes.items() if node.loop and node.kind in nodes.LEAF_KINDS
+        )
         for loop in frame.compiled.loops.values():
             frame.iterations[loop.head] = self._stored_iteration(loop)
             self._load_history(loop)
@@ -159,7 +163,7 @@ async def _fold(frame: state.Frame, schedule: _Schedule) -> None:
         loop = frame.compiled.loops[head]
         records = frame.run.checkpoint.nodes
         folded, removed, iterations = loops.fold(
-            records, frame.prefix, loop, frame.iterations[head]
+            records, frame.prefix, loop, frame.iterations[head], schedule.leaves
         )
         if removed:
             await frame.run.fold_nodes(folded, removed)

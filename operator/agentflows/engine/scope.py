@@ -19,7 +19,7 @@ class ScopeBuilder:
         self.run_values = run_values
         #: A time.monotonic() instant every expression over this scope must finish by.
         self.deadline = deadline
-        self._run_json = json.dumps(run_values, ensure_ascii=False, default=str)
+        self._run_json = expressions.scope_json(run_values)
         self._outputs: dict[str, Any] = {}
         self._parts: dict[str, str] = {}
         self._iterations: dict[str, dict[int, Any]] = {}
@@ -35,9 +35,7 @@ class ScopeBuilder:
         ``.iterations.<id>``, a list by iteration (``[0]`` the first, ``[-1]`` the latest).
         """
         self._outputs[node_id] = output
-        self._parts[node_id] = (
-            json.dumps(node_id) + ":" + json.dumps(output, ensure_ascii=False, default=str)
-        )
+        self._parts[node_id] = json.dumps(node_id) + ":" + expressions.scope_json(output)
         if iteration is not None:
             self._iterations.setdefault(node_id, {})[iteration] = output
             self._iterations_cache = self._iterations_json = None
@@ -61,7 +59,7 @@ class ScopeBuilder:
         """``,"iterations":{...}`` for a rendered scope ("" outside loops)."""
         if self._iterations_json is None:
             values = self._iterations_now()
-            text = json.dumps(values, ensure_ascii=False, default=str) if values else ""
+            text = expressions.scope_json(values) if values else ""
             self._iterations_json = ',"iterations":' + text if text else ""
         return self._iterations_json
 
@@ -73,13 +71,10 @@ class ScopeBuilder:
     def scope(self, **extra: Any) -> expressions.Scope:
         """The scope ``{run, nodes, ...extra}``."""
         tail = "".join(
-            "," + json.dumps(key) + ":" + json.dumps(value, ensure_ascii=False, default=str)
+            "," + json.dumps(key) + ":" + expressions.scope_json(value)
             for key, value in extra.items()
         )
         parts = self._parts
-        iterations = self._iterations_now()
-        if iterations:
-            extra = {"iterations": iterations, **extra}
 
         def render(needs: frozenset[str] | None) -> str:
             if needs is None:
@@ -91,5 +86,9 @@ class ScopeBuilder:
             earlier = self._iterations_text() if reads else ""
             return '{"run":' + self._run_json + ',"nodes":{' + chosen + "}" + earlier + tail + "}"
 
-        values = {"run": self.run_values, "nodes": self._outputs, **extra}
+        def values() -> dict[str, Any]:
+            iterations = self._iterations_now()
+            earlier = {"iterations": iterations} if iterations else {}
+            return {"run": self.run_values, "nodes": self._outputs, **earlier, **extra}
+
         return expressions.Scope(values, render, deadline=self.deadline)

@@ -17,10 +17,10 @@ import functools
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from agentflows.api import common, times
+from agentflows.api import common, errors, times
 from agentflows.api import flow as flow_api
 from agentflows.api import flowrun as flowrun_api
-from agentflows.engine import capabilities, errors, graph, scope, store
+from agentflows.engine import capabilities, graph, scope, store
 
 Reason = flowrun_api.RunReason
 

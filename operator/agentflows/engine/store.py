@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from agentflows.api import common
+from agentflows.api import common, errors
 from agentflows.api import flowrun as flowrun_api
 
 
@@ -230,7 +230,7 @@ def _merge_request(
     return new.model_copy(update=keep, deep=True)
 
 
-class StateFileError(ValueError):
+class StateFileError(errors.AgentflowsError, ValueError):
     """A state file that is not a run's state; the message names the file and what is wrong."""
 
 

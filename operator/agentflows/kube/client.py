@@ -27,21 +27,26 @@ from typing import Any
 import aiohttp
 import multidict
 
-from agentflows.api import retry
+from agentflows import api as api_group
+from agentflows.api import errors, retry
 from agentflows.kube import kubeconfig
 
 log = logging.getLogger(__name__)
 
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
-GROUP_PATH = "/apis/agentflows.io/v1alpha1"
+GROUP_PATH = f"/apis/{api_group.API_VERSION}"
 #: The delays between tries of one request: 0.2 s doubling to 5 s.
 RETRY_INITIAL_SECONDS = 0.2
 RETRY_CAP_SECONDS = 5.0
 
 
-class ApiError(Exception):
-    """The API server refused a request. ``status`` is the HTTP status (0: no answer)."""
+class ApiError(errors.AgentflowsError):
+    """The API server refused a request. ``status`` is the HTTP status (0: no answer).
+
+    ``retryable`` (no answer, or :func:`~agentflows.api.retry.status_may_help`) speaks of this
+    one request: the client itself tries such a request again within ``retry_seconds``.
+    """
 
     def __init__(
         self, status: int, reason: str, message: str, retry_after: float | None = None
@@ -52,6 +57,7 @@ class ApiError(Exception):
         self.message = message
         #: Seconds the server's ``Retry-After`` asked to wait (429, 503), if it said.
         self.retry_after = retry_after
+        self.retryable = status == 0 or retry.status_may_help(status)
 
     @property
     def not_found(self) -> bool:
@@ -62,11 +68,6 @@ class ApiError(Exception):
     def conflict(self) -> bool:
         """409 (AlreadyExists or a resourceVersion conflict)."""
         return self.status == 409
-
-    @property
-    def retryable(self) -> bool:
-        """True when trying again later may help."""
-        return self.status == 0 or retry.status_may_help(self.status)
 
 
 class Client:
@@ -181,7 +182,7 @@ class Client:
             delay = tries.failed(error.retry_after) if error.retryable else None
             if delay is None:
                 raise error
-            asked = "" if error.retry_after is None else f" (Retry-After: {error.retry_after:g}s)"
+            asked = retry.retry_after_note(error.retry_after)
             log.info("%s %s: %s; retrying in %.1fs%s", method, path, error.reason, delay, asked)
             await asyncio.sleep(delay)
 

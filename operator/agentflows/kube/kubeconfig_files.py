@@ -45,7 +45,9 @@ class ExecCredential:
         try:
             status = self._provider.run(previous_response=self.status or None)
         except config_exception.ConfigException as exc:
-            raise kubeconfig.ConfigError(f"exec plugin {self.command}: {exc}") from None
+            raise kubeconfig.ConfigError(
+                f"exec plugin {self.command}: {exc}", retryable=True
+            ) from None
         if not status.get("token") and not status.get("clientCertificateData"):
             raise kubeconfig.ConfigError(
                 f"exec plugin {self.command}: no token or clientCertificateData"

@@ -13,6 +13,8 @@ import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from agentflows.api import errors
+
 
 class Credential(Protocol):
     """A credential that is re-run when it expires or is refused (an ``exec`` plugin's)."""
@@ -27,8 +29,16 @@ class Credential(Protocol):
         """True when the credential has expired (or is about to)."""
 
 
-class ConfigError(Exception):
-    """The cluster credentials cannot be loaded; the message says why in words."""
+class ConfigError(errors.AgentflowsError):
+    """The cluster credentials cannot be loaded; the message says why in words.
+
+    Not retryable, but for a failed run of an exec plugin: the next run may pass, as kubectl's
+    next command would.
+    """
+
+    def __init__(self, message: str, *, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.retryable = retryable
 
 
 @dataclasses.dataclass

@@ -45,9 +45,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agentflows.api import common, retry, times, wellknown
+from agentflows.api import common, errors, retry, times, wellknown
 from agentflows.api import flowrun as flowrun_api
-from agentflows.engine import errors, store
+from agentflows.engine import store
 from agentflows.kube import client as kube_client
 from agentflows.kube import mounted, objects
 
@@ -130,20 +130,18 @@ def _part_key(index: int) -> str:
     return f"part-{index:04d}"
 
 
-def offloaded_parts(status: Mapping[str, Any]) -> list[tuple[str, str]]:
+def offloaded_parts(status: flowrun_api.FlowRunStatus) -> list[tuple[str, str]]:
     """Every ``(configmap, key)`` holding a part of a value ``status`` refers to as offloaded.
 
     The references are where :class:`StatusStore` writes them: ``outputRef`` of the run and of
     each node record, and the ``$offloaded`` marker of a record's ``detail`` and a request's
     ``schema`` or ``proposal``. A malformed reference names no part (reading it is the error).
     """
-    refs: list[Any] = [status.get("outputRef")]
-    for record in (status.get("nodes") or {}).values():
-        if isinstance(record, Mapping):
-            refs += [record.get("outputRef"), _marker(record.get("detail"))]
-    for request in (status.get("requests") or {}).values():
-        if isinstance(request, Mapping):
-            refs += [_marker(request.get(field)) for field in ("schema", "proposal")]
+    refs: list[Any] = [status.output_ref]
+    for record in status.nodes.values():
+        refs += [record.output_ref, _marker(record.detail)]
+    for request in status.requests.values():
+        refs += [_marker(request.schema_), _marker(request.proposal)]
     parts: list[tuple[str, str]] = []
     for ref in refs:
         if not isinstance(ref, str) or not ref:
@@ -231,12 +229,15 @@ class StatusStore:
         self._status_path = kube_client.path_of("flowruns", namespace, name, sub="status")
         #: The FlowRun as last read (for its uid and labels); None until the first read.
         self._flowrun = flowrun
-        #: A read the next load() takes instead of a GET.
+        #: A read the next load() takes instead of a GET, its status parsed once.
         self._unread = flowrun
-        status = (flowrun or {}).get("status") or {}
+        self._unread_status = None if flowrun is None else flowrun_api.status_of(flowrun)
         #: Whether status.nodes exists (None: unknown, a 422 then tells).
-        self._has_nodes: bool | None = None if flowrun is None else "nodes" in status
-        self._started = _started(status)
+        self._has_nodes: bool | None = None
+        self._started = False
+        if self._unread_status is not None:
+            self._has_nodes = "nodes" in self._unread_status.model_fields_set
+            self._started = _started(self._unread_status)
         #: Operations waiting for the next write, by path (a later one replaces an earlier one).
         self._waiting: dict[str, dict[str, Any]] = {}
         self._timer: asyncio.Task[None] | None = None
@@ -257,11 +258,14 @@ class StatusStore:
     async def load(self) -> store.Checkpoint:
         """Rebuild the checkpoint from the FlowRun, fetching offloaded values back."""
         await self.flush()
-        obj = self._unread if self._unread is not None else await self.client.get(self._path)
-        self._flowrun, self._unread = obj, None
+        if self._unread is not None and self._unread_status is not None:
+            obj, status = self._unread, self._unread_status
+        else:
+            obj = await self.client.get(self._path)
+            status = flowrun_api.status_of(obj)
+        self._flowrun, self._unread, self._unread_status = obj, None, None
         spec = obj.get("spec") or {}
-        status = obj.get("status") or {}
-        self._has_nodes = "nodes" in status
+        self._has_nodes = "nodes" in status.model_fields_set
         self._started = _started(status)
         checkpoint = store.Checkpoint()
         if self._started:
@@ -269,28 +273,28 @@ class StatusStore:
                 name=self.name,
                 input=spec.get("input"),
                 trigger=spec.get("trigger"),
-                started_at=status.get("startTime")
+                started_at=status.start_time
                 or obj["metadata"].get("creationTimestamp")
                 or times.timestamp(),
             )
-        nodes = status.get("nodes") or {}
+        nodes = status.nodes
         records = await asyncio.gather(*(self._node_of(v) for v in nodes.values()))
         checkpoint.nodes = dict(zip(nodes, records, strict=True))
-        requests = status.get("requests") or {}
+        requests = status.requests
         parsed = await asyncio.gather(*(self._request_of(v) for v in requests.values()))
         checkpoint.requests = dict(zip(requests, parsed, strict=True))
-        result = status.get("result") or {}
-        if result.get("phase") in _TERMINAL_RESULTS:
-            output = status.get("output")
-            if status.get("outputRef"):
-                output = await self._read(status["outputRef"])
+        result = status.result
+        if result is not None and result.phase in _TERMINAL_RESULTS:
+            output = status.output
+            if status.output_ref:
+                output = await self._read(status.output_ref)
             checkpoint.outcome = store.Outcome(
-                phase=flowrun_api.RunPhase(result["phase"]),
+                phase=result.phase,
                 output=output,
-                message=result.get("message"),
-                reason=result.get("reason"),
-                completed_at=result.get("finishedAt"),
-                usage=common.Usage.model_validate(status.get("usage") or {}),
+                message=result.message,
+                reason=result.reason,
+                completed_at=result.finished_at,
+                usage=status.usage or common.Usage(),
             )
         return checkpoint
 
@@ -304,18 +308,20 @@ class StatusStore:
             return read_mounted_output(self.configmaps, self.namespace, ref)
         return await read_output(self.client, self.namespace, ref)
 
-    async def _node_of(self, wire: dict[str, Any]) -> flowrun_api.NodeStatus:
-        data = dict(wire)
-        if data.get("outputRef"):
-            data["output"] = await self._read(data.pop("outputRef"))
-        data["detail"] = await self._restore(data.get("detail"))
-        return flowrun_api.NodeStatus.model_validate(data)
+    async def _node_of(self, record: flowrun_api.NodeStatus) -> flowrun_api.NodeStatus:
+        """The record with what it offloaded read back (its output, its detail)."""
+        restored: dict[str, Any] = {"detail": await self._restore(record.detail)}
+        if record.output_ref:
+            restored.update(output=await self._read(record.output_ref), output_ref=None)
+        return record.model_copy(update=restored)
 
-    async def _request_of(self, wire: dict[str, Any]) -> flowrun_api.HumanRequest:
-        data = dict(wire)
-        for field in ("schema", "proposal"):
-            data[field] = await self._restore(data.get(field))
-        return flowrun_api.HumanRequest.model_validate(data)
+    async def _request_of(self, request: flowrun_api.HumanRequest) -> flowrun_api.HumanRequest:
+        """The request with its offloaded schema and proposal read back."""
+        restored = {
+            "schema_": await self._restore(request.schema_),
+            "proposal": await self._restore(request.proposal),
+        }
+        return request.model_copy(update=restored)
 
     # ----- writing ---------------------------------------------------------------------------
 
@@ -403,7 +409,7 @@ class StatusStore:
             output, ref = await self._bounded_output(":output", outcome.output)
         result = flowrun_api.RunnerResult(
             attempt=self.attempt,
-            phase=outcome.phase.value,  # the engine ends in Succeeded, Failed or Waiting
+            phase=outcome.phase,  # the engine ends in Succeeded, Failed or Waiting
             reason=_truncate(outcome.reason, 256),
             message=_truncate(outcome.message),
             finished_at=outcome.completed_at or times.timestamp(),
@@ -546,7 +552,7 @@ class StatusStore:
         return f"{REF_SCHEME}:{prefix}:{len(parts)}"
 
 
-def _started(status: dict[str, Any]) -> bool:
+def _started(status: flowrun_api.FlowRunStatus) -> bool:
     """True once the operator or a runner has started the run."""
-    keys: Sequence[str] = ("startTime", "nodes", "requests", "result", "output", "outputRef")
-    return any(k in status for k in keys)
+    fields = ("start_time", "nodes", "requests", "result", "output", "output_ref")
+    return not status.model_fields_set.isdisjoint(fields)

@@ -22,7 +22,7 @@ the FlowRun, the node's final record and the outcome (its Running record waits, 
 SIGTERM (pod deletion, cancel) cancels the run: nodes in flight stay Running in the status (the
 records still waiting are written first) and the next attempt runs them again; no result is
 written and the exit status is 143. A permanent error
-(:class:`agentflows.engine.errors.PermanentError`: e.g. an offloaded output whose ConfigMap is
+(:class:`agentflows.api.errors.PermanentError`: e.g. an offloaded output whose ConfigMap is
 gone) ends the run, since another pod would meet it again: result Failed, reason StateLost,
 exit 1. Any other error (the API server away for longer than the client's retries, a
 bug) exits 2 with no result, which the operator treats as a lost attempt to retry.
@@ -56,9 +56,10 @@ import pydantic
 
 from agentflows import tracing
 from agentflows.api import budget as budget_api
+from agentflows.api import errors, times, wellknown
 from agentflows.api import flowrun as flowrun_api
-from agentflows.api import times, wellknown
-from agentflows.engine import errors, graph, state, store
+from agentflows.api import snapshot as snapshot_api
+from agentflows.engine import graph, state, store
 from agentflows.engine import run as run_mod
 from agentflows.kube import client as kube_client
 from agentflows.kube import mounted, session_store, status_store
@@ -130,10 +131,10 @@ async def _fail(
     return EXIT_FAILED
 
 
-def _compile(snap: snapshot_mod.RunSnapshot) -> tuple[graph.CompiledFlow, graph.StaticResolver]:
+def _compile(snap: snapshot_api.Snapshot) -> tuple[graph.CompiledFlow, graph.StaticResolver]:
     """Compile the snapshot's Flow; raise FlowInvalid with a message that names the problem."""
     try:
-        resolver = snap.resolver()
+        resolver = graph.StaticResolver.of_snapshot(snap)
     except pydantic.ValidationError as exc:
         raise _invalid(f"a spec in the snapshot is invalid: {exc}") from exc
     spec = resolver.flow(snap.flow)
@@ -168,7 +169,7 @@ async def run_attempt(
     flowrun = await client.get(kube_client.path_of("flowruns", namespace, name))
     spec = flowrun.get("spec") or {}
     if attempt is None:
-        attempt = int((flowrun.get("status") or {}).get("attempt") or 0)
+        attempt = flowrun_api.status_of(flowrun).attempt
     configmaps = configmaps or mounted.Mounted.from_environ()
     checkpoints = status_store.StatusStore(
         client, namespace, name, attempt=attempt, flowrun=flowrun, configmaps=configmaps

@@ -130,8 +130,8 @@ async def follow_run(api: kube.Client, namespace: str, name: str) -> AsyncIterat
     yielded: dict[str, int] = {}
     looks = LOOK_AGAIN.tries()
     while True:
-        status = (await api.get(run_path)).get("status") or {}
-        pod = str(status.get("pod") or "")
+        status = flowrun_api.status_of(await api.get(run_path))
+        pod = status.pod or ""
         before = sum(yielded.values())
         if pod:
             try:
@@ -145,7 +145,7 @@ async def follow_run(api: kube.Client, namespace: str, name: str) -> AsyncIterat
                 if exc.status not in (400, 404) and not exc.retryable:
                     raise
                 # not created yet, gone, or its node did not answer: look again
-        if status.get("phase") in SETTLED:
+        if status.phase in SETTLED:
             return
         if sum(yielded.values()) > before:
             looks.reset()

@@ -28,8 +28,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from agentflows import api as api_group
+from agentflows.api import errors, wellknown
 from agentflows.api import flow as flow_api
-from agentflows.api import wellknown
 from agentflows.engine import expressions
 from agentflows.kube import client as kube
 from agentflows.kube import objects
@@ -40,7 +40,7 @@ MAX_ANNOTATION = 256
 EXPRESSION_SECONDS = 2.0
 
 
-class TriggerError(Exception):
+class TriggerError(errors.AgentflowsError):
     """A trigger cannot fire: the Flow or the trigger is missing or invalid.
 
     Permanent: retrying does not help until someone edits the Flow.

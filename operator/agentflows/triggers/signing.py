@@ -24,6 +24,8 @@ import hashlib
 import hmac
 from collections.abc import Mapping
 
+from agentflows.api import errors
+
 SIGNATURE_HEADER = "X-Hub-Signature-256"
 #: Delivery ids of GitHub-style senders; not signed, so never trusted to tell deliveries apart.
 DELIVERY_HEADERS = ("X-GitHub-Delivery", "X-Delivery-Id")
@@ -33,7 +35,7 @@ STANDARD_SIGNATURE = "webhook-signature"
 STANDARD_KEY_PREFIX = "whsec_"
 
 
-class StaleTimestamp(Exception):
+class StaleTimestamp(errors.AgentflowsError):
     """A correctly signed Standard Webhooks delivery whose timestamp is outside the tolerance."""
 
 

@@ -7,7 +7,6 @@ HTML 404 at any path.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -20,13 +19,14 @@ from agentflows.agents import model, secrets
 from agentflows.api import agent as agent_api
 from agentflows.cli import main as cli
 from agentflows.engine import capabilities
-from tests.support.model_server import QuietHTTPServer, ScriptedModelServer
+from tests.support.http_serving import ServedHTTP
+from tests.support.model_server import ScriptedModelServer
 
 HI = [{"role": "user", "content": "hi"}]
 HTML_404 = b"<html>\n<body>\n<h1>404 Not Found</h1>\n<p>nothing\nhere</p>\n</body></html>\n"
 
 
-class Html404:
+class Html404(ServedHTTP):
     """Answers every POST with a multi-line HTML 404 (or ``status``), recording the paths."""
 
     def __init__(self, status: int = 404) -> None:
@@ -46,20 +46,11 @@ class Html404:
                 self.end_headers()
                 self.wfile.write(HTML_404)
 
-        self._httpd = QuietHTTPServer(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        super().__init__(Handler)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
-
-    def __enter__(self) -> Html404:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        return f"{self.origin}/v1"
 
 
 @pytest.fixture

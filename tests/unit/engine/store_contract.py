@@ -64,6 +64,29 @@ class StoreContract:
         loaded = await backend.new_store().load()
         assert loaded.nodes["big"].output["json"] == big
 
+    async def test_a_fold_of_offloaded_iterations_keeps_the_latest_output_readable(
+        self, backend: Any
+    ) -> None:
+        big = "y" * (300 * 1024)
+        st = backend.new_store()
+        for n in (2, 3):
+            output = {"json": f"{n}{big}", "text": "", "raw": None}
+            record = flowrun_api.NodeStatus(phase=Phase.SUCCEEDED, attempts=1, output=output)
+            await st.save_node(f"draft#{n}", record)
+        # a new runner folds what it loaded, as the engine does past ITERATIONS_KEPT
+        resumed = backend.new_store()
+        loaded = await resumed.load()
+        folded = flowrun_api.NodeStatus(
+            phase=Phase.SUCCEEDED,
+            attempts=2,
+            output=loaded.nodes["draft#3"].output,
+            detail={"folded": {"succeeded": 2}},
+        )
+        await resumed.fold_nodes({"draft#2-3": folded}, ["draft#2", "draft#3"])
+        again = await backend.new_store().load()
+        assert sorted(again.nodes) == ["draft#2-3"]
+        assert again.nodes["draft#2-3"].output["json"] == f"3{big}"
+
     async def test_concurrent_node_saves_lose_nothing(self, backend: Any) -> None:
         st = backend.new_store()
         await asyncio.gather(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from agentflows.api import flowrun as flowrun_api
@@ -106,3 +107,34 @@ def test_only_programs_that_say_iterations_are_handed_a_loops_earlier_outputs() 
     assert '"iterations"' not in built.json_for(plain)
     assert json.loads(built.json_for(looped))["iterations"] == {"draft": [{"json": 1}, {"json": 2}]}
     assert json.loads(built.json_for(None))["iterations"]["draft"][-1] == {"json": 2}
+
+
+LONG_MAPPED = """
+nodes:
+  - {id: count, maxIterations: 15, transform: "=(.nodes.count.json // 0) + 1"}
+  - id: each
+    map: {items: "=[1, 2]", tool: {python: {script: x}, args: {n: "=.item"}}}
+  - id: check
+    branch: {value: "=.nodes.count.json", cases: {"15": done}, default: count}
+  - {id: done, transform: "=.iterations.each | length"}
+"""
+
+
+async def test_a_fold_takes_in_the_map_items_of_the_iterations_it_folds() -> None:
+    memory = store.MemoryStore()
+    outcome = await run_once(flow_spec(LONG_MAPPED), memory, CountingHost())
+    assert outcome.phase == flowrun_api.RunPhase.SUCCEEDED, outcome.message
+    assert outcome.output == 1 + flowrun_api.ITERATIONS_KEPT  # 1 and 6-15
+    nodes = memory.checkpoint.nodes
+    kept = sorted({flowrun_api.node_of_key(k)[1] for k in nodes if k.startswith("each#")})
+    assert kept == [2, *range(6, 16)]  # 2: the fold each#2-5
+    assert [k for k in nodes if k.startswith("each#2-")] == ["each#2-5"]
+    assert not [k for k in nodes if re.match(r"each#[2-5]\[", k)]
+    assert sorted(k for k in nodes if k.startswith("each#6")) == [
+        "each#6",
+        "each#6[0]",
+        "each#6[1]",
+    ]
+    folded = nodes["each#2-5"]
+    # four iterations, each the map node and its two items
+    assert (folded.attempts, folded.detail) == (12, {"folded": {"succeeded": 4}})

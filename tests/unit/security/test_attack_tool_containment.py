@@ -27,6 +27,7 @@ import pytest
 from agentflows.agents import host
 from agentflows.api import agent as agent_api
 from agentflows.engine import capabilities
+from tests.support import tool_scripts
 from tests.support.processes import survivors
 
 AGENTFLOWS = str(Path(sys.executable).parent / "agentflows")
@@ -230,23 +231,7 @@ async def test_no_process_a_tool_starts_survives_the_tool(
 
 async def test_fork_bomb_as_root_stops_at_the_process_limit(ctx: capabilities.NodeContext) -> None:
     assert os.geteuid() == 0, "the point of this test is a root runner"
-    script = """
-import os, json
-read, write = os.pipe()
-started = 0
-for _ in range(150):
-    try:
-        pid = os.fork()
-    except OSError:
-        break
-    if pid == 0:
-        os.close(write)
-        os.read(read, 1)
-        os._exit(0)
-    started += 1
-print(json.dumps(started))
-"""
-    result = await call(ctx, script, None)
+    result = await call(ctx, tool_scripts.FORK_BOMB, None)
     assert 0 < result.output["json"] < 64
 
 

@@ -5,13 +5,16 @@ adds the object's :class:`Key`. A key waiting in the queue is not added twice; a
 its reconcile runs is processed once more afterwards; a reconcile returns how many seconds until
 it wants to look again (a backoff, a deadline, a TTL), or None. A reconcile that raises is retried
 with a per-key exponential backoff, unless the error says trying again cannot help (an
-:class:`~agentflows.engine.errors.AgentflowsError` whose ``retryable`` is False, e.g. a
-:class:`~agentflows.engine.errors.PermanentError`; controller-runtime's ``TerminalError``): then
-the key is not retried, the failure is logged once and handed to ``on_terminal`` (the operator
-posts a Warning Event on the object), and the key is reconciled again only when it is added
-again (the object or what it refers to changed). Other errors (a bug, an API server refusal)
-are retried with backoff. Kept in memory only: a restarted operator rebuilds it from the cache's
-first lists.
+:class:`~agentflows.api.errors.AgentflowsError` whose ``retryable`` is False, e.g. a
+:class:`~agentflows.api.errors.PermanentError`; controller-runtime's ``TerminalError``): then
+the key is not retried, the failure is logged once and handed to ``on_terminal``
+(:mod:`agentflows.controller.stalled`: a Warning Event and the object's ``Stalled``
+condition), and the key is reconciled again only when it is added again (the object or what it
+refers to changed). Other errors (a bug, a retryable error) are retried with backoff, and so is
+an API server's refusal (:class:`~agentflows.kube.client.ApiError`) whatever its status: its
+``retryable`` is about the one request, and the next reconcile reads again (a conflict, an
+object gone or not there yet). Kept in memory only: a restarted operator rebuilds it from the
+cache's first lists.
 
 Namespaces share the workers fairly (:class:`FairQueue`): waiting keys are kept in one line
 per namespace and workers take from the lines in turn, so 1,000 FlowRuns created in team-b
@@ -27,8 +30,8 @@ import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 
-from agentflows.api import retry
-from agentflows.engine import errors
+from agentflows.api import errors, retry
+from agentflows.kube import client as kube
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +129,8 @@ class WorkQueue:
         self._dirty: set[Key] = set()
         self._timers: dict[Key, tuple[float, asyncio.TimerHandle]] = {}
         self._failures: dict[Key, int] = {}
+        #: The last terminal error of each key that failed so (logged once, not at every try).
+        self._terminal: dict[Key, str] = {}
         #: when each queued key was put in the queue
         self._added_at: dict[Key, float] = {}
 
@@ -170,7 +175,7 @@ class WorkQueue:
     async def run(self) -> None:
         """Process keys until cancelled.
 
-        Run again after that (a leader that paused, :mod:`agentflows.controller.leader`), it
+        Run again after that (a leader that paused, :mod:`agentflows.controller.runtime.leader`), it
         carries on: the keys whose reconcile was cut short or whose delay was pending come first.
         """
         workers = [asyncio.create_task(self._worker()) for _ in range(self._workers)]
@@ -196,6 +201,7 @@ class WorkQueue:
             try:
                 requeue = await self._reconcile(key)
                 self._failures.pop(key, None)
+                self._terminal.pop(key, None)
             except asyncio.CancelledError:
                 self._active.discard(key)
                 self.add(key)  # not done: first in line if the queue runs again
@@ -218,7 +224,12 @@ class WorkQueue:
             self._on_error(key, exc)
         if terminal(exc):
             self._failures.pop(key, None)
-            log.error(
+            said = str(exc)
+            # once per cause: the Stalled condition's own write reconciles the key again
+            level = logging.DEBUG if self._terminal.get(key) == said else logging.ERROR
+            self._terminal[key] = said
+            log.log(
+                level,
                 "reconciling %s failed and trying again cannot help: %s; not retried until "
                 "the object or what it refers to changes",
                 key,
@@ -236,4 +247,8 @@ class WorkQueue:
 
 def terminal(exc: BaseException) -> bool:
     """Whether the error says trying the same reconcile again cannot help (not retried)."""
-    return isinstance(exc, errors.AgentflowsError) and not exc.retryable
+    return (
+        isinstance(exc, errors.AgentflowsError)
+        and not exc.retryable
+        and not isinstance(exc, kube.ApiError)
+    )

@@ -1,6 +1,6 @@
 """What the operator needs and cannot get: each need logged once, as an error, and on ``/readyz``.
 
-Called by :mod:`agentflows.controller.leader` (the Lease's namespace is missing, or the
+Called by :mod:`agentflows.controller.runtime.leader` (the Lease's namespace is missing, or the
 operator's account may not use Leases there) and read by the ``/readyz`` handler of
 :meth:`agentflows.controller.metrics.Metrics.serve`. A condition that no retry can meet — only a
 person can, by creating a namespace, granting a permission or changing a flag — is not a

@@ -2,6 +2,8 @@
 
 Called by :mod:`agentflows.controller.main`: :func:`run_leading` runs the operator's work queue
 only while this process holds the Lease, so two replicas of the operator never reconcile at once.
+:class:`LeaderElection` is built from the operator's flags (and checked) by
+:func:`agentflows.controller.settings.leader_election`.
 
 The protocol (client-go's, with its names):
 
@@ -28,33 +30,51 @@ The protocol (client-go's, with its names):
 Errors talking to the API server are retried at ``retry_seconds`` and logged when they change;
 they never crash a standby. One that no retry mends — the Lease's namespace does not exist, or
 the operator's account may not use Leases there — is logged once as an error that says what to
-do and shown on ``/readyz`` (:mod:`agentflows.controller.unmet`) until it is mended.
-``agentflows_leader`` (1 leading, 0 standing by) shows the state on ``/metrics``.
+do and shown on ``/readyz`` (:mod:`agentflows.controller.runtime.unmet`) until it is mended.
+The caller is told of every change of state (``leading``: the operator's ``agentflows_leader``
+gauge, 1 leading, 0 standing by, on ``/metrics``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import random
 from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn
 
-from agentflows.api import times
-from agentflows.controller import metrics as metrics_mod
-from agentflows.controller import settings, unmet
+from agentflows.api import errors, times
+from agentflows.controller.runtime import unmet
 from agentflows.kube import client as kube
 
 log = logging.getLogger(__name__)
 
 #: A stopping leader waits at most this long to release the Lease.
 RELEASE_TIMEOUT_SECONDS = 5.0
-#: The key of leader election's needs in :class:`~agentflows.controller.unmet.Unmet`.
+#: The key of leader election's needs in :class:`~agentflows.controller.runtime.unmet.Unmet`.
 NEED = "leader election"
 
 
-class LeadershipLost(Exception):
+class LeadershipLost(errors.AgentflowsError):
     """Raised when a leader loses its Lease: it must stop working (the operator exits)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LeaderElection:
+    """The Lease replicas of one operator (one shard) compete for, and this replica's identity."""
+
+    namespace: str
+    lease_name: str
+    identity: str
+    #: How long a standby waits for a silent leader's record to expire (it then takes over):
+    #: after a SIGKILL, a standby leads within this plus one ``retry_seconds``.
+    lease_seconds: int = 10
+    #: How long the leader goes on without a successful renewal before it gives up (shorter
+    #: than ``lease_seconds``, so it stops before a standby may start).
+    renew_deadline_seconds: float = 7.0
+    #: How often the leader renews and a standby looks at the Lease.
+    retry_seconds: float = 2.0
 
 
 class Elector:
@@ -63,7 +83,7 @@ class Elector:
     def __init__(
         self,
         api: kube.Client,
-        election: settings.LeaderElection,
+        election: LeaderElection,
         on_change: Callable[[bool], None] | None = None,
         needs: unmet.Unmet | None = None,
     ) -> None:
@@ -305,25 +325,27 @@ class Elector:
 
 
 async def run_leading(
-    election: settings.LeaderElection | None,
+    election: LeaderElection | None,
     api: kube.Client,
-    metrics: metrics_mod.Metrics,
     work: Callable[[], Awaitable[None]],
+    *,
+    leading: Callable[[bool], None],
+    needs: unmet.Unmet,
 ) -> None:
     """Run ``work()`` while this process leads (always, when ``election`` is None).
 
-    Raises :class:`LeadershipLost` (after cancelling ``work``) when the Lease is lost; releases
-    the Lease when ``work`` ends or this task is cancelled (a clean stop).
+    ``leading`` is called with every change of state (True at once without an election);
+    ``needs`` is told of what no retry mends (``/readyz`` shows it). Raises
+    :class:`LeadershipLost` (after cancelling ``work``) when the Lease is lost; releases the
+    Lease when ``work`` ends or this task is cancelled (a clean stop).
     """
     if election is None:
-        metrics.leader.set(1)
+        leading(True)
         await work()
         return
     # its own connection, no retries of its own: the renew deadline bounds every attempt
     client = kube.Client(api.config, retry_seconds=0, timeout=election.retry_seconds * 2)
-    elector = Elector(
-        client, election, lambda leading: metrics.leader.set(int(leading)), metrics.unmet
-    )
+    elector = Elector(client, election, leading, needs)
     try:
         await elector.acquire()
         await _work_while_holding(elector, work)
