@@ -205,6 +205,12 @@ async def controller_on(fake: FakeFlowRunApi) -> AsyncIterator[context.Controlle
         yield ctl
 
 
+def pod_deleted(ctl: context.Controller, pod: dict[str, Any]) -> None:
+    """Give ``ctl``'s cache the pod watch's DELETED event of ``pod``."""
+    namespace = pod["metadata"]["namespace"]
+    ctl.cache._scope(ctl.cache.pods, namespace)._apply(pod, deleted=True)
+
+
 def _error(status: int, message: str) -> web.Response:
     body = {"kind": "Status", "reason": "Test", "message": message}
     return web.json_response(body, status=status)

@@ -18,7 +18,7 @@ import pytest
 
 from agentflows.controller import context, flowruns
 from agentflows.controller.runtime import workqueue
-from tests.support.fake_flowrun_api import FakeFlowRunApi, controller_on
+from tests.support.fake_flowrun_api import FakeFlowRunApi, controller_on, pod_deleted
 
 NAMESPACE, RUN = "team", "review-1"
 
@@ -99,3 +99,30 @@ async def test_the_backoff_after_a_lost_attempt_doubles_per_lost_attempt_not_per
     assert again is not None and 5 < again <= 10
     assert fake.status["message"].endswith("attempt 4 in 10s")
     assert fake.status["attemptsLost"] == 0 and fake.pods == {}
+
+
+async def test_a_pod_deleted_before_its_run_records_it_is_a_lost_attempt_not_a_pod_to_create_again() -> (
+    None
+):
+    # Attempt 1 reserved (status.pod written) and nothing created yet: the operator creates its
+    # pod. The pod is deleted while the API still shows it Pending, before status.podCreated
+    # says it exists (the kubelet can report Running seconds after the container started).
+    reserved = {
+        "phase": "Pending",
+        "attempt": 1,
+        "pod": f"{RUN}-1",
+        "startTime": "2026-12-02T13:00:00Z",
+    }
+    fake = FakeFlowRunApi(NAMESPACE, RUN, spec={"flow": "f"}, status=reserved)
+    fake.snapshot(_flow(max_attempts=1, backoff_seconds=0))
+    async with controller_on(fake) as ctl:
+        await _reconcile(ctl)
+        assert list(fake.pods) == [f"{RUN}-1"]
+        pod_deleted(ctl, fake.pods.pop(f"{RUN}-1"))
+        await _reconcile(ctl)
+
+    status = fake.status
+    assert (status["phase"], status.get("reason")) == ("Failed", "RetriesExhausted"), status
+    assert f"runner pod {RUN}-1 is gone" in status["message"]
+    creates = [r for r in fake.requests if r.method == "POST" and r.path.endswith("/pods")]
+    assert len(creates) == 1 and fake.pods == {}

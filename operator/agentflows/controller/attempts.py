@@ -6,7 +6,12 @@ the FlowRun whose ``status.pod`` is its own pod (``config/policies``). Then the 
 ``status.podCreated=<attempt>`` with it (no write of its own): from then on a missing pod of that
 attempt is a lost attempt and is never created again, so a restarted operator never runs an
 attempt twice; attempt numbers only grow. Until then the pod's name is what proves it exists: a
-second create of the same attempt is refused as AlreadyExists.
+second create of the same attempt is refused as AlreadyExists. And a pod deleted before that
+record (while still Pending in the API, which can lag its container by seconds) is lost too,
+not created again: the operator remembers the attempts whose pod it created or saw
+(``Controller.pods_seen``). Only an operator restarted inside that window, with the pod deleted
+while it was down, cannot tell such a pod from one never created and creates it; the runner
+then resumes from the run's status, as after any lost attempt.
 
 A pod the API server refuses (no ServiceAccount, a quota, an admission policy) is shown where
 users look: the ``PodCreated`` condition False with the API's reason and message and what to do,
@@ -52,6 +57,7 @@ async def start_next(
     ctl: context.Controller, run: runstate.RunContext, snapshot: snapshot_api.Snapshot, why: str
 ) -> float | None:
     """Reserve attempt ``run.attempt + 1``, save, and create its pod."""
+    ctl.pods_seen.discard((run.namespace, run.name, run.attempt))
     attempt = run.attempt + 1
     run.reserve_attempt(attempt)
     run.set_phase(RunPhase.PENDING, RunReason.ATTEMPT_STARTED, f"attempt {attempt}: {why}")
@@ -87,12 +93,19 @@ def pod_body(
 async def post_pod(
     ctl: context.Controller, run: runstate.RunContext, body: dict[str, Any]
 ) -> kube.ApiError | None:
-    """Create the pod (AlreadyExists is fine); the API's refusal, if it refused."""
+    """Create the pod (AlreadyExists is fine); the API's refusal, if it refused.
+
+    Either way the attempt's pod exists now: it goes into ``ctl.pods_seen`` until
+    ``status.podCreated`` records it, so a pod deleted before it runs counts as lost.
+    """
     try:
         ctl.cache.stored(await ctl.api.create(kube.path_of("pods", run.namespace), body))
     except kube.ApiError as exc:
-        return None if exc.conflict else exc
-    ctl.metrics.pod_attempts.labels(run.namespace, run.flow).inc()
+        if not exc.conflict:
+            return exc
+    else:
+        ctl.metrics.pod_attempts.labels(run.namespace, run.flow).inc()
+    ctl.pods_seen.add((run.namespace, run.name, run.attempt))
     return None
 
 

@@ -40,6 +40,9 @@ class Controller:
     lost_at: dict[tuple[str, str, int], float] = dataclasses.field(default_factory=dict)
     #: When an attempt's pod was first seen ended with no result on the run yet.
     ended_at: dict[tuple[str, str, int], float] = dataclasses.field(default_factory=dict)
+    #: Attempts whose pod this operator created or saw while ``status.podCreated`` did not
+    #: record it yet (a Pending pod): gone, such a pod was lost, never to be created again.
+    pods_seen: set[tuple[str, str, int]] = dataclasses.field(default_factory=set)
     #: What a Flow's or Agent's last validation was computed from, and what it found.
     validated: dict[tuple[str, str, str], Any] = dataclasses.field(default_factory=dict)
     #: (namespace, memory) -> the bounds retention applies at its next reconcile.
@@ -61,6 +64,7 @@ class Controller:
         for table in (self.lost_at, self.ended_at):
             for key in [k for k in table if k[:2] == (namespace, name)]:
                 del table[key]
+        self.pods_seen.difference_update([k for k in self.pods_seen if k[:2] == (namespace, name)])
         self.snapshots.forget(namespace, name)
         self.metrics.forget_run(namespace, name)
 

@@ -47,6 +47,7 @@ async def finish(
         retention.note(ctl, run.namespace, snapshot)
     ctl.metrics.run_finished(run.namespace, run.flow, phase.value, run.status, flow_spec, models)
     ctl.snapshots.forget(run.namespace, run.name)
+    ctl.pods_seen.discard((run.namespace, run.name, run.attempt))
     if flow_spec is None or flow_spec.concurrency.policy is flow_api.ConcurrencyPolicy.QUEUE:
         wake_queued(ctl, run.namespace, run.flow)
     ctl.enqueue(workqueue.HISTORY, run.namespace, run.flow)

@@ -126,11 +126,17 @@ async def _follow(
     if result is not None:
         return await _on_result(ctl, run, snapshot, result)
     pod_name = objects.pod_name(run.name, run.attempt)
-    if run.status.pod_created < run.attempt and ctl.cache.pod(run.namespace, pod_name) is None:
+    attempt = (run.namespace, run.name, run.attempt)
+    if run.status.pod_created >= run.attempt:
+        ctl.pods_seen.discard(attempt)  # recorded in status: that record is what counts now
+    elif attempt not in ctl.pods_seen and ctl.cache.pod(run.namespace, pod_name) is None:
+        # reserved, and no pod was ever seen: the operator stopped before creating it
         return await attempts.create_pod(ctl, run, snapshot)
     pod = await _pod(ctl, run, pod_name)
     if pod is None:
         return await _lost(ctl, run, snapshot, f"runner pod {pod_name} is gone")
+    if run.status.pod_created < run.attempt:
+        ctl.pods_seen.add(attempt)
     if pod.deleting:
         return 2.0
     if pod.phase == "Pending":
