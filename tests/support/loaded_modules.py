@@ -8,7 +8,6 @@ third-party packages found there to a list of those allowed, each with its reaso
 from __future__ import annotations
 
 import functools
-import os
 import subprocess
 import sys
 from collections.abc import Iterable
@@ -30,7 +29,6 @@ def at_interpreter_start() -> frozenset[str]:
     """
     done = subprocess.run(
         [sys.executable, "-c", "import sys; print('\\n'.join(sys.modules))"],
-        env=dict(os.environ),
         capture_output=True,
         text=True,
         check=True,
