@@ -544,6 +544,33 @@ def test_lost_attempts_beyond_max_attempts_fail_the_run(
     assert "fragile-1-1" in status["message"]
 
 
+def test_a_runner_pod_deleted_before_it_ever_ran_is_a_lost_attempt_not_created_again(
+    control_plane: Cluster, runs: FlowRuns
+) -> None:
+    # No node has the label, so the pod stays Pending: what the API shows of any pod until its
+    # kubelet reports it running, which can be seconds after its container started. The
+    # operator records status.podCreated only once the pod runs.
+    runs.apply(
+        flow(
+            "stuck",
+            [{"id": "only", "transform": "=1"}],
+            retry={"maxAttempts": 1, "backoffSeconds": 1},
+            runner={"nodeSelector": {"agentflows.io/test-node": "none"}},
+        ),
+        flowrun("stuck-1", "stuck"),
+    )
+    wait_for(
+        lambda: [p.status.phase for p in runs.pods("stuck-1")] == ["Pending"], 120, "a Pending pod"
+    )
+    control_plane.core().delete_namespaced_pod("stuck-1-1", runs.namespace)
+
+    status = runs.wait_phase("stuck-1", "Failed", "Succeeded")
+    assert (status["phase"], status["reason"]) == ("Failed", "RetriesExhausted"), status
+    assert "runner pod stuck-1-1 is gone" in status["message"]
+    assert runs.pods("stuck-1") == []
+    assert status.get("podCreated", 0) == 0
+
+
 def test_finished_runs_are_deleted_after_their_ttl_and_beyond_history_limits(
     control_plane: Cluster, runs: FlowRuns
 ) -> None:
